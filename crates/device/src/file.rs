@@ -1,0 +1,1 @@
+//! Opening files and block devices for direct IO. (Being written.)

@@ -1,0 +1,1 @@
+//! Recording, fault-injecting device. (Being written.)

@@ -1,0 +1,1 @@
+//! pread/pwrite backend. (Being written.)

@@ -1,0 +1,324 @@
+//! The superblock: identity, format version and geometry (docs/FORMAT.md §3).
+//!
+//! Two copies, in blocks 0 and 1. Each copy is one 512-byte sector (so a write of it is
+//! atomic on any device this format supports) followed by zeros to the end of its block.
+//! mkfs writes copy 1, flushes, then copy 0, and flushes again; a reader takes the valid
+//! copy with the highest `sequence`, and reports a bad copy.
+//!
+//! Invariants:
+//! - `regions` always equal `Geometry::compute(device_size_bytes, domain_count)`.
+//! - `checksum` is the CRC-32C of bytes 0..508.
+
+use crate::checksum::crc32c;
+use crate::constants::*;
+use crate::error::FormatError;
+use crate::geometry::{Geometry, Region};
+use crate::layout::{Field, StructLayout};
+use serde::Serialize;
+
+/// "AUGEFS" followed by two zero bytes.
+pub const MAGIC: [u8; 8] = *b"AUGEFS\0\0";
+
+/// Feature flag: MetaDB's WAL lives on a PMR whose header carries this file system's uuid.
+pub const FEATURE_PMR: u32 = 1 << 0;
+/// Every feature flag this build understands; others make the image unreadable here.
+pub const FEATURES_KNOWN: u32 = FEATURE_PMR;
+
+pub const F_MAGIC: Field = Field::at("magic", 0, 8);
+pub const F_FORMAT_VERSION: Field = Field::after(F_MAGIC, "format_version", 4);
+pub const F_COPY_INDEX: Field = Field::after(F_FORMAT_VERSION, "copy_index", 4);
+pub const F_SEQUENCE: Field = Field::after(F_COPY_INDEX, "sequence", 8);
+pub const F_FS_UUID: Field = Field::after(F_SEQUENCE, "fs_uuid", 16);
+pub const F_CREATED_UNIX_NS: Field = Field::after(F_FS_UUID, "created_unix_ns", 8);
+pub const F_BLOCK_SIZE: Field = Field::after(F_CREATED_UNIX_NS, "block_size_bytes", 4);
+pub const F_SEGMENT_SIZE: Field = Field::after(F_BLOCK_SIZE, "segment_size_bytes", 4);
+pub const F_DEVICE_SIZE: Field = Field::after(F_SEGMENT_SIZE, "device_size_bytes", 8);
+pub const F_DOMAIN_COUNT: Field = Field::after(F_DEVICE_SIZE, "domain_count", 4);
+pub const F_FEATURES: Field = Field::after(F_DOMAIN_COUNT, "feature_flags", 4);
+pub const F_PMR_SIZE: Field = Field::after(F_FEATURES, "pmr_size_bytes", 8);
+pub const F_CHECKPOINT_START: Field = Field::after(F_PMR_SIZE, "checkpoint_start_block", 8);
+pub const F_CHECKPOINT_COUNT: Field = Field::after(F_CHECKPOINT_START, "checkpoint_block_count", 8);
+pub const F_MANIFEST_START: Field = Field::after(F_CHECKPOINT_COUNT, "manifest_start_block", 8);
+pub const F_MANIFEST_COUNT: Field = Field::after(F_MANIFEST_START, "manifest_block_count", 8);
+pub const F_WAL_START: Field = Field::after(F_MANIFEST_COUNT, "wal_start_block", 8);
+pub const F_WAL_COUNT: Field = Field::after(F_WAL_START, "wal_block_count", 8);
+pub const F_SUMMARY_START: Field = Field::after(F_WAL_COUNT, "summary_start_block", 8);
+pub const F_SUMMARY_COUNT: Field = Field::after(F_SUMMARY_START, "summary_block_count", 8);
+pub const F_SEGMENT_START: Field = Field::after(F_SUMMARY_COUNT, "segment_area_start_block", 8);
+pub const F_SEGMENT_COUNT: Field = Field::after(F_SEGMENT_START, "segment_count", 8);
+pub const F_RESERVED: Field = Field::after(F_SEGMENT_COUNT, "reserved", 508 - F_SEGMENT_COUNT.end());
+pub const F_CHECKSUM: Field = Field::after(F_RESERVED, "checksum", 4);
+
+pub const LAYOUT: StructLayout = StructLayout {
+    name: "Superblock",
+    size: SUPERBLOCK_BYTES,
+    fields: &[
+        F_MAGIC,
+        F_FORMAT_VERSION,
+        F_COPY_INDEX,
+        F_SEQUENCE,
+        F_FS_UUID,
+        F_CREATED_UNIX_NS,
+        F_BLOCK_SIZE,
+        F_SEGMENT_SIZE,
+        F_DEVICE_SIZE,
+        F_DOMAIN_COUNT,
+        F_FEATURES,
+        F_PMR_SIZE,
+        F_CHECKPOINT_START,
+        F_CHECKPOINT_COUNT,
+        F_MANIFEST_START,
+        F_MANIFEST_COUNT,
+        F_WAL_START,
+        F_WAL_COUNT,
+        F_SUMMARY_START,
+        F_SUMMARY_COUNT,
+        F_SEGMENT_START,
+        F_SEGMENT_COUNT,
+        F_RESERVED,
+        F_CHECKSUM,
+    ],
+};
+
+const _: () = assert!(F_CHECKSUM.end() == SUPERBLOCK_BYTES);
+
+/// A decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Superblock {
+    pub format_version: u32,
+    pub sequence: u64,
+    pub fs_uuid: [u8; 16],
+    pub created_unix_ns: u64,
+    pub feature_flags: u32,
+    /// Size of the attached PMR, 0 when the file system runs in ssd mode.
+    pub pmr_size_bytes: u64,
+    pub geometry: Geometry,
+}
+
+impl Superblock {
+    pub fn new(geometry: Geometry, fs_uuid: [u8; 16], created_unix_ns: u64, pmr_size_bytes: u64) -> Self {
+        let feature_flags = if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
+        Superblock {
+            format_version: FORMAT_VERSION,
+            sequence: 1,
+            fs_uuid,
+            created_unix_ns,
+            feature_flags,
+            pmr_size_bytes,
+            geometry,
+        }
+    }
+
+    pub fn has_pmr(&self) -> bool {
+        self.feature_flags & FEATURE_PMR != 0
+    }
+
+    /// Encodes copy `copy_index` (0 or 1) into one full block.
+    pub fn encode(&self, copy_index: u32) -> Vec<u8> {
+        assert!(copy_index < SUPERBLOCK_COPIES as u32);
+        let g = &self.geometry;
+        let mut buf = vec![0u8; BLOCK_SIZE_BYTES as usize];
+        F_MAGIC.put_bytes(&mut buf, &MAGIC);
+        F_FORMAT_VERSION.put_u32(&mut buf, self.format_version);
+        F_COPY_INDEX.put_u32(&mut buf, copy_index);
+        F_SEQUENCE.put_u64(&mut buf, self.sequence);
+        F_FS_UUID.put_bytes(&mut buf, &self.fs_uuid);
+        F_CREATED_UNIX_NS.put_u64(&mut buf, self.created_unix_ns);
+        F_BLOCK_SIZE.put_u32(&mut buf, BLOCK_SIZE_BYTES as u32);
+        F_SEGMENT_SIZE.put_u32(&mut buf, SEGMENT_SIZE_BYTES as u32);
+        F_DEVICE_SIZE.put_u64(&mut buf, g.device_size_bytes);
+        F_DOMAIN_COUNT.put_u32(&mut buf, g.domain_count);
+        F_FEATURES.put_u32(&mut buf, self.feature_flags);
+        F_PMR_SIZE.put_u64(&mut buf, self.pmr_size_bytes);
+        let regions = [
+            (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, g.checkpoints),
+            (F_MANIFEST_START, F_MANIFEST_COUNT, g.manifest),
+            (F_WAL_START, F_WAL_COUNT, g.wal),
+            (F_SUMMARY_START, F_SUMMARY_COUNT, g.summaries),
+        ];
+        for (start, count, region) in regions {
+            start.put_u64(&mut buf, region.start_block);
+            count.put_u64(&mut buf, region.block_count);
+        }
+        F_SEGMENT_START.put_u64(&mut buf, g.segments.start_block);
+        F_SEGMENT_COUNT.put_u64(&mut buf, g.segment_count as u64);
+        let crc = crc32c(&buf[..F_CHECKSUM.offset]);
+        F_CHECKSUM.put_u32(&mut buf, crc);
+        buf
+    }
+
+    /// Decodes and validates one copy read from block `copy_index`.
+    pub fn decode(buf: &[u8], copy_index: u32) -> Result<Superblock, FormatError> {
+        assert!(buf.len() >= SUPERBLOCK_BYTES);
+        let what = format!("superblock copy {copy_index}");
+        let location = format!("byte {}", copy_index as u64 * BLOCK_SIZE_BYTES);
+        if F_MAGIC.bytes(buf) != MAGIC {
+            return Err(FormatError::NotAugefs { what: "image" });
+        }
+        let stored = F_CHECKSUM.get_u32(buf);
+        let computed = crc32c(&buf[..F_CHECKSUM.offset]);
+        if stored != computed {
+            return Err(FormatError::corruption(
+                what,
+                location,
+                format!("checksum {computed:#010x}"),
+                format!("{stored:#010x}"),
+            ));
+        }
+        let format_version = F_FORMAT_VERSION.get_u32(buf);
+        if format_version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion { found: format_version, supported: FORMAT_VERSION });
+        }
+        let corrupt = |field: &str, expected: String, got: String| {
+            FormatError::corruption(format!("{what} field {field}"), location.clone(), expected, got)
+        };
+        let check = |field: Field, expected: u64, got: u64| {
+            if expected == got {
+                Ok(())
+            } else {
+                Err(corrupt(field.name, expected.to_string(), got.to_string()))
+            }
+        };
+        check(F_COPY_INDEX, copy_index as u64, F_COPY_INDEX.get_u32(buf) as u64)?;
+        check(F_BLOCK_SIZE, BLOCK_SIZE_BYTES, F_BLOCK_SIZE.get_u32(buf) as u64)?;
+        check(F_SEGMENT_SIZE, SEGMENT_SIZE_BYTES, F_SEGMENT_SIZE.get_u32(buf) as u64)?;
+        let feature_flags = F_FEATURES.get_u32(buf);
+        if feature_flags & !FEATURES_KNOWN != 0 {
+            return Err(corrupt(
+                F_FEATURES.name,
+                format!("flags within {FEATURES_KNOWN:#x}"),
+                format!("{feature_flags:#x}"),
+            ));
+        }
+        let device_size_bytes = F_DEVICE_SIZE.get_u64(buf);
+        let domain_count = F_DOMAIN_COUNT.get_u32(buf);
+        let geometry = Geometry::compute(device_size_bytes, domain_count)
+            .map_err(|e| corrupt("device_size_bytes/domain_count", "a valid geometry".into(), e.to_string()))?;
+        let stored_regions = [
+            (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, geometry.checkpoints),
+            (F_MANIFEST_START, F_MANIFEST_COUNT, geometry.manifest),
+            (F_WAL_START, F_WAL_COUNT, geometry.wal),
+            (F_SUMMARY_START, F_SUMMARY_COUNT, geometry.summaries),
+            (F_SEGMENT_START, F_SEGMENT_COUNT, Region {
+                start_block: geometry.segments.start_block,
+                block_count: geometry.segment_count as u64,
+            }),
+        ];
+        for (start, count, region) in stored_regions {
+            check(start, region.start_block, start.get_u64(buf))?;
+            check(count, region.block_count, count.get_u64(buf))?;
+        }
+        let pmr_size_bytes = F_PMR_SIZE.get_u64(buf);
+        if (feature_flags & FEATURE_PMR != 0) != (pmr_size_bytes != 0) {
+            return Err(corrupt(F_PMR_SIZE.name, "non-zero exactly when the PMR flag is set".into(), pmr_size_bytes.to_string()));
+        }
+        Ok(Superblock {
+            format_version,
+            sequence: F_SEQUENCE.get_u64(buf),
+            fs_uuid: F_FS_UUID.bytes(buf).try_into().expect("16 bytes"),
+            created_unix_ns: F_CREATED_UNIX_NS.get_u64(buf),
+            feature_flags,
+            pmr_size_bytes,
+            geometry,
+        })
+    }
+}
+
+/// The outcome of reading both copies.
+#[derive(Debug, Clone)]
+pub struct SuperblockChoice {
+    pub superblock: Superblock,
+    /// Which copy was chosen.
+    pub copy_index: u32,
+    /// Per copy: `None` if valid, or why it was rejected.
+    pub copy_errors: [Option<FormatError>; 2],
+}
+
+/// Picks the valid copy with the highest sequence from the first two blocks of a device.
+/// If neither is valid, returns the most telling error: an unsupported version or
+/// corruption beats "not augefs", so that a damaged image is not called foreign.
+pub fn choose(block0: &[u8], block1: &[u8]) -> Result<SuperblockChoice, FormatError> {
+    let results = [Superblock::decode(block0, 0), Superblock::decode(block1, 1)];
+    let best = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().ok().map(|sb| (i, sb)))
+        .max_by_key(|(i, sb)| (sb.sequence, std::cmp::Reverse(*i)));
+    match best {
+        Some((i, sb)) => Ok(SuperblockChoice {
+            superblock: sb.clone(),
+            copy_index: i as u32,
+            copy_errors: [results[0].clone().err(), results[1].clone().err()],
+        }),
+        None => {
+            let rank = |e: &FormatError| match e {
+                FormatError::UnsupportedVersion { .. } => 0,
+                FormatError::Corruption(_) => 1,
+                _ => 2,
+            };
+            let errors = results.map(|r| r.expect_err("no valid copy"));
+            Err(errors.into_iter().min_by_key(rank).expect("two copies"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock::new(Geometry::compute(256 * MIB, 4).unwrap(), [7; 16], 1_700_000_000_000_000_000, 0)
+    }
+
+    #[test]
+    fn round_trip_both_copies() {
+        let sb = sample();
+        for copy in 0..2 {
+            let buf = sb.encode(copy);
+            assert_eq!(buf.len(), BLOCK_SIZE_BYTES as usize);
+            assert!(buf[SUPERBLOCK_BYTES..].iter().all(|&b| b == 0));
+            assert_eq!(Superblock::decode(&buf, copy).unwrap(), sb);
+        }
+    }
+
+    #[test]
+    fn detects_foreign_corrupt_and_future_images() {
+        let sb = sample();
+        assert!(matches!(Superblock::decode(&[0u8; 4096], 0), Err(FormatError::NotAugefs { .. })));
+        let mut flipped = sb.encode(0);
+        flipped[F_DEVICE_SIZE.offset] ^= 1;
+        assert!(matches!(Superblock::decode(&flipped, 0), Err(FormatError::Corruption(_))));
+        let mut future = sb.encode(0);
+        F_FORMAT_VERSION.put_u32(&mut future, 9);
+        let crc = crc32c(&future[..F_CHECKSUM.offset]);
+        F_CHECKSUM.put_u32(&mut future, crc);
+        assert_eq!(
+            Superblock::decode(&future, 0),
+            Err(FormatError::UnsupportedVersion { found: 9, supported: FORMAT_VERSION })
+        );
+        // A copy read from the wrong block is rejected (misdirected write).
+        assert!(matches!(Superblock::decode(&sb.encode(0), 1), Err(FormatError::Corruption(_))));
+    }
+
+    #[test]
+    fn choose_prefers_valid_and_newest() {
+        let mut sb = sample();
+        let old0 = sb.encode(0);
+        sb.sequence = 2;
+        let new1 = sb.encode(1);
+        let choice = choose(&old0, &new1).unwrap();
+        assert_eq!(choice.copy_index, 1);
+        assert_eq!(choice.superblock.sequence, 2);
+
+        let mut bad0 = old0.clone();
+        bad0[100] ^= 0xff;
+        let choice = choose(&bad0, &new1).unwrap();
+        assert_eq!(choice.copy_index, 1);
+        assert!(matches!(choice.copy_errors[0], Some(FormatError::Corruption(_))));
+
+        let mut bad1 = new1.clone();
+        bad1[100] ^= 0xff;
+        assert!(matches!(choose(&bad0, &bad1), Err(FormatError::Corruption(_))));
+        assert!(matches!(choose(&[0; 4096], &[0; 4096]), Err(FormatError::NotAugefs { .. })));
+    }
+}
