@@ -1,1 +1,49 @@
-fn main() {}
+//! `augefs`: the command-line front end. It parses arguments, calls the engine and
+//! prints; no file-system logic lives here.
+
+mod cmd;
+mod size;
+mod ui;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "augefs", version, about = "augefs: a scalable userspace log-structured file system for SSDs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Format an image file or block device.
+    Mkfs(cmd::mkfs::Args),
+    /// Show an image's superblock, geometry, checkpoint state and IO backend.
+    Inspect(cmd::inspect::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Raw device-layer throughput beside fio on the same file.
+    Device(cmd::bench_device::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Mkfs(args) => cmd::mkfs::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("augefs: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,21 @@
-//! (being written)
+//! The augefs engine: the log-structured data layout (segments, domains, node index,
+//! garbage collection, checkpoints, recovery) over the device layer.
+//!
+//! At this stage it holds the format-time work every later layer relies on:
+//! - [`mkfs`]: lays out a device (docs/FORMAT.md §2) and writes the initial state;
+//! - [`image`]: reads and validates superblocks and checkpoint slots;
+//! - [`inspect`]: a structured report of an image for `augefs inspect`.
+//!
+//! Invariants:
+//! - A device is formatted only through [`mkfs::format`], which invalidates old
+//!   superblocks first and writes the new ones last, so an interrupted mkfs never leaves
+//!   an image that opens.
+//! - All IO names its cause (superblock, checkpoint, WAL, manifest, tool).
+
+pub mod error;
+pub mod image;
+pub mod inspect;
+pub mod mkfs;
+pub mod progress;
+
+pub use error::EngineError;

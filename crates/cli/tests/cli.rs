@@ -1,0 +1,201 @@
+//! The `augefs` command as a user meets it: every documented error gets a clear message
+//! and a non-zero exit, and nothing is lost.
+
+use format::checksum::crc32c;
+use format::superblock::{F_CHECKSUM, F_FORMAT_VERSION};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn augefs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_augefs")).args(args).output().expect("augefs runs")
+}
+
+/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may not).
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn mkfs(image: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["mkfs", s(image), "--size", "64M"];
+    args.extend_from_slice(extra);
+    augefs(&args)
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "failed: {}\n{}", stdout(&o), stderr(&o));
+    o
+}
+
+fn fails_with(o: Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains(needle), "stderr lacks {needle:?}: {}", stderr(&o));
+}
+
+#[test]
+fn mkfs_then_inspect_text_and_json() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    let out = ok(mkfs(&image, &["--domains", "4"]));
+    assert!(stdout(&out).contains("4 domains"), "{}", stdout(&out));
+    let text = stdout(&ok(augefs(&["inspect", s(&image)])));
+    assert!(text.contains("format version    1"), "{text}");
+    assert!(text.contains("mode              ssd"), "{text}");
+    assert!(text.contains("current: slot 0"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(&image), "--json"])))).expect("json");
+    assert_eq!(json["geometry"]["domain_count"], 4);
+    assert_eq!(json["checkpoints"].as_array().expect("array").len(), 5);
+    assert_eq!(json["superblock"]["copies"][1], "valid");
+    assert!(json["device"]["backend"].is_string());
+}
+
+#[test]
+fn pread_backend_is_selectable() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    ok(mkfs(&image, &["--backend", "pread"]));
+    let text = stdout(&ok(augefs(&["inspect", s(&image), "--backend", "pread"])));
+    assert!(text.contains("pread backend"), "{text}");
+}
+
+#[test]
+fn image_too_small_leaves_no_file() {
+    let dir = scratch();
+    let image = dir.path().join("small.img");
+    fails_with(augefs(&["mkfs", s(&image), "--size", "1M"]), "device too small");
+    assert!(!image.exists());
+}
+
+#[test]
+fn pmr_too_small_and_pmr_checks() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    let pmr = dir.path().join("a.pmr");
+    fails_with(mkfs(&image, &["--pmr", s(&pmr), "--pmr-size", "1M"]), "PMR too small");
+    ok(mkfs(&image, &["--force", "--pmr", s(&pmr), "--pmr-size", "4M"]));
+    let text = stdout(&ok(augefs(&["inspect", s(&image), "--pmr", s(&pmr)])));
+    assert!(text.contains("mode              pmr"), "{text}");
+    assert!(text.contains("PMR persist       msync"), "{text}");
+    let text = stdout(&ok(augefs(&["inspect", s(&image)])));
+    assert!(text.contains("PMR not given"), "{text}");
+    // A PMR formatted for another image.
+    let other = dir.path().join("b.img");
+    let other_pmr = dir.path().join("b.pmr");
+    ok(mkfs(&other, &["--pmr", s(&other_pmr), "--pmr-size", "4M"]));
+    fails_with(augefs(&["inspect", s(&image), "--pmr", s(&other_pmr)]), "belongs to another file system");
+}
+
+#[test]
+fn foreign_images_are_not_augefs() {
+    let dir = scratch();
+    let zeros = dir.path().join("zeros.img");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).expect("write");
+    fails_with(augefs(&["inspect", s(&zeros)]), "not an augefs image");
+    let noise = dir.path().join("noise.img");
+    let mut rng = platform::Rng::from_seed(5);
+    let mut bytes = vec![0u8; 1 << 20];
+    rng.fill(&mut bytes);
+    std::fs::write(&noise, bytes).expect("write");
+    fails_with(augefs(&["inspect", s(&noise)]), "not an augefs image");
+    fails_with(augefs(&["inspect", s(&dir.path().join("missing.img"))]), "no such file");
+}
+
+fn patch_superblocks(image: &Path, patch: impl Fn(&mut [u8])) {
+    let mut bytes = std::fs::read(image).expect("read image");
+    for copy in 0..2 {
+        let block = &mut bytes[copy * 4096..(copy + 1) * 4096];
+        patch(block);
+    }
+    std::fs::write(image, bytes).expect("write image");
+}
+
+#[test]
+fn wrong_format_version() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    ok(mkfs(&image, &[]));
+    patch_superblocks(&image, |b| {
+        F_FORMAT_VERSION.put_u32(b, 9);
+        let crc = crc32c(&b[..F_CHECKSUM.offset]);
+        F_CHECKSUM.put_u32(b, crc);
+    });
+    fails_with(augefs(&["inspect", s(&image)]), "unsupported format version 9");
+}
+
+#[test]
+fn corrupted_superblocks() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    ok(mkfs(&image, &[]));
+    // One copy damaged: inspect works and names the bad copy.
+    let mut bytes = std::fs::read(&image).expect("read");
+    bytes[100] ^= 0xff;
+    std::fs::write(&image, &bytes).expect("write");
+    let text = stdout(&ok(augefs(&["inspect", s(&image)])));
+    assert!(text.contains("copy 1 used") && text.contains("copy 0: corrupted"), "{text}");
+    // Both damaged: corruption, not "foreign".
+    patch_superblocks(&image, |b| b[100] ^= 0x0f);
+    fails_with(augefs(&["inspect", s(&image)]), "corrupted superblock");
+    // mkfs sees a damaged augefs and wants --force.
+    fails_with(mkfs(&image, &[]), "--force");
+}
+
+#[test]
+fn existing_file_system_needs_force() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    ok(mkfs(&image, &[]));
+    let uuid = |img: &PathBuf| {
+        let j: serde_json::Value = serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(img), "--json"])))).expect("json");
+        j["superblock"]["fs_uuid"].as_str().expect("uuid").to_string()
+    };
+    let before = uuid(&image);
+    fails_with(mkfs(&image, &[]), "already holds an augefs file system");
+    fails_with(augefs(&["mkfs", s(&image), "--size", "128M"]), "--force");
+    assert_eq!(uuid(&image), before, "refused mkfs changed nothing");
+    assert_eq!(std::fs::metadata(&image).expect("stat").len(), 64 << 20);
+    ok(augefs(&["mkfs", s(&image), "--size", "128M", "--force"]));
+    assert_ne!(uuid(&image), before);
+    assert_eq!(std::fs::metadata(&image).expect("stat").len(), 128 << 20);
+}
+
+#[test]
+fn image_in_use_is_refused() {
+    let dir = scratch();
+    let image = dir.path().join("a.img");
+    ok(mkfs(&image, &[]));
+    let held = device::open(&image, &device::OpenOptions::default()).expect("open");
+    fails_with(augefs(&["inspect", s(&image)]), "in use");
+    fails_with(mkfs(&image, &["--force"]), "in use");
+    drop(held);
+    ok(augefs(&["inspect", s(&image)]));
+    // A shared (inspect) holder does not stop another inspect, but stops mkfs.
+    let shared = device::open(&image, &device::OpenOptions { lock: device::LockMode::Shared, read_only: true, ..Default::default() }).expect("open");
+    ok(augefs(&["inspect", s(&image)]));
+    fails_with(mkfs(&image, &["--force"]), "in use");
+    drop(shared);
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let o = augefs(&["mkfs", "x.img", "--sise", "1G"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--sise"), "{}", stderr(&o));
+    let o = augefs(&["mkfs", "x.img", "--size", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("invalid size"), "{}", stderr(&o));
+    let o = augefs(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!Path::new("x.img").exists());
+}

@@ -1,0 +1,91 @@
+//! Reading the fixed structures of an image: superblock copies and checkpoint slots
+//! (docs/FORMAT.md §3, §4).
+//!
+//! Invariants:
+//! - Reads go through the device with cause Superblock or Checkpoint.
+//! - A slot that fails validation is reported, never used.
+
+use crate::error::EngineError;
+use device::{AlignedBuf, Device, IoCause, IoRequest};
+use format::checkpoint::CheckpointSlot;
+use format::constants::{BLOCK_SIZE_BYTES, CHECKPOINT_SLOT_BYTES};
+use format::geometry::{CheckpointOwner, Geometry};
+use format::superblock::{self, SuperblockChoice};
+use serde::Serialize;
+
+/// Reads both superblock copies and picks the valid one with the highest sequence.
+pub fn read_superblock(device: &Device) -> Result<SuperblockChoice, EngineError> {
+    let block = BLOCK_SIZE_BYTES as usize;
+    if device.size_bytes() < 2 * BLOCK_SIZE_BYTES {
+        return Err(format::FormatError::NotAugefs { what: "image" }.into());
+    }
+    let buf = device.read(0, AlignedBuf::zeroed(2 * block), IoCause::Superblock)?;
+    Ok(superblock::choose(&buf[..block], &buf[block..])?)
+}
+
+/// What one checkpoint slot holds.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SlotState {
+    /// Never written.
+    Empty,
+    Valid { sequence: u64, payload_bytes: usize },
+    Invalid { reason: String },
+}
+
+/// Both slots of one owner and which of them is current.
+#[derive(Debug, Clone, Serialize)]
+pub struct OwnerCheckpoint {
+    pub owner: CheckpointOwner,
+    pub slots: [SlotState; 2],
+    /// The slot with the newest valid checkpoint, if any.
+    pub current_slot: Option<u32>,
+    #[serde(skip)]
+    pub current: Option<CheckpointSlot>,
+}
+
+/// Reads every checkpoint slot of every owner in one batch.
+pub fn read_checkpoints(device: &Device, geometry: &Geometry) -> Result<Vec<OwnerCheckpoint>, EngineError> {
+    let owners = geometry.checkpoint_owners();
+    let mut requests = Vec::with_capacity(owners.len() * 2);
+    for owner in &owners {
+        for slot in 0..2 {
+            let offset = geometry.checkpoint_slot_offset(*owner, slot);
+            requests.push(IoRequest::read(offset, AlignedBuf::zeroed(CHECKPOINT_SLOT_BYTES as usize), IoCause::Checkpoint));
+        }
+    }
+    let completions = device.run(requests)?;
+    let mut out = Vec::with_capacity(owners.len());
+    for (owner, pair) in owners.iter().zip(completions.chunks(2)) {
+        let mut states = [SlotState::Empty, SlotState::Empty];
+        let mut best: Option<(u32, CheckpointSlot)> = None;
+        for (slot, completion) in pair.iter().enumerate() {
+            let bytes = match &completion.request.op {
+                device::IoOp::Read { buf, .. } => &buf[..],
+                _ => unreachable!("only reads were queued"),
+            };
+            let location = format!("{owner:?} slot {slot}");
+            states[slot] = match CheckpointSlot::decode(bytes, &location) {
+                Ok(None) => SlotState::Empty,
+                Ok(Some(cp)) if cp.owner != *owner => {
+                    SlotState::Invalid { reason: format!("slot holds the checkpoint of {:?} (misdirected write)", cp.owner) }
+                }
+                Ok(Some(cp)) => {
+                    let state = SlotState::Valid { sequence: cp.sequence, payload_bytes: cp.payload.len() };
+                    if best.as_ref().is_none_or(|(_, b)| cp.sequence > b.sequence) {
+                        best = Some((slot as u32, cp));
+                    }
+                    state
+                }
+                Err(e) => SlotState::Invalid { reason: e.to_string() },
+            };
+        }
+        out.push(OwnerCheckpoint {
+            owner: *owner,
+            slots: states,
+            current_slot: best.as_ref().map(|(s, _)| *s),
+            current: best.map(|(_, cp)| cp),
+        });
+    }
+    Ok(out)
+}

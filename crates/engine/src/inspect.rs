@@ -1,0 +1,99 @@
+//! `augefs inspect`: a structured report of an image, for people and for `--json`.
+
+use crate::error::EngineError;
+use crate::image::{read_checkpoints, read_superblock, OwnerCheckpoint};
+use device::{Device, DeviceInfo};
+use format::geometry::Geometry;
+use format::pmr::PmrLayout;
+use pmr::Pmr;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SuperblockReport {
+    pub format_version: u32,
+    pub sequence: u64,
+    pub fs_uuid: String,
+    pub created_unix_ns: u64,
+    pub copy_used: u32,
+    /// Per copy: "valid" or why it was rejected.
+    pub copies: [String; 2],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PmrReport {
+    pub size_bytes: u64,
+    /// How persistence is achieved: clwb/clflushopt/clflush on DAX, msync, or memory.
+    pub persist_mode: Option<String>,
+    pub layout: Option<PmrLayout>,
+    /// Why the PMR could not be examined (not given, or a mismatch).
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    pub superblock: SuperblockReport,
+    pub mode: &'static str,
+    pub geometry: Geometry,
+    pub checkpoints: Vec<OwnerCheckpoint>,
+    pub device: DeviceInfo,
+    pub pmr: Option<PmrReport>,
+}
+
+pub fn uuid_string(uuid: &[u8; 16]) -> String {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// Builds the report. `pmr` is the PMR file the user named, if any.
+pub fn inspect(device: &Device, pmr: Option<&Pmr>) -> Result<InspectReport, EngineError> {
+    let choice = read_superblock(device)?;
+    let sb = &choice.superblock;
+    let copies = choice.copy_errors.clone().map(|e| match e {
+        None => "valid".to_string(),
+        Some(e) => e.to_string(),
+    });
+    let checkpoints = read_checkpoints(device, &sb.geometry)?;
+    let pmr_report = match (sb.has_pmr(), pmr) {
+        (false, None) => None,
+        (false, Some(_)) => return Err(EngineError::PmrUnexpected),
+        (true, None) => Some(PmrReport {
+            size_bytes: sb.pmr_size_bytes,
+            persist_mode: None,
+            layout: None,
+            note: Some("PMR not given (use --pmr FILE to examine it)".into()),
+        }),
+        (true, Some(p)) => {
+            let header = pmr::read_header(p)?;
+            if header.fs_uuid != sb.fs_uuid {
+                return Err(EngineError::PmrMismatch {
+                    pmr_uuid: uuid_string(&header.fs_uuid),
+                    image_uuid: uuid_string(&sb.fs_uuid),
+                });
+            }
+            if p.len() != sb.pmr_size_bytes {
+                return Err(EngineError::PmrSizeMismatch { expected: sb.pmr_size_bytes, got: p.len() });
+            }
+            Some(PmrReport {
+                size_bytes: p.len(),
+                persist_mode: Some(p.persist_mode().name().to_string()),
+                layout: Some(header.layout),
+                note: None,
+            })
+        }
+    };
+    Ok(InspectReport {
+        superblock: SuperblockReport {
+            format_version: sb.format_version,
+            sequence: sb.sequence,
+            fs_uuid: uuid_string(&sb.fs_uuid),
+            created_unix_ns: sb.created_unix_ns,
+            copy_used: choice.copy_index,
+            copies,
+        },
+        mode: if sb.has_pmr() { "pmr" } else { "ssd" },
+        geometry: sb.geometry,
+        checkpoints,
+        device: device.info().clone(),
+        pmr: pmr_report,
+    })
+}
