@@ -1,0 +1,3 @@
+//! Leveled compaction: a pure picking policy and the job that merges tables.
+
+pub mod policy;

@@ -1,0 +1,38 @@
+//! MetaDB errors.
+
+use device::DeviceError;
+use pmr::PmrError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MetaDbError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Pmr(#[from] PmrError),
+    #[error("corrupted {what}: {detail}")]
+    Corruption { what: String, detail: String },
+    #[error("no space left for MetaDB tables")]
+    NoSpace,
+    #[error("the WAL is full: every WAL region byte holds records not yet in tables")]
+    WalFull,
+    #[error("MetaDB is read-only after an earlier IO failure: {0}")]
+    ReadOnly(String),
+}
+
+impl MetaDbError {
+    pub fn corruption(what: impl Into<String>, detail: impl Into<String>) -> MetaDbError {
+        MetaDbError::Corruption { what: what.into(), detail: detail.into() }
+    }
+
+    pub fn errno(&self) -> i32 {
+        match self {
+            MetaDbError::Device(e) => e.errno(),
+            MetaDbError::Pmr(e) => e.errno(),
+            MetaDbError::Corruption { .. } => 117, // EUCLEAN
+            MetaDbError::NoSpace | MetaDbError::WalFull => libc::ENOSPC,
+            MetaDbError::ReadOnly(_) => libc::EROFS,
+        }
+    }
+}

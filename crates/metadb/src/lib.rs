@@ -1,0 +1,35 @@
+//! MetaDB: the LSM-tree key-value store that holds augefs's metadata (augefs.txt §V).
+//!
+//! File-system metadata becomes key-value operations: `m:<parent-ino>:<name>` -> inode,
+//! segment information, superblock fields. MetaDB is built so threads update and persist
+//! independently:
+//! - **Parallel request processing** (§V-A): a concurrent skiplist memtable; each write
+//!   takes sequence numbers with one atomic add, logs to its own WAL lane and inserts on
+//!   its own; the only barrier is the per-memtable in-flight counter at memtable switch.
+//! - **Fine-grained parallel WAL** (§V-B): on a PMR, or in ssd mode on the device, a write
+//!   persists only its own lane's records ([`wal`]).
+//! - Sorted tables in 2 MiB segments lent by the layer above ([`table_store`]), with bloom
+//!   filters and a block cache; background flush and leveled compaction; a manifest.
+//!
+//! Invariants:
+//! - A write acknowledged with `Durability::Sync` survives any crash.
+//! - Recovery yields, per WAL lane, a prefix of that lane's writes (all acknowledged sync
+//!   writes included) on top of the durable tables.
+//! - MetaDB does not order concurrent writes to the same key: callers that need an order
+//!   hold their own lock (the file system's inode locks); see docs/DESIGN.md "MetaDB".
+
+pub mod batch;
+pub mod compaction;
+pub mod error;
+pub mod iter;
+pub mod manifest;
+pub mod table;
+pub mod table_store;
+pub mod types;
+pub mod version;
+pub mod wal;
+
+pub use batch::WriteBatch;
+pub use error::MetaDbError;
+pub use table_store::{SegmentPool, TableStore};
+pub use types::{Durability, Receipt, Seq, ValueKind, WalPos};

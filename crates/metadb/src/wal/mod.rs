@@ -1,0 +1,81 @@
+//! The write-ahead log: every batch is logged before it reaches the memtable, so recovery
+//! can rebuild memtables that were not yet flushed to tables (augefs.txt §V-B).
+//!
+//! Two implementations share this interface:
+//! - [`pmr::PmrWal`]: on a PMR: a CAS-advanced tail, 64-byte aligned entries with TxB and
+//!   TxE, an 8-byte slot per WAL "file" (generation); a small-PMR mode migrates a full
+//!   half to the device's WAL region.
+//! - [`ssd::SsdWal`]: on the device's WAL region: per-lane chunks, records packed at
+//!   sector granularity, a synchronous write persists only its lane's dirty sectors, and
+//!   concurrent synchronous writers share device writes and flushes.
+//!
+//! Terms: a *generation* is one memtable's log (the paper's WAL "file"); a *lane* is an
+//! independent append stream (one per CPU by default), so threads log without sharing a
+//! tail. Each record carries (generation, lane, lane_seq), lane_seq counting from 0 within
+//! (generation, lane).
+//!
+//! Invariants every implementation keeps:
+//! - `persist(p)` makes durable the record at `p` and every earlier record of the same
+//!   (generation, lane), and no record of another lane needs to be written for it.
+//! - Recovery returns, for each (generation, lane), exactly the longest run of complete
+//!   records with lane_seq 0, 1, 2, … (a record after a hole is dropped, even if intact), for
+//!   every generation greater than the `released_through` it is given. A torn or partly
+//!   written record is never returned.
+//! - `rotate(next)` first makes every record of the current generation durable, so no
+//!   hole can span generations.
+//! - Space of generations `<= g` is reused only after `release_through(g)`.
+
+pub mod pmr;
+pub mod ssd;
+
+use crate::error::MetaDbError;
+use crate::types::WalPos;
+
+/// A record found by recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredRecord {
+    pub generation: u64,
+    pub lane: u16,
+    pub lane_seq: u64,
+    /// The payload given to `append` (an encoded `WriteBatch`).
+    pub payload: Vec<u8>,
+}
+
+/// What recovery found, besides the records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalRecovery {
+    /// Records of live generations, ordered by (generation, lane, lane_seq).
+    pub records: Vec<RecoveredRecord>,
+    /// The highest generation seen in the log (0 if none); the next generation must be
+    /// greater.
+    pub generation_max: u64,
+    /// Complete records dropped because they followed a hole in their lane.
+    pub dropped_after_hole: u64,
+}
+
+pub trait Wal: Send + Sync + std::fmt::Debug {
+    fn lanes(&self) -> usize;
+
+    /// The generation appends go to.
+    fn generation(&self) -> u64;
+
+    /// Appends one record to `lane` of the current generation. Not durable until
+    /// persisted. Fails with `WalFull` when no space is free (the caller flushes a memtable
+    /// and releases its generation, then retries).
+    fn append(&self, lane: u16, payload: &[u8]) -> Result<WalPos, MetaDbError>;
+
+    /// Makes the records at `positions`, and the earlier records of their lanes, durable.
+    /// Safe to call concurrently; concurrent callers may share device writes and flushes.
+    fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError>;
+
+    /// Makes every appended record durable.
+    fn persist_all(&self) -> Result<(), MetaDbError>;
+
+    /// Persists the current generation whole, closes it, and directs appends to `next`
+    /// (greater than every generation so far).
+    fn rotate(&self, next: u64) -> Result<(), MetaDbError>;
+
+    /// Generations up to and including `generation` are in durable tables: their space
+    /// may be reused.
+    fn release_through(&self, generation: u64) -> Result<(), MetaDbError>;
+}

@@ -1,0 +1,1 @@
+//! The WAL on a PMR. (Being written.)

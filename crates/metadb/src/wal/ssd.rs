@@ -1,0 +1,1 @@
+//! The WAL on the device. (Being written.)
