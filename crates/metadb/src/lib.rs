@@ -21,9 +21,12 @@
 pub mod batch;
 pub mod compaction;
 pub mod error;
+pub mod gate;
 pub mod iter;
 pub mod manifest;
+pub mod memtable;
 pub mod table;
+pub mod sync;
 pub mod table_store;
 pub mod types;
 pub mod version;
