@@ -1,6 +1,8 @@
 //! Sorted tables: immutable sorted runs of versioned entries, each in one 2 MiB segment
 //! (docs/FORMAT.md §5.3).
 //!
+//! Layout pieces ([`layout`]: footer, limits, varints, checksums), data blocks ([`block`]),
+//! the block index ([`index`]) and the bloom filter ([`bloom`]) each have a module.
 //! A table is written once by [`builder::TableBuilder`] (memtable flush or compaction) and
 //! read by [`reader::Table`]: a block index and a bloom filter kept in memory, data blocks
 //! read through the [`cache::BlockCache`].
@@ -13,6 +15,8 @@ pub mod block;
 pub mod bloom;
 pub mod builder;
 pub mod cache;
+pub mod index;
+pub mod layout;
 pub mod reader;
 
 use crate::types::InternalKey;
