@@ -20,6 +20,7 @@
 
 pub mod batch;
 pub mod compaction;
+pub mod db;
 pub mod error;
 pub mod gate;
 pub mod iter;
@@ -33,6 +34,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
+pub use db::{DbIterator, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbStats, Snapshot};
 pub use error::MetaDbError;
 pub use table_store::{SegmentPool, TableStore};
 pub use types::{Durability, Receipt, Seq, ValueKind, WalPos};

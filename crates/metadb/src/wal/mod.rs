@@ -25,8 +25,14 @@
 //!   hole can span generations.
 //! - Space of generations `<= g` is reused only after `release_through(g)`.
 
+mod chunk;
+mod flush;
 pub mod pmr;
+mod record;
+mod recovery;
 pub mod ssd;
+
+pub use record::{layouts as format_layouts, PAYLOAD_BYTES_MAX};
 
 use crate::error::MetaDbError;
 use crate::types::WalPos;

@@ -1,0 +1,236 @@
+//! Background jobs: memtable flush and compaction, and writing their output tables.
+//!
+//! Both follow the same protocol: build tables from a sorted stream, write them to newly
+//! allocated segments and flush the device, make a manifest edit durable, publish the new
+//! version, and only then give up what the edit replaced (WAL generations after a flush;
+//! input tables' segments after a compaction, once no reader holds them).
+
+use super::{Inner, SuperVersion, TableHandle};
+use crate::compaction::policy::{is_bottommost, pick, VersionSummary};
+use crate::error::MetaDbError;
+use crate::iter::{InternalIterator, MergingIterator};
+use crate::manifest::VersionEdit;
+use crate::memtable::Memtable;
+use crate::table::builder::TableBuilder;
+use crate::table::reader::{ReadOptions, Table};
+use crate::table::{TableId, TableMeta};
+use crate::types::{Seq, ValueKind};
+use device::{IoCause, IoRequest};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Which versions a merge keeps.
+#[derive(Debug, Clone, Copy)]
+struct DropRule {
+    /// Versions shadowed by a newer version visible to every snapshot are dropped.
+    oldest_snapshot: Seq,
+    /// Tombstones visible to every snapshot are dropped (no older data lies below).
+    drop_tombstones: bool,
+}
+
+impl Inner {
+    fn oldest_snapshot(&self) -> Seq {
+        let snapshots = self.snapshots.lock().expect("snapshots lock");
+        snapshots.keys().next().copied().unwrap_or(Seq::MAX)
+    }
+
+    /// Writes the entries of `input` into tables of at most one segment each, then
+    /// flushes the device. Returns the new tables, opened.
+    fn write_tables(
+        &self,
+        input: &mut dyn InternalIterator,
+        rule: Option<DropRule>,
+        cause: IoCause,
+    ) -> Result<Vec<Arc<TableHandle>>, MetaDbError> {
+        let mut outputs = Vec::new();
+        let mut builder: Option<TableBuilder> = None;
+        let mut requests = Vec::new();
+        let mut previous_key: Option<Vec<u8>> = None;
+        let mut previous_seq = Seq::MAX;
+        input.seek_to_first()?;
+        while input.valid() {
+            let (key, seq, kind) = (input.user_key(), input.seq(), input.kind());
+            let keep = match rule {
+                None => true,
+                Some(rule) => {
+                    let same_key = previous_key.as_deref() == Some(key);
+                    let shadowed = same_key && previous_seq <= rule.oldest_snapshot;
+                    let dead_tombstone = kind == ValueKind::Delete && rule.drop_tombstones && seq <= rule.oldest_snapshot;
+                    if !same_key {
+                        previous_key = Some(key.to_vec());
+                    }
+                    previous_seq = seq;
+                    !shadowed && !dead_tombstone
+                }
+            };
+            if keep {
+                let b = builder.get_or_insert_with(|| self.new_builder());
+                if !b.add(key, seq, kind, input.value()) {
+                    let full = builder.take().expect("builder present");
+                    outputs.push(self.finish_table(full, cause, &mut requests)?);
+                    let b = builder.insert(self.new_builder());
+                    assert!(b.add(key, seq, kind, input.value()), "an entry fits an empty table");
+                }
+            }
+            input.next()?;
+        }
+        if let Some(b) = builder.filter(|b| !b.is_empty()) {
+            outputs.push(self.finish_table(b, cause, &mut requests)?);
+        }
+        if outputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        requests.push(IoRequest::flush(cause));
+        let result = self.env.device.run(requests);
+        if let Err(e) = result {
+            for meta in &outputs {
+                self.env.table_store.release(meta.segment);
+            }
+            return Err(e.into());
+        }
+        outputs
+            .into_iter()
+            .map(|meta| {
+                let offset = self.env.table_store.offset(meta.segment);
+                let segment = meta.segment;
+                let table = Table::open(self.env.device.clone(), offset, meta, self.cache.clone())?;
+                Ok(Arc::new(TableHandle {
+                    table: Arc::new(table),
+                    segment,
+                    obsolete: AtomicBool::new(false),
+                    store: self.env.table_store.clone(),
+                    cache: self.cache.clone(),
+                }))
+            })
+            .collect()
+    }
+
+    fn new_builder(&self) -> TableBuilder {
+        let id = TableId(self.next_table_id.fetch_add(1, Ordering::SeqCst));
+        TableBuilder::new(id, self.config.table)
+    }
+
+    fn finish_table(&self, builder: TableBuilder, cause: IoCause, requests: &mut Vec<IoRequest>) -> Result<TableMeta, MetaDbError> {
+        let (buf, built) = builder.finish();
+        let segment = self.env.table_store.allocate()?;
+        let offset = self.env.table_store.offset(segment);
+        requests.push(IoRequest::write(offset, buf, cause));
+        Ok(built.meta(segment))
+    }
+
+    /// Publishes `edit` (already durable in the manifest) with `added` tables open.
+    fn install(&self, edit: &VersionEdit, added: &[Arc<TableHandle>], flushed: Option<&Arc<Memtable>>) {
+        let _install = self.install_lock.lock().expect("install lock");
+        let sv = self.current.load_full();
+        let mut tables: HashMap<TableId, Arc<TableHandle>> = (*sv.tables).clone();
+        for handle in added {
+            tables.insert(handle.table.id(), handle.clone());
+        }
+        for (_, id) in &edit.removed {
+            let moved = edit.added.iter().any(|(_, m)| m.id == *id);
+            if !moved {
+                let handle = tables.remove(id).expect("removed table is open");
+                handle.obsolete.store(true, Ordering::SeqCst);
+            }
+        }
+        let immutables = match flushed {
+            Some(mem) => {
+                assert!(Arc::ptr_eq(sv.immutables.last().expect("flushed an immutable"), mem), "flush oldest first");
+                sv.immutables[..sv.immutables.len() - 1].to_vec()
+            }
+            None => sv.immutables.clone(),
+        };
+        self.current.store(Arc::new(SuperVersion {
+            active: sv.active.clone(),
+            immutables,
+            version: Arc::new(sv.version.apply(edit)),
+            tables: Arc::new(tables),
+        }));
+    }
+
+    /// Flushes the oldest immutable memtable to level 0. Returns false if there is none.
+    pub(super) fn flush_oldest(&self) -> Result<bool, MetaDbError> {
+        let _job = self.job_lock.lock().expect("job lock");
+        let Some(mem) = self.current.load().immutables.last().cloned() else {
+            return Ok(false);
+        };
+        let mut iter = mem.iter();
+        let mut max_seq = self.last_flushed_seq.load(Ordering::SeqCst);
+        {
+            iter.seek_to_first()?;
+            while iter.valid() {
+                max_seq = max_seq.max(iter.seq());
+                iter.next()?;
+            }
+        }
+        let added = self.write_tables(&mut iter, None, IoCause::Table)?;
+        let edit = VersionEdit {
+            added: added.iter().map(|h| (0, h.table.meta().clone())).collect(),
+            flushed_generation: Some(mem.generation()),
+            last_seq: Some(max_seq),
+            next_table_id: Some(self.next_table_id.load(Ordering::SeqCst)),
+            ..VersionEdit::default()
+        };
+        self.manifest.apply(&edit)?;
+        self.last_flushed_seq.store(max_seq, Ordering::SeqCst);
+        self.install(&edit, &added, Some(&mem));
+        self.wal.release_through(mem.generation())?;
+        Ok(true)
+    }
+
+    /// Runs one compaction if the policy picks one. Returns false if none is due.
+    pub(super) fn compact_once(&self) -> Result<bool, MetaDbError> {
+        let _job = self.job_lock.lock().expect("job lock");
+        let sv = self.current.load_full();
+        let summary = VersionSummary::of(&sv.version, &self.cursors.lock().expect("cursors lock"));
+        let Some(pick) = pick(&summary, &self.config.compaction) else {
+            return Ok(false);
+        };
+        let mut edit = VersionEdit::default();
+        if let Some(cursor) = &pick.cursor {
+            edit.compaction_cursors.push((pick.level, cursor.clone()));
+        }
+        let inputs: Vec<(u32, TableId)> = pick
+            .inputs
+            .iter()
+            .map(|id| (pick.level, *id))
+            .chain(pick.next_level_inputs.iter().map(|id| (pick.output_level, *id)))
+            .collect();
+        edit.removed = inputs.clone();
+        let mut added = Vec::new();
+        if pick.is_trivial_move() {
+            let meta = sv.table(pick.inputs[0]).table.meta().clone();
+            edit.added.push((pick.output_level, meta));
+        } else {
+            let children: Vec<Box<dyn InternalIterator + Send>> = inputs
+                .iter()
+                .map(|(_, id)| Box::new(sv.table(*id).table.iter_with(ReadOptions::COMPACTION)) as Box<dyn InternalIterator + Send>)
+                .collect();
+            let (smallest, largest) = inputs
+                .iter()
+                .map(|(_, id)| sv.table(*id).table.meta())
+                .fold((None::<Vec<u8>>, None::<Vec<u8>>), |(lo, hi), m| {
+                    let lo = Some(lo.map_or(m.smallest.user_key.clone(), |l| l.min(m.smallest.user_key.clone())));
+                    let hi = Some(hi.map_or(m.largest.user_key.clone(), |h| h.max(m.largest.user_key.clone())));
+                    (lo, hi)
+                });
+            let (smallest, largest) = (smallest.expect("inputs"), largest.expect("inputs"));
+            let rule = DropRule {
+                oldest_snapshot: self.oldest_snapshot(),
+                drop_tombstones: is_bottommost(&summary, pick.output_level, &smallest, &largest),
+            };
+            let mut merged = MergingIterator::new(children);
+            added = self.write_tables(&mut merged, Some(rule), IoCause::Compaction)?;
+            edit.added = added.iter().map(|h| (pick.output_level, h.table.meta().clone())).collect();
+        }
+        edit.next_table_id = Some(self.next_table_id.load(Ordering::SeqCst));
+        self.manifest.apply(&edit)?;
+        if let Some(cursor) = &pick.cursor {
+            self.cursors.lock().expect("cursors lock").insert(pick.level, cursor.clone());
+        }
+        drop(sv);
+        self.install(&edit, &added, None);
+        Ok(true)
+    }
+}

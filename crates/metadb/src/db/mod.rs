@@ -1,0 +1,669 @@
+//! The database: the write path (parallel request processing), reads, snapshots,
+//! memtable switch, and recovery (docs/DESIGN.md "MetaDB").
+//!
+//! Invariants:
+//! - The published [`SuperVersion`] changes only under `install_lock`; readers load it
+//!   with one atomic read and see memtables and tables that together hold every write.
+//! - Memtables are flushed oldest first; the manifest's flushed generation only grows,
+//!   and the WAL releases a generation only after the manifest edit naming its tables is
+//!   durable.
+//! - A table's segment is released only when the durable manifest no longer names it and
+//!   no reader holds it (see [`TableHandle`]).
+//! - After an IO failure on the write path the database is read-only until reopened.
+
+mod iter;
+mod jobs;
+
+pub use iter::DbIterator;
+
+use crate::batch::WriteBatch;
+use crate::compaction::policy::CompactionConfig;
+use crate::error::MetaDbError;
+use crate::gate::SeqGate;
+use crate::manifest::Manifest;
+use crate::memtable::{Found, Memtable};
+use crate::table::builder::TableOptions;
+use crate::table::cache::BlockCache;
+use crate::table::reader::Table;
+use crate::table::TableId;
+use crate::table_store::TableStore;
+use crate::types::{Durability, InternalKey, Receipt, Seq, ValueKind};
+use crate::version::Version;
+use crate::wal::pmr::PmrWal;
+use crate::wal::ssd::SsdWal;
+use crate::wal::Wal;
+use arc_swap::ArcSwap;
+use device::Device;
+use format::{Geometry, SegmentNo};
+use pmr::Pmr;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+/// Tuning. Defaults suit file-system metadata on a fast SSD.
+#[derive(Debug, Clone)]
+pub struct MetaDbConfig {
+    /// WAL lanes (independent append streams); a thread always writes to the same lane.
+    pub lanes: usize,
+    /// A memtable is switched when it holds about this many bytes (capped so that four
+    /// memtables' logs fit the WAL region).
+    pub memtable_bytes: usize,
+    /// Immutable memtables waiting for flush before writers stall.
+    pub immutables_max: usize,
+    pub block_cache_bytes: usize,
+    pub table: TableOptions,
+    pub compaction: CompactionConfig,
+    /// Run flush and compaction on a background thread. Tests that want determinism set
+    /// false and call `flush` / `compact`.
+    pub background: bool,
+    /// Batches being inserted at once (bounds the snapshot gate's slots).
+    pub writer_slots: usize,
+}
+
+impl Default for MetaDbConfig {
+    fn default() -> Self {
+        MetaDbConfig {
+            lanes: 8,
+            memtable_bytes: 8 << 20,
+            immutables_max: 4,
+            block_cache_bytes: 64 << 20,
+            table: TableOptions::default(),
+            compaction: CompactionConfig::default(),
+            background: true,
+            writer_slots: 64,
+        }
+    }
+}
+
+/// Where MetaDB keeps its data.
+#[derive(Debug, Clone)]
+pub struct MetaDbEnv {
+    pub device: Arc<Device>,
+    /// With a PMR the WAL lives there (the device's WAL region backs a small PMR);
+    /// without one it lives in the device's WAL region.
+    pub pmr: Option<Arc<Pmr>>,
+    /// The image's geometry: MetaDB uses its manifest and WAL regions.
+    pub geometry: Geometry,
+    pub table_store: Arc<dyn TableStore>,
+}
+
+/// A table in use. When the last holder lets go of a table that compaction made
+/// obsolete (and whose removal is durable in the manifest), its segment is given back.
+#[derive(Debug)]
+pub(crate) struct TableHandle {
+    pub table: Arc<Table>,
+    pub segment: SegmentNo,
+    obsolete: AtomicBool,
+    store: Arc<dyn TableStore>,
+    cache: Arc<BlockCache>,
+}
+
+impl Drop for TableHandle {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::SeqCst) {
+            self.cache.invalidate_table(self.table.id());
+            self.store.release(self.segment);
+        }
+    }
+}
+
+/// Everything a reader needs, published atomically.
+#[derive(Debug)]
+pub(crate) struct SuperVersion {
+    pub active: Arc<Memtable>,
+    /// Sealed memtables not yet flushed, newest first.
+    pub immutables: Vec<Arc<Memtable>>,
+    pub version: Arc<Version>,
+    pub tables: Arc<HashMap<TableId, Arc<TableHandle>>>,
+}
+
+impl SuperVersion {
+    fn memtables(&self) -> impl Iterator<Item = &Arc<Memtable>> {
+        std::iter::once(&self.active).chain(self.immutables.iter())
+    }
+
+    fn table(&self, id: TableId) -> &Arc<TableHandle> {
+        self.tables.get(&id).expect("every table of the version is open")
+    }
+}
+
+#[derive(Debug, Default)]
+struct Work {
+    /// Background work requested and not yet looked at.
+    pending: bool,
+    shutdown: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    env: MetaDbEnv,
+    config: MetaDbConfig,
+    wal: Box<dyn Wal>,
+    seq: SeqGate,
+    current: ArcSwap<SuperVersion>,
+    /// Serialises memtable switches.
+    switch_lock: Mutex<()>,
+    /// Serialises changes to `current`.
+    install_lock: Mutex<()>,
+    /// One flush or compaction at a time (they edit the version).
+    job_lock: Mutex<()>,
+    manifest: Manifest,
+    cache: Arc<BlockCache>,
+    next_table_id: AtomicU64,
+    last_flushed_seq: AtomicU64,
+    /// Live snapshots: sequence number -> count.
+    snapshots: Mutex<BTreeMap<Seq, usize>>,
+    cursors: Mutex<BTreeMap<u32, Vec<u8>>>,
+    failure: OnceLock<String>,
+    work: Mutex<Work>,
+    work_cv: Condvar,
+    /// Signalled whenever a flush finishes (stalled writers wait on it).
+    flushed_cv: Condvar,
+}
+
+/// MetaDB. Cheap to share by reference across threads.
+#[derive(Debug)]
+pub struct MetaDb {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A consistent read view. Reads through it see exactly the writes whose sequence
+/// numbers are at or below `seq`.
+#[derive(Debug)]
+pub struct Snapshot {
+    seq: Seq,
+    inner: Arc<Inner>,
+}
+
+impl Snapshot {
+    pub fn seq(&self) -> Seq {
+        self.seq
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut snapshots = self.inner.snapshots.lock().expect("snapshots lock");
+        let count = snapshots.get_mut(&self.seq).expect("snapshot registered");
+        *count -= 1;
+        if *count == 0 {
+            snapshots.remove(&self.seq);
+        }
+    }
+}
+
+/// Counters for benchmarks and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaDbStats {
+    pub last_seq: Seq,
+    pub generation: u64,
+    pub immutables: usize,
+    pub tables_per_level: Vec<usize>,
+    pub bytes_per_level: Vec<u64>,
+}
+
+/// A small number fixed for the life of the calling thread. Writes of one thread always
+/// use the same WAL lane, so recovery keeps each thread's writes in program order (a lane
+/// recovers as a prefix). The paper keys lanes by CPU; keying by thread keeps that
+/// order even when the scheduler moves a thread, and spreads threads the same way.
+fn thread_index() -> usize {
+    use std::cell::Cell;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+    INDEX.with(|i| match i.get() {
+        Some(index) => index,
+        None => {
+            let index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            i.set(Some(index));
+            index
+        }
+    })
+}
+
+impl MetaDb {
+    /// Opens (recovering) the MetaDB of `env`. A freshly formatted image yields an empty
+    /// database.
+    pub fn open(env: MetaDbEnv, mut config: MetaDbConfig) -> Result<MetaDb, MetaDbError> {
+        assert!(config.lanes >= 1 && config.lanes <= 256, "lanes {}", config.lanes);
+        // Four memtables' logs must fit the WAL region (records add framing).
+        let wal_bytes = env.geometry.wal.size_bytes() as usize;
+        config.memtable_bytes = config.memtable_bytes.min(wal_bytes / 6).max(64 << 10);
+        let inner = Arc::new(Inner::recover(env, config)?);
+        let worker = inner.config.background.then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("metadb-jobs".into())
+                .spawn(move || inner.background_loop())
+                .expect("spawn the MetaDB job thread")
+        });
+        Ok(MetaDb { inner, worker: Mutex::new(worker) })
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<Receipt, MetaDbError> {
+        let mut batch = WriteBatch::new();
+        batch.put(key.to_vec(), value.to_vec());
+        self.write(&batch, durability)
+    }
+
+    pub fn delete(&self, key: &[u8], durability: Durability) -> Result<Receipt, MetaDbError> {
+        let mut batch = WriteBatch::new();
+        batch.delete(key.to_vec());
+        self.write(&batch, durability)
+    }
+
+    /// Applies `batch` atomically.
+    pub fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
+        self.inner.write(batch, durability)
+    }
+
+    /// Makes the writes behind `receipts` durable (and the earlier writes of their WAL
+    /// lanes), and nothing else.
+    pub fn persist(&self, receipts: &[Receipt]) -> Result<(), MetaDbError> {
+        self.inner.check_writable()?;
+        let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
+        self.inner.wal.persist(&positions).inspect_err(|e| self.inner.fail(e))
+    }
+
+    /// Makes every write so far durable.
+    pub fn sync(&self) -> Result<(), MetaDbError> {
+        self.inner.check_writable()?;
+        self.inner.wal.persist_all().inspect_err(|e| self.inner.fail(e))
+    }
+
+    /// The newest value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, MetaDbError> {
+        self.inner.get(key, Seq::MAX)
+    }
+
+    pub fn get_at(&self, key: &[u8], snapshot: &Snapshot) -> Result<Option<Vec<u8>>, MetaDbError> {
+        self.inner.get(key, snapshot.seq)
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snapshots = self.inner.snapshots.lock().expect("snapshots lock");
+        let seq = self.inner.seq.snapshot();
+        *snapshots.entry(seq).or_insert(0) += 1;
+        Snapshot { seq, inner: self.inner.clone() }
+    }
+
+    /// Keys in `[start, end)` (no end: to the last key), in order, at `snapshot` (or a
+    /// fresh snapshot).
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>, snapshot: Option<&Snapshot>) -> Result<DbIterator, MetaDbError> {
+        let snapshot = match snapshot {
+            Some(s) => Snapshot { seq: s.seq, inner: s.inner.clone() }.reregister(),
+            None => self.snapshot(),
+        };
+        DbIterator::new(self.inner.current.load_full(), start.to_vec(), end.map(<[u8]>::to_vec), snapshot)
+    }
+
+    /// Keys starting with `prefix`, in order.
+    pub fn prefix(&self, prefix: &[u8], snapshot: Option<&Snapshot>) -> Result<DbIterator, MetaDbError> {
+        let end = prefix_successor(prefix);
+        self.range(prefix, end.as_deref(), snapshot)
+    }
+
+    /// Switches the memtable and flushes every immutable memtable to tables.
+    pub fn flush(&self) -> Result<(), MetaDbError> {
+        self.inner.check_writable()?;
+        let active = self.inner.current.load_full().active.clone();
+        if !active.is_empty() {
+            self.inner.switch_memtable(&active)?;
+        }
+        while self.inner.flush_oldest()? {}
+        Ok(())
+    }
+
+    /// Runs compactions until the policy picks none.
+    pub fn compact(&self) -> Result<(), MetaDbError> {
+        self.inner.check_writable()?;
+        while self.inner.compact_once()? {}
+        Ok(())
+    }
+
+    pub fn stats(&self) -> MetaDbStats {
+        let sv = self.inner.current.load_full();
+        let v = &sv.version;
+        MetaDbStats {
+            last_seq: self.inner.seq.last_issued(),
+            generation: sv.active.generation(),
+            immutables: sv.immutables.len(),
+            tables_per_level: (0..v.level_count() as u32).map(|l| v.level(l).len()).collect(),
+            bytes_per_level: v.level_sizes_bytes(),
+        }
+    }
+
+    /// Stops background work and makes every write durable.
+    pub fn close(self) -> Result<(), MetaDbError> {
+        self.stop_worker();
+        if self.inner.failure.get().is_some() {
+            return self.inner.check_writable();
+        }
+        self.inner.wal.persist_all()
+    }
+
+    fn stop_worker(&self) {
+        {
+            let mut work = self.inner.work.lock().expect("work lock");
+            work.shutdown = true;
+        }
+        self.inner.work_cv.notify_all();
+        if let Some(handle) = self.worker.lock().expect("worker lock").take() {
+            handle.join().expect("MetaDB job thread panicked");
+        }
+    }
+}
+
+impl Drop for MetaDb {
+    fn drop(&mut self) {
+        // Durability is `close`'s job; dropping only stops the background thread.
+        self.stop_worker();
+    }
+}
+
+impl Snapshot {
+    fn reregister(self) -> Snapshot {
+        *self.inner.snapshots.lock().expect("snapshots lock").entry(self.seq).or_insert(0) += 1;
+        self
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix` (None: no such key).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+impl Inner {
+    fn recover(env: MetaDbEnv, config: MetaDbConfig) -> Result<Inner, MetaDbError> {
+        let (manifest, state) = Manifest::open(env.device.clone(), env.geometry.manifest)?;
+        let version = state.version()?;
+        let segments: Vec<SegmentNo> = state.segments().collect();
+        env.table_store.claim(&segments);
+        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
+        let mut tables = HashMap::new();
+        for (_, meta) in state.tables() {
+            let offset = env.table_store.offset(meta.segment);
+            let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
+            tables.insert(meta.id, Arc::new(TableHandle {
+                table: Arc::new(table),
+                segment: meta.segment,
+                obsolete: AtomicBool::new(false),
+                store: env.table_store.clone(),
+                cache: cache.clone(),
+            }));
+        }
+        let released = state.flushed_generation();
+        let lanes = config.lanes;
+        let (wal, recovery): (Box<dyn Wal>, _) = match &env.pmr {
+            Some(pmr) => {
+                let (recovered, recovery) = PmrWal::recover(pmr.clone(), env.device.clone(), env.geometry.wal, lanes, released)?;
+                let next = recovery.generation_max.max(released) + 1;
+                (Box::new(recovered.start(next)?), recovery)
+            }
+            None => {
+                let (recovered, recovery) = SsdWal::recover(env.device.clone(), env.geometry.wal, lanes, released)?;
+                let next = recovery.generation_max.max(released) + 1;
+                (Box::new(recovered.start(next)?), recovery)
+            }
+        };
+        let generation = wal.generation();
+        // Replay every recovered record into one memtable, flushed below.
+        let replay = Arc::new(Memtable::new(recovery.generation_max.max(released)));
+        let mut last_seq = state.last_seq();
+        assert!(replay.gate().enter());
+        for record in &recovery.records {
+            let (first_seq, batch) = crate::batch::WriteBatch::decode(&record.payload)?;
+            for (i, (kind, key, value)) in batch.ops().enumerate() {
+                let seq = first_seq + i as u64;
+                last_seq = last_seq.max(seq);
+                replay.insert(InternalKey::new(key.to_vec(), seq, kind), value.to_vec());
+            }
+        }
+        replay.gate().exit();
+        replay.gate().seal();
+        let immutables = if replay.is_empty() { Vec::new() } else { vec![replay] };
+        let inner = Inner {
+            seq: SeqGate::new(last_seq, config.writer_slots),
+            current: ArcSwap::from_pointee(SuperVersion {
+                active: Arc::new(Memtable::new(generation)),
+                immutables,
+                version: Arc::new(version),
+                tables: Arc::new(tables),
+            }),
+            switch_lock: Mutex::new(()),
+            install_lock: Mutex::new(()),
+            job_lock: Mutex::new(()),
+            next_table_id: AtomicU64::new(state.next_table_id()),
+            last_flushed_seq: AtomicU64::new(state.last_seq()),
+            snapshots: Mutex::new(BTreeMap::new()),
+            cursors: Mutex::new(state.compaction_cursors().clone()),
+            failure: OnceLock::new(),
+            work: Mutex::new(Work::default()),
+            work_cv: Condvar::new(),
+            flushed_cv: Condvar::new(),
+            manifest,
+            cache,
+            wal,
+            env,
+            config,
+        };
+        // Recovered records go to tables now, so the WAL space they hold is freed and a
+        // second crash replays nothing twice.
+        while inner.flush_oldest()? {}
+        if released < recovery.generation_max {
+            inner.wal.release_through(recovery.generation_max)?;
+        }
+        Ok(inner)
+    }
+
+    fn check_writable(&self) -> Result<(), MetaDbError> {
+        match self.failure.get() {
+            Some(why) => Err(MetaDbError::ReadOnly(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the first write-path failure: the database is read-only from now on.
+    fn fail(&self, e: &MetaDbError) {
+        let _ = self.failure.set(e.to_string());
+    }
+
+    fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
+        assert!(!batch.is_empty(), "empty batch");
+        self.check_writable()?;
+        let thread = thread_index();
+        let lane = (thread % self.config.lanes) as u16;
+        let mut payload = Vec::with_capacity(batch.encoded_len());
+        loop {
+            let sv = self.current.load_full();
+            let mem = sv.active.clone();
+            drop(sv);
+            if !mem.gate().enter() {
+                std::thread::yield_now();
+                continue;
+            }
+            if mem.approximate_bytes() >= self.config.memtable_bytes {
+                mem.gate().exit();
+                self.switch_memtable(&mem)?;
+                self.stall_while_behind()?;
+                continue;
+            }
+            let ticket = self.seq.begin(batch.len() as u64, thread);
+            payload.clear();
+            batch.encode_into(ticket.first_seq, &mut payload);
+            let logged = self.wal.append(lane, &payload).and_then(|pos| {
+                if durability == Durability::Sync {
+                    self.wal.persist(&[pos])?;
+                }
+                Ok(pos)
+            });
+            let pos = match logged {
+                Ok(pos) => pos,
+                Err(e) => {
+                    // Nothing was inserted: give the sequence numbers back as a gap.
+                    self.seq.finish(ticket);
+                    mem.gate().exit();
+                    if matches!(e, MetaDbError::WalFull) {
+                        self.switch_memtable(&mem)?;
+                        self.wait_for_flush()?;
+                        continue;
+                    }
+                    self.fail(&e);
+                    return Err(e);
+                }
+            };
+            assert_eq!(pos.generation, mem.generation(), "WAL and memtable generations agree");
+            for (i, (kind, key, value)) in batch.ops().enumerate() {
+                mem.insert(InternalKey::new(key.to_vec(), ticket.first_seq + i as u64, kind), value.to_vec());
+            }
+            let receipt = Receipt { seq: ticket.first_seq, pos };
+            self.seq.finish(ticket);
+            mem.gate().exit();
+            return Ok(receipt);
+        }
+    }
+
+    /// Seals `full` (if it is still the active memtable), waits for its writers, rotates
+    /// the WAL and publishes a new memtable.
+    fn switch_memtable(&self, full: &Arc<Memtable>) -> Result<(), MetaDbError> {
+        let _switch = self.switch_lock.lock().expect("switch lock");
+        if !Arc::ptr_eq(&self.current.load().active, full) {
+            return Ok(());
+        }
+        let next_generation = full.generation() + 1;
+        full.gate().seal();
+        full.gate().drain();
+        self.wal.rotate(next_generation).inspect_err(|e| self.fail(e))?;
+        {
+            let _install = self.install_lock.lock().expect("install lock");
+            let sv = self.current.load_full();
+            let mut immutables = Vec::with_capacity(sv.immutables.len() + 1);
+            immutables.push(full.clone());
+            immutables.extend(sv.immutables.iter().cloned());
+            self.current.store(Arc::new(SuperVersion {
+                active: Arc::new(Memtable::new(next_generation)),
+                immutables,
+                version: sv.version.clone(),
+                tables: sv.tables.clone(),
+            }));
+        }
+        self.request_work();
+        Ok(())
+    }
+
+    fn request_work(&self) {
+        self.work.lock().expect("work lock").pending = true;
+        self.work_cv.notify_all();
+    }
+
+    /// Without a background thread, flush inline; with one, wait while too many
+    /// memtables wait for it.
+    fn stall_while_behind(&self) -> Result<(), MetaDbError> {
+        if !self.config.background {
+            return Ok(());
+        }
+        let mut work = self.work.lock().expect("work lock");
+        while self.current.load().immutables.len() > self.config.immutables_max && !work.shutdown {
+            self.check_writable()?;
+            work = self.flushed_cv.wait_timeout(work, std::time::Duration::from_millis(50)).expect("work lock").0;
+        }
+        Ok(())
+    }
+
+    /// Makes room after WalFull: flush inline, or wait for the background thread.
+    fn wait_for_flush(&self) -> Result<(), MetaDbError> {
+        if !self.config.background {
+            while self.flush_oldest()? {}
+            return Ok(());
+        }
+        let mut work = self.work.lock().expect("work lock");
+        while !self.current.load().immutables.is_empty() && !work.shutdown {
+            self.check_writable()?;
+            work = self.flushed_cv.wait_timeout(work, std::time::Duration::from_millis(50)).expect("work lock").0;
+        }
+        Ok(())
+    }
+
+    fn background_loop(&self) {
+        loop {
+            {
+                let mut work = self.work.lock().expect("work lock");
+                while !work.pending && !work.shutdown {
+                    work = self.work_cv.wait(work).expect("work lock");
+                }
+                if work.shutdown {
+                    return;
+                }
+                work.pending = false;
+            }
+            let result = (|| -> Result<(), MetaDbError> {
+                while self.flush_oldest()? {
+                    self.flushed_cv.notify_all();
+                }
+                while self.current.load().immutables.is_empty() && self.compact_once()? {}
+                Ok(())
+            })();
+            if let Err(e) = result {
+                self.fail(&e);
+            }
+            self.flushed_cv.notify_all();
+        }
+    }
+
+    fn get(&self, key: &[u8], snapshot: Seq) -> Result<Option<Vec<u8>>, MetaDbError> {
+        let sv = self.current.load_full();
+        // Memtables: the highest sequence number among them wins (inserts of racing
+        // unlocked writers may straddle a switch).
+        let mut best: Option<Found> = None;
+        for mem in sv.memtables() {
+            if let Some(found) = mem.get(key, snapshot) {
+                if best.as_ref().is_none_or(|b| found.seq > b.seq) {
+                    best = Some(found);
+                }
+            }
+        }
+        if let Some(found) = best {
+            return Ok((found.kind == ValueKind::Put).then_some(found.value));
+        }
+        let hash = crate::table::bloom::key_hash(key);
+        let v = &sv.version;
+        for meta in v.level(0) {
+            if let Some((_, kind, value)) = sv.table(meta.id).table.get_hashed(key, hash, snapshot)? {
+                return Ok((kind == ValueKind::Put).then_some(value));
+            }
+        }
+        for level in 1..v.level_count() as u32 {
+            let tables = v.level(level);
+            let i = tables.partition_point(|t| t.largest.user_key.as_slice() < key);
+            if let Some(meta) = tables.get(i) {
+                if let Some((_, kind, value)) = sv.table(meta.id).table.get_hashed(key, hash, snapshot)? {
+                    return Ok((kind == ValueKind::Put).then_some(value));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn prefix_successors() {
+        assert_eq!(prefix_successor(b"m:1:"), Some(b"m:1;".to_vec()));
+        assert_eq!(prefix_successor(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xff, 0xff]), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

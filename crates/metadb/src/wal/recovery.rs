@@ -1,0 +1,115 @@
+//! Turning the complete records a scan found into a [`WalRecovery`]: per (generation,
+//! lane), the longest run of lane_seq 0, 1, 2, … (wal/mod.rs invariants).
+//!
+//! Invariants:
+//! - Records of generations `<= released_through` are never returned.
+//! - A record found twice (a PMR entry and its migrated copy on the device, when a crash
+//!   fell between the migration's flush and the slot invalidation) is returned once; two
+//!   different payloads for one (generation, lane, lane_seq) are corruption.
+//! - `dropped_after_hole` counts the distinct complete records beyond each run.
+
+use super::{RecoveredRecord, WalRecovery};
+use crate::error::MetaDbError;
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+
+/// Collects found records; [`Collector::finish`] assembles the recovery.
+#[derive(Debug, Default)]
+pub(super) struct Collector {
+    released_through: u64,
+    generation_max: u64,
+    lanes: BTreeMap<(u64, u16), BTreeMap<u64, Vec<u8>>>,
+}
+
+impl Collector {
+    pub fn new(released_through: u64) -> Collector {
+        Collector { released_through, ..Collector::default() }
+    }
+
+    /// Notes that `generation` exists in the log (even if released or empty).
+    pub fn saw_generation(&mut self, generation: u64) {
+        self.generation_max = self.generation_max.max(generation);
+    }
+
+    pub fn add(&mut self, record: RecoveredRecord) -> Result<(), MetaDbError> {
+        self.saw_generation(record.generation);
+        if record.generation <= self.released_through {
+            return Ok(());
+        }
+        let lane = self.lanes.entry((record.generation, record.lane)).or_default();
+        match lane.entry(record.lane_seq) {
+            Entry::Vacant(v) => {
+                v.insert(record.payload);
+            }
+            Entry::Occupied(o) => {
+                if *o.get() != record.payload {
+                    return Err(MetaDbError::corruption(
+                        "WAL record",
+                        format!(
+                            "generation {} lane {} lane_seq {} found twice with different payloads",
+                            record.generation, record.lane, record.lane_seq
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn generation_max(&self) -> u64 {
+        self.generation_max
+    }
+
+    pub fn finish(self) -> WalRecovery {
+        let mut recovery = WalRecovery { generation_max: self.generation_max, ..WalRecovery::default() };
+        for ((generation, lane), records) in self.lanes {
+            let found = records.len() as u64;
+            let mut run = 0u64;
+            for (lane_seq, payload) in records {
+                if lane_seq != run {
+                    break;
+                }
+                recovery.records.push(RecoveredRecord { generation, lane, lane_seq, payload });
+                run += 1;
+            }
+            recovery.dropped_after_hole += found - run;
+        }
+        debug_assert!(recovery
+            .records
+            .windows(2)
+            .all(|w| (w[0].generation, w[0].lane, w[0].lane_seq) < (w[1].generation, w[1].lane, w[1].lane_seq)));
+        recovery
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(generation: u64, lane: u16, lane_seq: u64, payload: &[u8]) -> RecoveredRecord {
+        RecoveredRecord { generation, lane, lane_seq, payload: payload.to_vec() }
+    }
+
+    #[test]
+    fn runs_holes_duplicates_and_released_generations() {
+        let mut c = Collector::new(2);
+        for r in [
+            rec(3, 0, 1, b"b"),
+            rec(3, 0, 0, b"a"),
+            rec(3, 0, 3, b"d"), // after the hole at 2
+            rec(3, 0, 4, b"e"),
+            rec(3, 1, 1, b"x"), // lane 1 has no record 0
+            rec(2, 0, 0, b"released"),
+            rec(4, 0, 0, b"p"),
+            rec(4, 0, 0, b"p"), // migrated copy
+        ] {
+            c.add(r).unwrap();
+        }
+        assert!(c.add(rec(4, 0, 0, b"q")).is_err());
+        let got = c.finish();
+        assert_eq!(got.generation_max, 4);
+        assert_eq!(got.dropped_after_hole, 3);
+        let ids: Vec<_> = got.records.iter().map(|r| (r.generation, r.lane, r.lane_seq)).collect();
+        assert_eq!(ids, [(3, 0, 0), (3, 0, 1), (4, 0, 0)]);
+    }
+}

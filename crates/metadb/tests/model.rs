@@ -1,0 +1,185 @@
+//! MetaDB against a BTreeMap model: random puts, deletes, batches, gets, range and prefix
+//! scans, snapshots, memtable switches, flushes, compactions and reopens.
+
+use device::memory::MemoryBackend;
+use device::Device;
+use format::constants::MIB;
+use format::Geometry;
+use metadb::compaction::policy::CompactionConfig;
+use metadb::table::builder::TableOptions;
+use metadb::{Durability, MetaDb, MetaDbConfig, MetaDbEnv, SegmentPool, WriteBatch};
+use platform::Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn env(device: Arc<Device>, geometry: Geometry) -> MetaDbEnv {
+    MetaDbEnv { device, pmr: None, geometry, table_store: Arc::new(SegmentPool::whole(geometry)) }
+}
+
+fn small_config() -> MetaDbConfig {
+    MetaDbConfig {
+        lanes: 4,
+        memtable_bytes: 64 << 10,
+        block_cache_bytes: 1 << 20,
+        table: TableOptions { table_bytes_max: 16 << 10, ..TableOptions::default() },
+        compaction: CompactionConfig { level_base_bytes: 32 << 10, level_size_multiplier: 4, ..CompactionConfig::default() },
+        background: false,
+        ..MetaDbConfig::default()
+    }
+}
+
+fn key(rng: &mut Rng) -> Vec<u8> {
+    format!("m:{}:{}", rng.below(8), rng.below(1500)).into_bytes()
+}
+
+fn value(rng: &mut Rng) -> Vec<u8> {
+    let len = rng.below(200) as usize;
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+fn scan(db: &MetaDb, start: &[u8], end: Option<&[u8]>, snap: Option<&metadb::Snapshot>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db.range(start, end, snap).unwrap().map(|r| r.unwrap()).collect()
+}
+
+fn model_range(model: &Model, start: &[u8], end: Option<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .range(start.to_vec()..)
+        .take_while(|(k, _)| end.is_none_or(|e| k.as_slice() < e))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn run(seed: u64, steps: usize) {
+    let geometry = Geometry::compute(512 * MIB, 1).unwrap();
+    let device = Arc::new(Device::new(Box::new(MemoryBackend::new(512 * MIB, 512))));
+    let mut db = MetaDb::open(env(device.clone(), geometry), small_config()).unwrap();
+    let mut rng = Rng::from_seed(seed);
+    let mut model = Model::new();
+    let mut snapshots: Vec<(metadb::Snapshot, Model)> = Vec::new();
+    for step in 0..steps {
+        let ctx = format!("seed {seed} step {step}");
+        match rng.below(100) {
+            0..=39 => {
+                let (k, v) = (key(&mut rng), value(&mut rng));
+                db.put(&k, &v, Durability::Buffered).unwrap();
+                model.insert(k, v);
+            }
+            40..=54 => {
+                let k = key(&mut rng);
+                db.delete(&k, Durability::Buffered).unwrap();
+                model.remove(&k);
+            }
+            55..=62 => {
+                let mut batch = WriteBatch::new();
+                for _ in 0..1 + rng.below(5) {
+                    let k = key(&mut rng);
+                    if rng.chance(1, 3) {
+                        batch.delete(k.clone());
+                        model.remove(&k);
+                    } else {
+                        let v = value(&mut rng);
+                        batch.put(k.clone(), v.clone());
+                        model.insert(k, v);
+                    }
+                }
+                db.write(&batch, Durability::Sync).unwrap();
+            }
+            63..=79 => {
+                let k = key(&mut rng);
+                assert_eq!(db.get(&k).unwrap(), model.get(&k).cloned(), "{ctx} get {k:?}");
+            }
+            80..=84 => {
+                let p = format!("m:{}:", rng.below(8)).into_bytes();
+                let got: Vec<_> = db.prefix(&p, None).unwrap().map(|r| r.unwrap()).collect();
+                let mut end = p.clone();
+                *end.last_mut().unwrap() += 1;
+                assert_eq!(got, model_range(&model, &p, Some(&end)), "{ctx} prefix");
+            }
+            85..=87 => {
+                let (a, b) = (key(&mut rng), key(&mut rng));
+                let (a, b) = if a <= b { (a, b) } else { (b, a) };
+                assert_eq!(scan(&db, &a, Some(&b), None), model_range(&model, &a, Some(&b)), "{ctx} range");
+            }
+            88..=90 => {
+                if snapshots.len() < 4 {
+                    snapshots.push((db.snapshot(), model.clone()));
+                } else {
+                    snapshots.remove(rng.below(4) as usize);
+                }
+            }
+            91..=93 => {
+                for (snap, old) in &snapshots {
+                    let k = key(&mut rng);
+                    assert_eq!(db.get_at(&k, snap).unwrap(), old.get(&k).cloned(), "{ctx} snapshot get");
+                    assert_eq!(scan(&db, b"m:3:", Some(b"m:4:"), Some(snap)), model_range(old, b"m:3:", Some(b"m:4:")), "{ctx} snapshot scan");
+                }
+            }
+            94..=95 => db.flush().unwrap(),
+            96..=97 => db.compact().unwrap(),
+            _ => {
+                snapshots.clear();
+                db.close().unwrap();
+                db = MetaDb::open(env(device.clone(), geometry), small_config()).unwrap();
+                assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "{ctx} after reopen");
+            }
+        }
+    }
+    assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "seed {seed} final");
+    let stats = db.stats();
+    eprintln!("seed {seed}: {stats:?}");
+    assert!(stats.tables_per_level[2] > 0, "seed {seed}: some tables were written: {stats:?}");
+    db.close().unwrap();
+}
+
+#[test]
+fn random_operations_match_the_model() {
+    for seed in 1..=4 {
+        run(seed, 4000);
+    }
+}
+
+/// A snapshot keeps the versions it sees through flushes and compactions that merge them
+/// with newer versions and tombstones; once it is dropped, compaction discards them.
+#[test]
+fn snapshots_survive_compaction() {
+    let geometry = Geometry::compute(512 * MIB, 1).unwrap();
+    let device = Arc::new(Device::new(Box::new(MemoryBackend::new(512 * MIB, 512))));
+    let db = MetaDb::open(env(device, geometry), small_config()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("k{i:04}").into_bytes()).collect();
+    for k in &keys {
+        db.put(k, b"old", Durability::Buffered).unwrap();
+    }
+    db.flush().unwrap();
+    let snap = db.snapshot();
+    for round in 0..6 {
+        for (i, k) in keys.iter().enumerate() {
+            if i % 3 == 0 {
+                db.delete(k, Durability::Buffered).unwrap();
+            } else {
+                db.put(k, format!("new{round}").as_bytes(), Durability::Buffered).unwrap();
+            }
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let levels = db.stats().tables_per_level;
+    assert!(levels.iter().skip(1).sum::<usize>() > 0, "compaction moved data down: {levels:?}");
+    for k in &keys {
+        assert_eq!(db.get_at(k, &snap).unwrap().as_deref(), Some(&b"old"[..]), "{k:?} at the snapshot");
+    }
+    assert_eq!(db.range(b"", None, Some(&snap)).unwrap().count(), keys.len());
+    let live: Vec<_> = db.range(b"", None, None).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(live.len(), keys.len() - keys.len().div_ceil(3));
+    assert!(live.iter().all(|(_, v)| v == b"new5"));
+    drop(snap);
+    db.compact().unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let expected = (i % 3 != 0).then(|| b"new5".to_vec());
+        assert_eq!(db.get(k).unwrap(), expected);
+    }
+    db.close().unwrap();
+}
