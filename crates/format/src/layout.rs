@@ -144,3 +144,54 @@ mod tests {
         assert_eq!(C.end(), 14);
     }
 }
+
+/// Reading field tables back out of docs/FORMAT.md, so each crate's doc test can hold its
+/// structures to the document.
+pub mod doc {
+    use super::StructLayout;
+
+    /// The rows (cells trimmed, backticks removed) of the table on the lines after the
+    /// line `marker`, header and separator skipped. Panics if the marker line is missing.
+    pub fn table_after(doc: &str, marker: &str) -> Vec<Vec<String>> {
+        let line = format!("\n{marker}\n");
+        let start = doc.find(&line).unwrap_or_else(|| panic!("FORMAT.md lacks a line {marker}"));
+        doc[start + line.len() - 1..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('|'))
+            .skip(2)
+            .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().replace('`', "")).collect())
+            .collect()
+    }
+
+    /// The arguments of every marker line `<!-- {kind}: ARG -->`, in document order.
+    pub fn markers<'a>(doc: &'a str, kind: &str) -> Vec<&'a str> {
+        let line_prefix = format!("\n<!-- {kind}: ");
+        doc.match_indices(line_prefix.as_str())
+            .map(|(i, _)| {
+                let rest = &doc[i + line_prefix.len()..];
+                rest[..rest.find(" -->").expect("marker closes")].trim()
+            })
+            .collect()
+    }
+
+    /// Asserts that the `<!-- {kind}: NAME -->` tables of `doc` are exactly `layouts`, in
+    /// order, field by field (offset, size, name), each covering its structure's size.
+    pub fn assert_layouts_match(doc: &str, kind: &str, layouts: &[StructLayout]) {
+        let documented = markers(doc, kind);
+        let in_code: Vec<&str> = layouts.iter().map(|l| l.name).collect();
+        assert_eq!(documented, in_code, "FORMAT.md {kind} tables vs code");
+        for layout in layouts {
+            let rows = table_after(doc, &format!("<!-- {kind}: {} -->", layout.name));
+            let doc_fields: Vec<(usize, usize, String)> = rows
+                .iter()
+                .map(|r| (r[0].parse().expect("offset"), r[1].parse().expect("size"), r[2].clone()))
+                .collect();
+            let code_fields: Vec<(usize, usize, String)> =
+                layout.fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
+            assert_eq!(doc_fields, code_fields, "table {}", layout.name);
+            let end = doc_fields.last().map(|(o, s, _)| o + s).unwrap_or(0);
+            assert_eq!(end, layout.size, "{} covers its whole size", layout.name);
+        }
+    }
+}

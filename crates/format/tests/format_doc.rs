@@ -4,6 +4,7 @@
 use format::constants::*;
 use format::geometry::Geometry;
 use format::layout::all_layouts;
+use format::layout::doc::{assert_layouts_match, markers, table_after};
 use std::collections::BTreeMap;
 
 fn doc() -> String {
@@ -11,49 +12,9 @@ fn doc() -> String {
     std::fs::read_to_string(path).expect("docs/FORMAT.md is readable")
 }
 
-/// The table rows (cells, trimmed, backticks removed) following `marker`, header and
-/// separator skipped, up to the first line that is not a table row.
-fn table_after(doc: &str, marker: &str) -> Vec<Vec<String>> {
-    let line = format!("\n{marker}\n");
-    let start = doc.find(&line).unwrap_or_else(|| panic!("FORMAT.md lacks a line {marker}"));
-    doc[start + line.len() - 1..]
-        .lines()
-        .skip(1)
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().replace('`', "")).collect())
-        .collect()
-}
-
-fn markers<'a>(doc: &'a str, prefix: &str) -> Vec<&'a str> {
-    let line_prefix = format!("\n{prefix}");
-    doc.match_indices(line_prefix.as_str())
-        .map(|(i, _)| {
-            let rest = &doc[i + line_prefix.len()..];
-            rest[..rest.find(" -->").expect("marker closes")].trim()
-        })
-        .collect()
-}
-
 #[test]
 fn field_tables_match_code() {
-    let doc = doc();
-    let layouts = all_layouts();
-    let documented = markers(&doc, "<!-- layout: ");
-    let in_code: Vec<&str> = layouts.iter().map(|l| l.name).collect();
-    assert_eq!(documented, in_code, "FORMAT.md layout tables vs format::layout::all_layouts()");
-    for layout in layouts {
-        let rows = table_after(&doc, &format!("<!-- layout: {} -->", layout.name));
-        let doc_fields: Vec<(usize, usize, String)> = rows
-            .iter()
-            .map(|r| (r[0].parse().expect("offset"), r[1].parse().expect("size"), r[2].clone()))
-            .collect();
-        let code_fields: Vec<(usize, usize, String)> =
-            layout.fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
-        assert_eq!(doc_fields, code_fields, "table {}", layout.name);
-        let end = doc_fields.last().map(|(o, s, _)| o + s).unwrap_or(0);
-        assert_eq!(end, layout.size, "{} covers its whole size", layout.name);
-    }
+    assert_layouts_match(&doc(), "layout", &all_layouts());
 }
 
 #[test]
@@ -114,7 +75,7 @@ fn magics_match_code() {
 #[test]
 fn worked_geometry_examples_match_code() {
     let doc = doc();
-    let examples = markers(&doc, "<!-- geometry: ");
+    let examples = markers(&doc, "geometry");
     assert!(!examples.is_empty());
     for example in examples {
         let mut parts = example.split_whitespace().map(|p| p.parse::<u64>().expect("number"));
