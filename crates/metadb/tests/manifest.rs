@@ -747,3 +747,128 @@ fn format_doc_tables_match_the_code() {
         assert_eq!(rows, code, "{}", layout.name);
     }
 }
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The worked example of docs/FORMAT.md §5.4, byte for byte: a fresh region, one flush
+/// edit (a snapshot in half 0, epoch 1), then a trivial move (an edit record).
+#[test]
+fn golden_bytes_of_a_first_snapshot_and_an_edit() {
+    let (device, handle) = recording_device(vec![0; SMALL_IMAGE_BYTES]);
+    let (manifest, _) = open(&device, SMALL_REGION);
+    let table = TableMeta {
+        id: TableId(1),
+        segment: SegmentNo(7),
+        len_bytes: 8192,
+        entries: 3,
+        smallest: InternalKey::new(b"a".to_vec(), 5, ValueKind::Put),
+        largest: InternalKey::new(b"b".to_vec(), 4, ValueKind::Delete),
+    };
+    let flush = VersionEdit {
+        added: vec![(0, table.clone())],
+        flushed_generation: Some(1),
+        last_seq: Some(5),
+        next_table_id: Some(2),
+        ..VersionEdit::default()
+    };
+    let trivial_move = VersionEdit {
+        removed: vec![(0, TableId(1))],
+        added: vec![(1, table)],
+        compaction_cursors: vec![(0, b"b".to_vec())],
+        ..VersionEdit::default()
+    };
+    manifest.apply(&flush).unwrap();
+    manifest.apply(&trivial_move).unwrap();
+    let image = handle.current_image();
+    let half = SMALL_REGION.start_byte() as usize;
+    let header = hex(&image[half..half + 64]);
+    let records = &image[half + 4096..half + 4096 + 512];
+    let header_fields = [
+        ("magic", "415547454d4e4600"),
+        ("format_version", "01000000"),
+        ("half", "00000000"),
+        ("epoch", "0100000000000000"),
+        ("half_bytes", "0040000000000000"),
+        ("snapshot_len", "5e000000"),
+        ("snapshot_crc", "a72eb1c1"),
+        ("reserved", "0000000000000000000000000000000000000000"),
+        ("header_crc", "8f44271f"),
+    ];
+    let record_fields = [
+        ("snapshot payload_len", "5e000000"),
+        ("snapshot crc", "a72eb1c1"),
+        ("snapshot epoch", "0100000000000000"),
+        ("snapshot index", "00000000"),
+        ("snapshot prev_crc", "00000000"),
+        ("snapshot kind", "01"),
+        ("snapshot reserved", "00000000000000"),
+        ("snapshot flags", "07000000"),
+        ("snapshot removed_count", "00000000"),
+        ("snapshot added_count", "01000000"),
+        ("snapshot cursor_count", "00000000"),
+        ("snapshot flushed_generation", "0100000000000000"),
+        ("snapshot last_seq", "0500000000000000"),
+        ("snapshot next_table_id", "0200000000000000"),
+        ("snapshot table table_id", "0100000000000000"),
+        ("snapshot table entries", "0300000000000000"),
+        ("snapshot table smallest_seq", "0500000000000000"),
+        ("snapshot table largest_seq", "0400000000000000"),
+        ("snapshot table level", "00000000"),
+        ("snapshot table segment", "07000000"),
+        ("snapshot table len_bytes", "00200000"),
+        ("snapshot table smallest_key_len", "0100"),
+        ("snapshot table largest_key_len", "0100"),
+        ("snapshot table smallest_kind", "01"),
+        ("snapshot table largest_kind", "00"),
+        ("snapshot table reserved", "0000"),
+        ("snapshot table smallest_key", "61"),
+        ("snapshot table largest_key", "62"),
+        ("edit payload_len", "73000000"),
+        ("edit crc", "d6f0b485"),
+        ("edit epoch", "0100000000000000"),
+        ("edit index", "01000000"),
+        ("edit prev_crc", "a72eb1c1"),
+        ("edit kind", "02"),
+        ("edit reserved", "00000000000000"),
+        ("edit flags", "00000000"),
+        ("edit removed_count", "01000000"),
+        ("edit added_count", "01000000"),
+        ("edit cursor_count", "01000000"),
+        ("edit flushed_generation", "0000000000000000"),
+        ("edit last_seq", "0000000000000000"),
+        ("edit next_table_id", "0000000000000000"),
+        ("edit removed level", "00000000"),
+        ("edit removed table_id", "0100000000000000"),
+        ("edit table table_id", "0100000000000000"),
+        ("edit table entries", "0300000000000000"),
+        ("edit table smallest_seq", "0500000000000000"),
+        ("edit table largest_seq", "0400000000000000"),
+        ("edit table level", "01000000"),
+        ("edit table segment", "07000000"),
+        ("edit table len_bytes", "00200000"),
+        ("edit table smallest_key_len", "0100"),
+        ("edit table largest_key_len", "0100"),
+        ("edit table smallest_kind", "01"),
+        ("edit table largest_kind", "00"),
+        ("edit table reserved", "0000"),
+        ("edit table smallest_key", "61"),
+        ("edit table largest_key", "62"),
+        ("edit cursor level", "00000000"),
+        ("edit cursor key_len", "0100"),
+        ("edit cursor reserved", "0000"),
+        ("edit cursor key", "62"),
+    ];
+    let golden = |fields: &[(&str, &str)]| fields.iter().map(|(_, v)| *v).collect::<String>();
+    assert_eq!(header, golden(&header_fields), "{header_fields:#?}");
+    assert_eq!(
+        hex(&records[..126 + 147]),
+        golden(&record_fields),
+        "{record_fields:#?}"
+    );
+    assert!(
+        records[126 + 147..].iter().all(|&b| b == 0),
+        "zeros after the last record"
+    );
+}

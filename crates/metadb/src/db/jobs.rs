@@ -20,6 +20,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// Output tables being built: the open builder, finished tables' metadata, and their
+/// writes (issued together, then one device flush).
+struct TableSink {
+    builder: Option<TableBuilder>,
+    outputs: Vec<TableMeta>,
+    requests: Vec<IoRequest>,
+}
+
 /// Which versions a merge keeps.
 #[derive(Debug, Clone, Copy)]
 struct DropRule {
@@ -37,47 +45,54 @@ impl Inner {
 
     /// Writes the entries of `input` into tables of at most one segment each, then
     /// flushes the device. Returns the new tables, opened.
+    ///
+    /// Tables are cut only between user keys: all kept versions of one key go to one
+    /// table, so the tables of one output are disjoint by user key (levels 1 and up
+    /// require it, and level 0 needs it for newest-first lookups to stay correct).
     fn write_tables(
         &self,
         input: &mut dyn InternalIterator,
         rule: Option<DropRule>,
         cause: IoCause,
     ) -> Result<Vec<Arc<TableHandle>>, MetaDbError> {
-        let mut outputs = Vec::new();
-        let mut builder: Option<TableBuilder> = None;
-        let mut requests = Vec::new();
-        let mut previous_key: Option<Vec<u8>> = None;
-        let mut previous_seq = Seq::MAX;
+        let mut out = TableSink { builder: None, outputs: Vec::new(), requests: Vec::new() };
+        // Versions of the current user key that survive the drop rule.
+        let mut key: Vec<u8> = Vec::new();
+        let mut versions: Vec<(Seq, ValueKind, Vec<u8>)> = Vec::new();
+        let mut have_key = false;
+        // Sequence number of the previous (newer) version of the current key, if any.
+        let mut previous_seq: Option<Seq> = None;
         input.seek_to_first()?;
         while input.valid() {
-            let (key, seq, kind) = (input.user_key(), input.seq(), input.kind());
+            let (seq, kind) = (input.seq(), input.kind());
+            if !have_key || key.as_slice() != input.user_key() {
+                self.emit_key(&mut out, &key, &mut versions, cause)?;
+                key.clear();
+                key.extend_from_slice(input.user_key());
+                have_key = true;
+                previous_seq = None;
+            }
             let keep = match rule {
                 None => true,
                 Some(rule) => {
-                    let same_key = previous_key.as_deref() == Some(key);
-                    let shadowed = same_key && previous_seq <= rule.oldest_snapshot;
-                    let dead_tombstone = kind == ValueKind::Delete && rule.drop_tombstones && seq <= rule.oldest_snapshot;
-                    if !same_key {
-                        previous_key = Some(key.to_vec());
-                    }
-                    previous_seq = seq;
+                    // A newer version every snapshot sees hides this one from everyone.
+                    let shadowed = previous_seq.is_some_and(|newer| newer <= rule.oldest_snapshot);
+                    let dead_tombstone =
+                        kind == ValueKind::Delete && rule.drop_tombstones && seq <= rule.oldest_snapshot;
                     !shadowed && !dead_tombstone
                 }
             };
+            previous_seq = Some(seq);
             if keep {
-                let b = builder.get_or_insert_with(|| self.new_builder());
-                if !b.add(key, seq, kind, input.value()) {
-                    let full = builder.take().expect("builder present");
-                    outputs.push(self.finish_table(full, cause, &mut requests)?);
-                    let b = builder.insert(self.new_builder());
-                    assert!(b.add(key, seq, kind, input.value()), "an entry fits an empty table");
-                }
+                versions.push((seq, kind, input.value().to_vec()));
             }
             input.next()?;
         }
-        if let Some(b) = builder.filter(|b| !b.is_empty()) {
-            outputs.push(self.finish_table(b, cause, &mut requests)?);
+        self.emit_key(&mut out, &key, &mut versions, cause)?;
+        if let Some(b) = out.builder.take().filter(|b| !b.is_empty()) {
+            out.outputs.push(self.finish_table(b, cause, &mut out.requests)?);
         }
+        let TableSink { outputs, mut requests, .. } = out;
         if outputs.is_empty() {
             return Ok(Vec::new());
         }
@@ -106,6 +121,41 @@ impl Inner {
             .collect()
     }
 
+    /// Adds every kept version of `key` to the current table, starting a new table first
+    /// if they might not all fit.
+    fn emit_key(
+        &self,
+        out: &mut TableSink,
+        key: &[u8],
+        versions: &mut Vec<(Seq, ValueKind, Vec<u8>)>,
+        cause: IoCause,
+    ) -> Result<(), MetaDbError> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        // Upper bound of the bytes these entries add: varint headers (at most 21 bytes),
+        // the key (no prefix sharing assumed), the value, a restart slot, and a fresh
+        // block's trailer and index entry.
+        let need: usize = versions.iter().map(|(_, _, v)| 32 + key.len() + v.len()).sum::<usize>() + 64 + key.len();
+        let full = out
+            .builder
+            .as_ref()
+            .is_some_and(|b| !b.is_empty() && b.estimated_len() + need > self.config.table.table_bytes_max);
+        if full {
+            let b = out.builder.take().expect("builder present");
+            out.outputs.push(self.finish_table(b, cause, &mut out.requests)?);
+        }
+        let first_in_table = out.builder.as_ref().is_none_or(|b| b.is_empty());
+        let b = out.builder.get_or_insert_with(|| self.new_builder());
+        for (seq, kind, value) in versions.drain(..) {
+            let added = b.add(key, seq, kind, &value);
+            assert!(
+                added,
+                "all versions of one key fit one table (first in table: {first_in_table}, {need} bytes needed)"
+            );
+        }
+        Ok(())
+    }
     fn new_builder(&self) -> TableBuilder {
         let id = TableId(self.next_table_id.fetch_add(1, Ordering::SeqCst));
         TableBuilder::new(id, self.config.table)
