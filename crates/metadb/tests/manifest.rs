@@ -710,44 +710,6 @@ fn damage_to_the_current_half_is_corruption_or_a_shorter_log() {
     assert_eq!(Model::of(&state), models[edits.len()]);
 }
 
-/// docs/FORMAT.md §5.4 holds one table per fixed-size manifest structure, marked
-/// `<!-- metadb-layout: NAME -->`, that must equal the code's.
-#[test]
-#[ignore = "enable once docs/FORMAT.md §5.4 holds the manifest tables"]
-fn format_doc_tables_match_the_code() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
-        .unwrap();
-    for layout in metadb::manifest::layouts() {
-        let marker = format!("\n<!-- metadb-layout: {} -->\n", layout.name);
-        let start = doc
-            .find(&marker)
-            .unwrap_or_else(|| panic!("FORMAT.md lacks {marker:?}"));
-        let rows: Vec<(usize, usize, String)> = doc[start + marker.len()..]
-            .lines()
-            .take_while(|l| l.starts_with('|'))
-            .skip(2)
-            .map(|l| {
-                let cells: Vec<String> = l
-                    .trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().replace('`', ""))
-                    .collect();
-                (
-                    cells[0].parse().unwrap(),
-                    cells[1].parse().unwrap(),
-                    cells[2].clone(),
-                )
-            })
-            .collect();
-        let code: Vec<(usize, usize, String)> = layout
-            .fields
-            .iter()
-            .map(|f| (f.offset, f.size, f.name.to_string()))
-            .collect();
-        assert_eq!(rows, code, "{}", layout.name);
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -14,7 +14,8 @@
 
 use device::memory::MemoryBackend;
 use device::recording::{
-    CrashPolicy, CrashState, Event, Recording, RecordingBackend, RecordingHandle, TornWrite, WriteId,
+    CrashPolicy, CrashState, Event, Recording, RecordingBackend, RecordingHandle, TornWrite,
+    WriteId,
 };
 use device::{Device, IoCause};
 use format::constants::MIB;
@@ -57,12 +58,20 @@ struct Model {
 impl Model {
     fn append(&mut self, pos: WalPos, payload: Vec<u8>) {
         let lane = self.appended.entry((pos.generation, pos.lane)).or_default();
-        assert_eq!(lane.len() as u64, pos.lane_seq, "lane_seq out of order at {pos:?}");
+        assert_eq!(
+            lane.len() as u64,
+            pos.lane_seq,
+            "lane_seq out of order at {pos:?}"
+        );
         lane.push(payload);
     }
 
     fn ack(&mut self, pos: WalPos, covers: u64) {
-        self.acks.push(Ack { key: (pos.generation, pos.lane), count: pos.lane_seq + 1, covers });
+        self.acks.push(Ack {
+            key: (pos.generation, pos.lane),
+            count: pos.lane_seq + 1,
+            covers,
+        });
     }
 
     /// Every record of generations in `range` is acknowledged.
@@ -81,9 +90,17 @@ impl Model {
     /// The model of a second life: the first life's recovered records are all it has
     /// (anything else it appended is lost for good), and they are durable.
     fn from_recovery(recovery: &WalRecovery, released: u64) -> Model {
-        let mut model = Model { released, released_base: released, ..Model::default() };
+        let mut model = Model {
+            released,
+            released_base: released,
+            ..Model::default()
+        };
         for r in &recovery.records {
-            let pos = WalPos { lane: r.lane, generation: r.generation, lane_seq: r.lane_seq };
+            let pos = WalPos {
+                lane: r.lane,
+                generation: r.generation,
+                lane_seq: r.lane_seq,
+            };
             model.append(pos, r.payload.clone());
             model.ack(pos, 0);
         }
@@ -95,27 +112,51 @@ impl Model {
     /// it depends on was made durable by the caller).
     fn released_for(&self, landed_max: Option<u64>) -> u64 {
         let landed_max = landed_max.map_or(-1, |w| w as i128);
-        let issued = self.releases.iter().filter(|(w, _)| i128::from(*w) <= landed_max).map(|r| r.1);
+        let issued = self
+            .releases
+            .iter()
+            .filter(|(w, _)| i128::from(*w) <= landed_max)
+            .map(|r| r.1);
         issued.max().unwrap_or(0).max(self.released_base)
     }
 
-    fn check(&self, recovery: &WalRecovery, released: u64, landed: impl Fn(u64) -> bool) -> Result<(), String> {
+    fn check(
+        &self,
+        recovery: &WalRecovery,
+        released: u64,
+        landed: impl Fn(u64) -> bool,
+    ) -> Result<(), String> {
         let mut got: BTreeMap<Key, u64> = BTreeMap::new();
         for r in &recovery.records {
             let key = (r.generation, r.lane);
             if r.generation <= released {
-                return Err(format!("record {key:?}/{} of a released generation (<= {released})", r.lane_seq));
+                return Err(format!(
+                    "record {key:?}/{} of a released generation (<= {released})",
+                    r.lane_seq
+                ));
             }
             if r.generation > recovery.generation_max {
-                return Err(format!("record generation {} above generation_max {}", r.generation, recovery.generation_max));
+                return Err(format!(
+                    "record generation {} above generation_max {}",
+                    r.generation, recovery.generation_max
+                ));
             }
             let next = got.entry(key).or_default();
             if r.lane_seq != *next {
-                return Err(format!("{key:?}: lane_seq {} where {} was expected (not a prefix)", r.lane_seq, next));
+                return Err(format!(
+                    "{key:?}: lane_seq {} where {} was expected (not a prefix)",
+                    r.lane_seq, next
+                ));
             }
-            match self.appended.get(&key).and_then(|v| v.get(r.lane_seq as usize)) {
+            match self
+                .appended
+                .get(&key)
+                .and_then(|v| v.get(r.lane_seq as usize))
+            {
                 None => return Err(format!("{key:?}/{} was never appended", r.lane_seq)),
-                Some(p) if *p != r.payload => return Err(format!("{key:?}/{} has a corrupt payload", r.lane_seq)),
+                Some(p) if *p != r.payload => {
+                    return Err(format!("{key:?}/{} has a corrupt payload", r.lane_seq))
+                }
                 Some(_) => {}
             }
             *next += 1;
@@ -264,10 +305,16 @@ impl Workload {
 // Devices.
 
 /// A 2 MiB WAL region at 1 MiB on a 4 MiB device: small enough to wrap often.
-const SMALL_REGION: Region = Region { start_block: 256, block_count: 512 };
+const SMALL_REGION: Region = Region {
+    start_block: 256,
+    block_count: 512,
+};
 const SMALL_DEVICE_BYTES: u64 = 4 * MIB;
 /// An 8 MiB WAL region (the smallest a geometry makes) at 1 MiB on a 10 MiB device.
-const MEDIUM_REGION: Region = Region { start_block: 256, block_count: 2048 };
+const MEDIUM_REGION: Region = Region {
+    start_block: 256,
+    block_count: 2048,
+};
 const MEDIUM_DEVICE_BYTES: u64 = 10 * MIB;
 
 fn recording_device(image: Vec<u8>, logical_block_bytes: u32) -> (Arc<Device>, RecordingHandle) {
@@ -276,7 +323,10 @@ fn recording_device(image: Vec<u8>, logical_block_bytes: u32) -> (Arc<Device>, R
 }
 
 fn memory_device(image: Vec<u8>, logical_block_bytes: u32) -> Arc<Device> {
-    Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, logical_block_bytes))))
+    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+        image,
+        logical_block_bytes,
+    ))))
 }
 
 fn last_flush_covers(handle: &RecordingHandle) -> u64 {
@@ -308,8 +358,10 @@ fn pmr_memory(bytes: u64) -> Arc<Pmr> {
 fn device_crash_image(handle: &RecordingHandle, rng: &mut Rng) -> (Vec<u8>, String) {
     let recording = handle.snapshot();
     let epoch = *recording.epochs().last().unwrap();
-    let whole: Vec<WriteId> =
-        (epoch.durable_writes..epoch.end_writes).filter(|_| rng.chance(1, 2)).map(WriteId).collect();
+    let whole: Vec<WriteId> = (epoch.durable_writes..epoch.end_writes)
+        .filter(|_| rng.chance(1, 2))
+        .map(WriteId)
+        .collect();
     let state = CrashState::new(epoch.durable_writes, whole, Vec::new());
     (recording.image(&state), state.to_string())
 }
@@ -368,7 +420,14 @@ fn ssd_round_trip_rotation_and_release() {
         let (_, recovery) = SsdWal::recover(device, SMALL_REGION, 4, 2).unwrap();
         model.check(&recovery, 2, |_| true).unwrap();
         assert!(recovery.records.iter().all(|r| r.generation >= 3));
-        assert_eq!(recovery.records.iter().filter(|r| r.generation == 3).count(), 151);
+        assert_eq!(
+            recovery
+                .records
+                .iter()
+                .filter(|r| r.generation == 3)
+                .count(),
+            151
+        );
         assert_eq!(recovery.generation_max, 4);
     }
 }
@@ -382,13 +441,17 @@ fn ssd_space_is_reused_after_release() {
     let mut appended_bytes = 0u64;
     for generation in 1..=60u64 {
         for i in 0..100 {
-            wal.append(i % 4, &payload[..rng.below(4000) as usize]).unwrap();
+            wal.append(i % 4, &payload[..rng.below(4000) as usize])
+                .unwrap();
             appended_bytes += 4000;
         }
         wal.rotate(generation + 1).unwrap();
         wal.release_through(generation).unwrap();
     }
-    assert!(appended_bytes > 10 * SMALL_REGION.size_bytes(), "{appended_bytes} bytes through a 2 MiB region");
+    assert!(
+        appended_bytes > 10 * SMALL_REGION.size_bytes(),
+        "{appended_bytes} bytes through a 2 MiB region"
+    );
     wal.persist_all().unwrap();
     drop(wal);
     let (_, recovery) = SsdWal::recover(device, SMALL_REGION, 4, 60).unwrap();
@@ -416,7 +479,10 @@ fn ssd_wal_full_when_nothing_is_released() {
     // 31 units of 8 records, less the partly filled chunks left at rotations.
     assert!(appended > 150, "{appended} records");
     let full_lane = (appended % 4) as u16;
-    assert!(matches!(wal.append(full_lane, &payload), Err(MetaDbError::WalFull)));
+    assert!(matches!(
+        wal.append(full_lane, &payload),
+        Err(MetaDbError::WalFull)
+    ));
     // Releasing makes room again; everything still unreleased recovers.
     let current = wal.generation();
     wal.rotate(current + 1).unwrap();
@@ -439,7 +505,8 @@ fn pmr_round_trip_rotation_release_and_migration() {
     let device = memory_device(vec![0; MEDIUM_DEVICE_BYTES as usize], 512);
     let mut rng = Rng::from_seed(9);
     let mut model = Model::default();
-    let (wal, recovery) = PmrWal::open(pmr.clone(), device.clone(), MEDIUM_REGION, 4, 0, 1).unwrap();
+    let (wal, recovery) =
+        PmrWal::open(pmr.clone(), device.clone(), MEDIUM_REGION, 4, 0, 1).unwrap();
     assert_eq!(recovery, WalRecovery::default());
     // About 3 MB of entries through 1 MB halves: halves are migrated to the device.
     for generation in 1..=4u64 {
@@ -449,11 +516,15 @@ fn pmr_round_trip_rotation_release_and_migration() {
     fill(&wal, &mut rng, 4, 100, &mut model);
     wal.persist_all().unwrap();
     model.ack_generations(0..=5, 0);
-    assert!(device.counters().snapshot().cause(IoCause::Wal).write_bytes > MIB, "nothing migrated");
+    assert!(
+        device.counters().snapshot().cause(IoCause::Wal).write_bytes > MIB,
+        "nothing migrated"
+    );
     drop(wal);
     // Only what was persisted survives this crash image.
     let pmr = pmr_from(&pmr.crash_image_all_lost());
-    let (recovered, recovery) = PmrWal::recover(pmr.clone(), device.clone(), MEDIUM_REGION, 4, 0).unwrap();
+    let (recovered, recovery) =
+        PmrWal::recover(pmr.clone(), device.clone(), MEDIUM_REGION, 4, 0).unwrap();
     model.check(&recovery, 0, |_| true).unwrap();
     assert_eq!(recovery.records.len(), 4 * 500 + 100);
     assert_eq!(recovery.generation_max, 5);
@@ -464,7 +535,14 @@ fn pmr_round_trip_rotation_release_and_migration() {
     let pmr = pmr_from(&pmr.crash_image_all_lost());
     let (_, recovery) = PmrWal::recover(pmr, device, MEDIUM_REGION, 4, 3).unwrap();
     model.check(&recovery, 3, |_| true).unwrap();
-    assert_eq!(recovery.records.iter().filter(|r| r.generation == 4).count(), 500);
+    assert_eq!(
+        recovery
+            .records
+            .iter()
+            .filter(|r| r.generation == 4)
+            .count(),
+        500
+    );
     assert_eq!(recovery.records.len(), 600);
     assert_eq!(recovery.generation_max, 5, "generation 6 has no entries");
 }
@@ -479,7 +557,9 @@ fn pmr_space_is_reused_after_release() {
     let mut appended_bytes = 0u64;
     for generation in 1..=60u64 {
         for i in 0..100 {
-            let pos = wal.append(i % 4, &payload[..rng.below(4000) as usize]).unwrap();
+            let pos = wal
+                .append(i % 4, &payload[..rng.below(4000) as usize])
+                .unwrap();
             if i % 7 == 0 {
                 wal.persist(&[pos]).unwrap();
             }
@@ -489,7 +569,11 @@ fn pmr_space_is_reused_after_release() {
         wal.release_through(generation).unwrap();
     }
     assert!(appended_bytes > 5 * (pmr.len() + SMALL_REGION.size_bytes()));
-    assert_eq!(wal.free_slots(), 511, "only the current segment holds a slot");
+    assert_eq!(
+        wal.free_slots(),
+        511,
+        "only the current segment holds a slot"
+    );
     drop(wal);
     let (_, recovery) = PmrWal::recover(pmr, device, SMALL_REGION, 4, 60).unwrap();
     assert!(recovery.records.is_empty());
@@ -510,7 +594,10 @@ fn pmr_wal_full_when_nothing_is_released() {
         if appended % 100 == 0 {
             wal.rotate(wal.generation() + 1).unwrap();
         }
-        assert!(appended < 2000, "2 MiB of PMR and 2 MiB of backing never filled");
+        assert!(
+            appended < 2000,
+            "2 MiB of PMR and 2 MiB of backing never filled"
+        );
     };
     assert!(matches!(error, MetaDbError::WalFull), "{error}");
     // Three halves of 128 entries: the third fills while the second would have to be
@@ -521,7 +608,8 @@ fn pmr_wal_full_when_nothing_is_released() {
     let current = wal.generation();
     wal.persist_all().unwrap();
     drop(wal);
-    let (recovered, recovery) = PmrWal::recover(pmr.clone(), device.clone(), SMALL_REGION, 4, 0).unwrap();
+    let (recovered, recovery) =
+        PmrWal::recover(pmr.clone(), device.clone(), SMALL_REGION, 4, 0).unwrap();
     assert_eq!(recovery.records.len(), appended);
     assert_eq!(recovery.dropped_after_hole, 0);
     // A new life, after releasing all but the current generation, has room again.
@@ -538,88 +626,235 @@ fn pmr_wal_full_when_nothing_is_released() {
 const THREADS: usize = 8;
 const CONCURRENT_APPENDS: usize = 150;
 
+/// A record acknowledged by a concurrent writer: its position, payload, and the device
+/// writes that had to land for the acknowledgement to hold.
+type Acked = (WalPos, Vec<u8>, u64);
+
 /// 8 threads append and persist synchronously, each on its own lane and on two shared
-/// lanes; thread 0 also rotates now and then. Returns every acknowledged record.
-fn concurrent_sync_appends(wal: Arc<dyn Wal>) -> Vec<(WalPos, Vec<u8>)> {
+/// lanes; thread 0 also rotates now and then (4 generations, nothing released: the WAL
+/// region must hold 40 lane chunks). Returns every acknowledged record.
+fn concurrent_sync_appends(
+    wal: Arc<dyn Wal>,
+    covers: Arc<dyn Fn() -> u64 + Send + Sync>,
+) -> Vec<Acked> {
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let wal = wal.clone();
+            let (wal, covers) = (wal.clone(), covers.clone());
             std::thread::spawn(move || {
                 let mut rng = Rng::from_seed(100 + t as u64);
                 let mut acked = Vec::new();
                 for i in 0..CONCURRENT_APPENDS {
-                    let lane = if i % 3 == 0 { (THREADS + t % 2) as u16 } else { t as u16 };
+                    let lane = if i % 3 == 0 {
+                        (THREADS + t % 2) as u16
+                    } else {
+                        t as u16
+                    };
                     let mut payload = vec![0u8; rng.below(2000) as usize];
                     rng.fill(&mut payload);
                     let pos = wal.append(lane, &payload).unwrap();
                     wal.persist(&[pos]).unwrap();
-                    acked.push((pos, payload));
+                    acked.push((pos, payload, covers()));
                     if t == 0 && i % 40 == 39 {
-                        wal.rotate(wal.generation() + 1).unwrap();
+                        let generation = wal.generation();
+                        wal.rotate(generation + 1).unwrap();
                     }
                 }
                 acked
             })
         })
         .collect();
-    threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect()
 }
 
-fn check_concurrent(acked: &[(WalPos, Vec<u8>)], recovery: &WalRecovery) {
+/// Every appended record was acknowledged, so the model's appended records are exactly
+/// the acknowledged ones, with no gap in any lane.
+fn concurrent_model(acked: &[Acked]) -> Model {
     let mut model = Model::default();
     let mut sorted: Vec<_> = acked.to_vec();
-    sorted.sort_by_key(|(p, _)| (p.generation, p.lane, p.lane_seq));
-    let mut previous: Option<WalPos> = None;
-    for (pos, payload) in sorted {
-        // Every appended record was acknowledged, so appended = acknowledged, with no gap.
-        if let Some(p) = previous.filter(|p| (p.generation, p.lane) == (pos.generation, pos.lane)) {
-            assert_eq!(p.lane_seq + 1, pos.lane_seq, "lane_seq gap at {pos:?}");
-        }
-        previous = Some(pos);
+    sorted.sort_by_key(|(p, _, _)| (p.generation, p.lane, p.lane_seq));
+    for (pos, payload, covers) in sorted {
         model.append(pos, payload);
-        model.ack(pos, 0);
+        model.ack(pos, covers);
     }
-    model.check(recovery, 0, |_| true).unwrap();
-    assert_eq!(recovery.records.len(), acked.len());
+    model
 }
 
 #[test]
 fn ssd_concurrent_sync_appends_are_all_durable() {
-    let (device, handle) = recording_device(vec![0; SMALL_DEVICE_BYTES as usize], 512);
-    let (wal, _) = SsdWal::open(device.clone(), SMALL_REGION, THREADS + 2, 0, 1).unwrap();
+    let (device, handle) = recording_device(vec![0; MEDIUM_DEVICE_BYTES as usize], 512);
+    let (wal, _) = SsdWal::open(device.clone(), MEDIUM_REGION, THREADS + 2, 0, 1).unwrap();
     let wal: Arc<dyn Wal> = Arc::new(wal);
     let before = device.counters().snapshot();
-    let acked = concurrent_sync_appends(wal.clone());
-    let wal_io = device.counters().snapshot().since(&before).cause(IoCause::Wal);
-    assert!(wal_io.flush_ops <= (THREADS * CONCURRENT_APPENDS) as u64);
-    // Only what the last flush covers: acknowledged means flushed.
-    let recording = handle.snapshot();
-    let image = recording.image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+    let covers_handle = handle.clone();
+    let acked = concurrent_sync_appends(
+        wal.clone(),
+        Arc::new(move || last_flush_covers(&covers_handle)),
+    );
+    let wal_io = device
+        .counters()
+        .snapshot()
+        .since(&before)
+        .cause(IoCause::Wal);
     drop(wal);
-    let (_, recovery) = SsdWal::recover(memory_device(image, 512), SMALL_REGION, THREADS + 2, 0).unwrap();
-    check_concurrent(&acked, &recovery);
-    println!("{} sync appends, {} device flushes, {} writes", acked.len(), wal_io.flush_ops, wal_io.write_ops);
+    let model = concurrent_model(&acked);
+    // At the flush each acknowledgement relied on, and at the end: what was acknowledged
+    // by then is there.
+    let recording = handle.snapshot();
+    let mut points: Vec<u64> = acked.iter().map(|a| a.2).collect();
+    points.sort_unstable();
+    points.dedup();
+    let step = points.len().div_ceil(60).max(1);
+    let mut checked = 0;
+    for &covers in points.iter().step_by(step).chain(points.last()) {
+        let image = recording.image(&CrashState::durable_prefix(covers));
+        let (_, recovery) =
+            SsdWal::recover(memory_device(image, 512), MEDIUM_REGION, THREADS + 2, 0).unwrap();
+        model
+            .check(&recovery, 0, |c| c <= covers)
+            .unwrap_or_else(|e| panic!("durable prefix d{covers}: {e}"));
+        checked += 1;
+    }
+    let image = recording.image(&CrashState::durable_prefix(*points.last().unwrap()));
+    let (_, recovery) =
+        SsdWal::recover(memory_device(image, 512), MEDIUM_REGION, THREADS + 2, 0).unwrap();
+    assert_eq!(recovery.records.len(), acked.len());
+    assert!(wal_io.flush_ops <= (THREADS * CONCURRENT_APPENDS) as u64);
+    println!(
+        "{} sync appends: {} device flushes, {} writes; {checked} flush points checked",
+        acked.len(),
+        wal_io.flush_ops,
+        wal_io.write_ops
+    );
 }
 
 #[test]
 fn pmr_concurrent_sync_appends_are_all_durable() {
     let pmr = pmr_memory(2 * MIB);
-    let (device, handle) = recording_device(vec![0; SMALL_DEVICE_BYTES as usize], 512);
-    let (wal, _) = PmrWal::open(pmr.clone(), device, SMALL_REGION, THREADS + 2, 0, 1).unwrap();
+    let (device, handle) = recording_device(vec![0; MEDIUM_DEVICE_BYTES as usize], 512);
+    let (wal, _) = PmrWal::open(pmr.clone(), device, MEDIUM_REGION, THREADS + 2, 0, 1).unwrap();
     let wal: Arc<dyn Wal> = Arc::new(wal);
-    let acked = concurrent_sync_appends(wal.clone());
+    let acked = concurrent_sync_appends(wal.clone(), Arc::new(|| 0));
     drop(wal);
     let recording = handle.snapshot();
     let image = recording.image(&CrashState::durable_prefix(last_flush_covers(&handle)));
     let (_, recovery) = PmrWal::recover(
         pmr_from(&pmr.crash_image_all_lost()),
         memory_device(image, 512),
-        SMALL_REGION,
+        MEDIUM_REGION,
         THREADS + 2,
         0,
     )
     .unwrap();
-    check_concurrent(&acked, &recovery);
+    concurrent_model(&acked)
+        .check(&recovery, 0, |_| true)
+        .unwrap();
+    assert_eq!(recovery.records.len(), acked.len());
+}
+
+/// A memory device whose writes and flushes take time, as on an SSD.
+#[derive(Debug)]
+struct SlowBackend {
+    inner: MemoryBackend,
+    write_delay: std::time::Duration,
+    flush_delay: std::time::Duration,
+}
+
+struct SlowQueue<'a> {
+    inner: Box<dyn device::BackendQueue + 'a>,
+    backend: &'a SlowBackend,
+    delay: std::time::Duration,
+}
+
+impl device::Backend for SlowBackend {
+    fn info(&self) -> &device::DeviceInfo {
+        device::Backend::info(&self.inner)
+    }
+
+    fn queue(&self) -> Result<Box<dyn device::BackendQueue + '_>, device::DeviceError> {
+        let inner = device::Backend::queue(&self.inner)?;
+        Ok(Box::new(SlowQueue {
+            inner,
+            backend: self,
+            delay: std::time::Duration::ZERO,
+        }))
+    }
+}
+
+impl device::BackendQueue for SlowQueue<'_> {
+    fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+
+    fn push(&mut self, request: device::IoRequest) -> Result<(), device::IoRequest> {
+        let delay = match request.op {
+            device::IoOp::Flush => self.backend.flush_delay,
+            device::IoOp::Write { .. } => self.backend.write_delay,
+            _ => std::time::Duration::ZERO,
+        };
+        self.delay = self.delay.max(delay);
+        self.inner.push(request)
+    }
+
+    fn submit(&mut self, min_complete: usize) -> Result<(), device::DeviceError> {
+        std::thread::sleep(std::mem::take(&mut self.delay));
+        self.inner.submit(min_complete)
+    }
+
+    fn pop(&mut self) -> Option<device::IoCompletion> {
+        self.inner.pop()
+    }
+
+    fn outstanding(&self) -> usize {
+        self.inner.outstanding()
+    }
+}
+
+/// With writes and flushes that take time, concurrent synchronous writers share them:
+/// one flush serves every writer whose write completed while the previous one ran, and
+/// writers of a shared lane ride on each other's writes.
+#[test]
+fn ssd_concurrent_sync_writers_share_writes_and_flushes() {
+    let backend = SlowBackend {
+        inner: MemoryBackend::new(MEDIUM_DEVICE_BYTES, 512),
+        write_delay: std::time::Duration::from_micros(300),
+        flush_delay: std::time::Duration::from_millis(2),
+    };
+    let device = Arc::new(Device::new(Box::new(backend)));
+    let (wal, _) = SsdWal::open(device.clone(), MEDIUM_REGION, THREADS + 2, 0, 1).unwrap();
+    let wal: Arc<dyn Wal> = Arc::new(wal);
+    let before = device.counters().snapshot();
+    let acked = concurrent_sync_appends(wal.clone(), Arc::new(|| 0));
+    let io = device
+        .counters()
+        .snapshot()
+        .since(&before)
+        .cause(IoCause::Wal);
+    println!(
+        "{} sync appends: {} device flushes, {} writes",
+        acked.len(),
+        io.flush_ops,
+        io.write_ops
+    );
+    assert!(
+        io.flush_ops * 2 < acked.len() as u64,
+        "{} flushes for {} sync appends",
+        io.flush_ops,
+        acked.len()
+    );
+    assert!(
+        io.write_ops < acked.len() as u64,
+        "{} writes for {} sync appends",
+        io.write_ops,
+        acked.len()
+    );
+    drop(wal);
+    let (_, recovery) = SsdWal::recover(device, MEDIUM_REGION, THREADS + 2, 0).unwrap();
+    concurrent_model(&acked)
+        .check(&recovery, 0, |_| true)
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -633,22 +868,44 @@ fn ssd_persist_writes_only_the_named_lane() {
     let b = wal.append(1, &[0xBB; 100]).unwrap();
     let before = device.counters().snapshot();
     wal.persist(&[a]).unwrap();
-    let io = device.counters().snapshot().since(&before).cause(IoCause::Wal);
+    let io = device
+        .counters()
+        .snapshot()
+        .since(&before)
+        .cause(IoCause::Wal);
     // Lane A's header sector and its one partly filled sector; one flush; nothing of B.
     assert_eq!((io.write_ops, io.write_bytes, io.flush_ops), (1, 1024, 1));
     let a2 = wal.append(0, &[0xA2; 100]).unwrap();
     let before = device.counters().snapshot();
     wal.persist(&[a2, a]).unwrap();
-    let io = device.counters().snapshot().since(&before).cause(IoCause::Wal);
+    let io = device
+        .counters()
+        .snapshot()
+        .since(&before)
+        .cause(IoCause::Wal);
     // Only the tail sector is rewritten.
     assert_eq!((io.write_ops, io.write_bytes, io.flush_ops), (1, 512, 1));
     // Persisting again costs nothing.
     let before = device.counters().snapshot();
     wal.persist(&[a2]).unwrap();
-    assert_eq!(device.counters().snapshot().since(&before).cause(IoCause::Wal).write_ops, 0);
-    let image = handle.snapshot().image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+    assert_eq!(
+        device
+            .counters()
+            .snapshot()
+            .since(&before)
+            .cause(IoCause::Wal)
+            .write_ops,
+        0
+    );
+    let image = handle
+        .snapshot()
+        .image(&CrashState::durable_prefix(last_flush_covers(&handle)));
     let (_, recovery) = SsdWal::recover(memory_device(image, 512), SMALL_REGION, 2, 0).unwrap();
-    let ids: Vec<_> = recovery.records.iter().map(|r| (r.lane, r.lane_seq)).collect();
+    let ids: Vec<_> = recovery
+        .records
+        .iter()
+        .map(|r| (r.lane, r.lane_seq))
+        .collect();
     assert_eq!(ids, [(0, 0), (0, 1)], "lane B's record was not persisted");
     let _ = b;
 }
@@ -665,11 +922,28 @@ fn pmr_persist_writes_only_the_named_lane() {
     let device_before = device.counters().snapshot();
     wal.persist(&[a]).unwrap();
     let io = pmr.counters().snapshot().since(&before).cause(IoCause::Wal);
-    assert_eq!((io.write_bytes, io.flush_ops), (192, 1), "one 192-byte entry, one persist");
-    assert_eq!(device.counters().snapshot().since(&device_before).total().write_ops, 0);
+    assert_eq!(
+        (io.write_bytes, io.flush_ops),
+        (192, 1),
+        "one 192-byte entry, one persist"
+    );
+    assert_eq!(
+        device
+            .counters()
+            .snapshot()
+            .since(&device_before)
+            .total()
+            .write_ops,
+        0
+    );
     let image = pmr.crash_image_all_lost();
-    let (_, recovery) = PmrWal::recover(pmr_from(&image), device.clone(), SMALL_REGION, 2, 0).unwrap();
-    let ids: Vec<_> = recovery.records.iter().map(|r| (r.lane, r.lane_seq)).collect();
+    let (_, recovery) =
+        PmrWal::recover(pmr_from(&image), device.clone(), SMALL_REGION, 2, 0).unwrap();
+    let ids: Vec<_> = recovery
+        .records
+        .iter()
+        .map(|r| (r.lane, r.lane_seq))
+        .collect();
     assert_eq!(ids, [(0, 0)]);
     let _ = a2;
 }
@@ -695,9 +969,14 @@ fn ssd_stale_records_of_a_lost_incarnation_stay_lost() {
     assert_eq!(recording.writes().len(), 2);
     let state = CrashState::new(1, [], [TornWrite::new(WriteId(1), [1, 2])]);
     let image = recording.image(&state);
-    let (recovered, recovery) = SsdWal::recover(memory_device(image.clone(), 512), SMALL_REGION, 1, 0).unwrap();
+    let (recovered, recovery) =
+        SsdWal::recover(memory_device(image.clone(), 512), SMALL_REGION, 1, 0).unwrap();
     assert!(recovery.records.is_empty());
-    assert_eq!(recovered.generation_max(), 0, "nothing of generation 1 survived");
+    assert_eq!(
+        recovered.generation_max(),
+        0,
+        "nothing of generation 1 survived"
+    );
     // Second life: generation 1 again, the same unit, 7 records ending where the first
     // life's record 7 starts.
     let device = memory_device(image, 512);
@@ -709,9 +988,16 @@ fn ssd_stale_records_of_a_lost_incarnation_stay_lost() {
     wal.persist_all().unwrap();
     drop(wal);
     let (_, recovery) = SsdWal::recover(device, SMALL_REGION, 1, 0).unwrap();
-    assert_eq!(recovery.records.len(), 7, "the first life's records 7.. came back");
+    assert_eq!(
+        recovery.records.len(),
+        7,
+        "the first life's records 7.. came back"
+    );
     for (seq, r) in recovery.records.iter().enumerate() {
-        assert!(r.payload == record(2, seq as u64), "record {seq} is not the second life's");
+        assert!(
+            r.payload == record(2, seq as u64),
+            "record {seq} is not the second life's"
+        );
     }
 }
 
@@ -726,9 +1012,17 @@ fn pmr_reused_half_is_migrated_and_zeroed_first() {
     let big = |seq: u64| vec![seq as u8; 100 * 1024];
     // Ten 100 KiB entries fill each half (1012 KiB) of a 2 MiB PMR.
     for seq in 0..20 {
-        wal.append(0, &big(seq)).unwrap();
+        let pos = wal.append(0, &big(seq)).unwrap();
+        if seq == 9 {
+            // The first half's entries are durable on the PMR.
+            wal.persist(&[pos]).unwrap();
+        }
     }
-    assert_eq!(handle.write_count(), 1, "nothing migrated yet (W0: region header)");
+    assert_eq!(
+        handle.write_count(),
+        1,
+        "nothing migrated yet (W0: region header)"
+    );
     // Does not fit the rest of the second half: the first half is migrated, zeroed and
     // this entry lands at its start. Never persisted (lane 1).
     wal.append(1, &vec![0xEE; 50 * 1024]).unwrap();
@@ -736,12 +1030,28 @@ fn pmr_reused_half_is_migrated_and_zeroed_first() {
     let sync = wal.append(0, &[0x55; 1000]).unwrap();
     wal.persist(&[sync]).unwrap();
     drop(wal);
-    let image = handle.snapshot().image(&CrashState::durable_prefix(last_flush_covers(&handle)));
-    let (_, recovery) =
-        PmrWal::recover(pmr_from(&pmr.crash_image_all_lost()), memory_device(image, 512), MEDIUM_REGION, 2, 0).unwrap();
-    let lane0: Vec<u64> = recovery.records.iter().filter(|r| r.lane == 0).map(|r| r.lane_seq).collect();
+    let image = handle
+        .snapshot()
+        .image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+    let (_, recovery) = PmrWal::recover(
+        pmr_from(&pmr.crash_image_all_lost()),
+        memory_device(image, 512),
+        MEDIUM_REGION,
+        2,
+        0,
+    )
+    .unwrap();
+    let lane0: Vec<u64> = recovery
+        .records
+        .iter()
+        .filter(|r| r.lane == 0)
+        .map(|r| r.lane_seq)
+        .collect();
     assert_eq!(lane0, (0..21).collect::<Vec<_>>());
-    assert!(recovery.records.iter().all(|r| r.lane == 0), "lane 1's entry was never persisted");
+    assert!(
+        recovery.records.iter().all(|r| r.lane == 0),
+        "lane 1's entry was never persisted"
+    );
     assert_eq!(recovery.records[20].payload, vec![0x55; 1000]);
 }
 
@@ -761,11 +1071,27 @@ struct SsdCase {
     second_life_every: usize,
 }
 
-fn run_workload(wal: &dyn Wal, model: &Mutex<Model>, handle: Option<&RecordingHandle>, seed: u64, lanes: u16, ops: usize) {
+fn run_workload(
+    wal: &dyn Wal,
+    model: &Mutex<Model>,
+    handle: Option<&RecordingHandle>,
+    seed: u64,
+    lanes: u16,
+    ops: usize,
+) {
     let covers = || handle.map_or(0, last_flush_covers);
     let write_count = || handle.map_or(0, RecordingHandle::write_count);
-    let env = Env { model, covers: &covers, write_count: &write_count };
-    let mut workload = Workload { lanes, payload_bytes_max: 1500, big_one_in: 40, buffered: Vec::new() };
+    let env = Env {
+        model,
+        covers: &covers,
+        write_count: &write_count,
+    };
+    let mut workload = Workload {
+        lanes,
+        payload_bytes_max: 1500,
+        big_one_in: 40,
+        buffered: Vec::new(),
+    };
     let mut rng = Rng::from_seed(seed);
     for _ in 0..ops {
         workload.step(wal, &env, &mut rng);
@@ -773,7 +1099,8 @@ fn run_workload(wal: &dyn Wal, model: &Mutex<Model>, handle: Option<&RecordingHa
 }
 
 fn ssd_crash_case(case: SsdCase) {
-    let (device, handle) = recording_device(vec![0; case.device_bytes as usize], case.logical_block);
+    let (device, handle) =
+        recording_device(vec![0; case.device_bytes as usize], case.logical_block);
     let (wal, _) = SsdWal::open(device, case.region, usize::from(case.lanes), 0, 1).unwrap();
     let model = Mutex::new(Model::default());
     run_workload(&wal, &model, Some(&handle), case.seed, case.lanes, case.ops);
@@ -785,7 +1112,10 @@ fn ssd_crash_case(case: SsdCase) {
 
 /// Checks the crash states of `recording` against `model`; returns how many.
 fn check_ssd_states(recording: &Recording, model: &Model, case: SsdCase, life: &str) -> usize {
-    let policy = CrashPolicy { states_max: case.states_max, ..CrashPolicy::with_seed(case.seed) };
+    let policy = CrashPolicy {
+        states_max: case.states_max,
+        ..CrashPolicy::with_seed(case.seed)
+    };
     let states = recording.crash_states(&policy);
     assert!(!states.states.is_empty());
     for (i, state) in states.states.iter().enumerate() {
@@ -799,7 +1129,9 @@ fn check_ssd_states(recording: &Recording, model: &Model, case: SsdCase, life: &
         let (recovered, recovery) = SsdWal::recover(device, case.region, lanes, released)
             .unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
         model
-            .check(&recovery, released, |covers| state.durable_writes() >= covers)
+            .check(&recovery, released, |covers| {
+                state.durable_writes() >= covers
+            })
             .unwrap_or_else(|e| fail(e));
         if case.second_life_every > 0 && i % case.second_life_every == 0 {
             let next = recovered.generation_max().max(released) + 1;
@@ -812,16 +1144,41 @@ fn check_ssd_states(recording: &Recording, model: &Model, case: SsdCase, life: &
 /// Opens the crash image in a new life (new incarnation; the next generation may reuse a
 /// number the first life used but lost every trace of), runs a short workload and checks
 /// the new life's crash states, the first life's recovered records included.
-fn ssd_second_life(image: Vec<u8>, first: &WalRecovery, released: u64, next: u64, case: SsdCase, first_state: &str) {
+fn ssd_second_life(
+    image: Vec<u8>,
+    first: &WalRecovery,
+    released: u64,
+    next: u64,
+    case: SsdCase,
+    first_state: &str,
+) {
     let (device, handle) = recording_device(image, case.logical_block);
-    let (wal, again) = SsdWal::open(device, case.region, usize::from(case.lanes), released, next).unwrap();
+    let (wal, again) =
+        SsdWal::open(device, case.region, usize::from(case.lanes), released, next).unwrap();
     assert_eq!(&again, first, "recovery is not repeatable");
     let model = Mutex::new(Model::from_recovery(first, released));
-    run_workload(&wal, &model, Some(&handle), case.seed ^ next, case.lanes, 30);
+    run_workload(
+        &wal,
+        &model,
+        Some(&handle),
+        case.seed ^ next,
+        case.lanes,
+        30,
+    );
     drop(wal);
     let model = model.into_inner().unwrap();
-    let case = SsdCase { states_max: 12, second_life_every: 0, seed: case.seed ^ next, ..case };
-    check_ssd_states(&handle.snapshot(), &model, case, &format!("second life after {first_state}"));
+    let case = SsdCase {
+        states_max: 12,
+        second_life_every: 0,
+        seed: case.seed ^ next,
+        ..case
+    };
+    check_ssd_states(
+        &handle.snapshot(),
+        &model,
+        case,
+        &format!("second life after {first_state}"),
+    );
 }
 
 #[test]
@@ -894,7 +1251,10 @@ impl PmrChecker {
         let pmr_image = self.pmr.crash_image(&mut rng);
         let (device_image, device_state) = device_crash_image(&self.handle, &mut rng);
         let fail = |what: String| -> ! {
-            panic!("seed {} {}: check {n} at {point}, device state {device_state}: {what}", self.seed, self.life);
+            panic!(
+                "seed {} {}: check {n} at {point}, device state {device_state}: {what}",
+                self.seed, self.life
+            );
         };
         let released = model.released;
         let (recovered, recovery) = PmrWal::recover(
@@ -905,18 +1265,32 @@ impl PmrChecker {
             released,
         )
         .unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
-        model.check(&recovery, released, |_| true).unwrap_or_else(|e| fail(e));
+        model
+            .check(&recovery, released, |_| true)
+            .unwrap_or_else(|e| fail(e));
         if self.second_life_every > 0 && n % self.second_life_every == 0 {
             let next = recovered.generation_max().max(released) + 1;
             let seed = self.seed ^ (n as u64) << 20;
-            pmr_life(pmr_image, device_image, Model::from_recovery(&recovery, released), Some(&recovery), next, seed, 40, 0);
+            pmr_life(
+                pmr_image,
+                device_image,
+                Model::from_recovery(&recovery, released),
+                Some(&recovery),
+                next,
+                seed,
+                40,
+                0,
+            );
         }
     }
 }
 
 /// Runs `ops` random operations on a PMR WAL over these images, checking crash images at
 /// every crash point and between operations. Returns the number of checks.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a test driver; each argument is one knob of a life"
+)]
 fn pmr_life(
     pmr_image: Vec<u8>,
     device_image: Vec<u8>,
@@ -939,9 +1313,14 @@ fn pmr_life(
         seed,
         checks: AtomicUsize::new(0),
         second_life_every,
-        life: if first.is_some() { "second life".into() } else { "first life".into() },
+        life: if first.is_some() {
+            "second life".into()
+        } else {
+            "first life".into()
+        },
     });
-    let (mut recovered, again) = PmrWal::recover(pmr, device, SMALL_REGION, usize::from(PMR_LANES), released).unwrap();
+    let (mut recovered, again) =
+        PmrWal::recover(pmr, device, SMALL_REGION, usize::from(PMR_LANES), released).unwrap();
     if let Some(first) = first {
         assert_eq!(&again, first, "recovery is not repeatable");
     }
@@ -951,10 +1330,19 @@ fn pmr_life(
     let wal = recovered.start(next).unwrap();
     let covers = || 0;
     let write_count = || handle.write_count();
-    let env = Env { model: &model, covers: &covers, write_count: &write_count };
+    let env = Env {
+        model: &model,
+        covers: &covers,
+        write_count: &write_count,
+    };
     // Heavy enough to fill a 1 MiB half every ~60 appends: halves are switched and
     // migrated often.
-    let mut workload = Workload { lanes: PMR_LANES, payload_bytes_max: 20_000, big_one_in: 15, buffered: Vec::new() };
+    let mut workload = Workload {
+        lanes: PMR_LANES,
+        payload_bytes_max: 20_000,
+        big_one_in: 15,
+        buffered: Vec::new(),
+    };
     let mut rng = Rng::from_seed(seed);
     for _ in 0..ops {
         workload.step(&wal, &env, &mut rng);
@@ -969,7 +1357,16 @@ fn pmr_crash_model_random_workloads() {
     for seed in 1..=3u64 {
         let pmr_image = vec![0u8; 2 * MIB as usize];
         let device_image = vec![0u8; SMALL_DEVICE_BYTES as usize];
-        let checks = pmr_life(pmr_image, device_image, Model::default(), None, 1, seed, 300, 40);
+        let checks = pmr_life(
+            pmr_image,
+            device_image,
+            Model::default(),
+            None,
+            1,
+            seed,
+            300,
+            40,
+        );
         println!("seed {seed}: {checks} PMR crash images checked");
         assert!(checks > 300);
     }

@@ -22,8 +22,8 @@
 
 use super::flush::{FlushCombiner, Health};
 use super::record::{
-    decode_record, ChunkHeader, ChunkKind, RegionHeader, CHUNK_DATA_OFFSET, REGION_HEADER_COPY_STRIDE,
-    UNIT_BYTES,
+    decode_record, ChunkHeader, ChunkKind, RegionHeader, CHUNK_DATA_OFFSET,
+    REGION_HEADER_COPY_STRIDE, UNIT_BYTES,
 };
 use super::recovery::Collector;
 use super::RecoveredRecord;
@@ -41,7 +41,11 @@ const WRITE_BUFS_POOLED_MAX: usize = 64;
 /// The region's unit count; asserts the region can hold the header unit and a chunk.
 fn unit_count(region: Region) -> u32 {
     let units = region.size_bytes() / UNIT_BYTES;
-    assert!(units >= 2, "a WAL region of {} bytes holds no chunk", region.size_bytes());
+    assert!(
+        units >= 2,
+        "a WAL region of {} bytes holds no chunk",
+        region.size_bytes()
+    );
     u32::try_from(units).expect("a WAL region has fewer than 2^32 units")
 }
 
@@ -77,7 +81,10 @@ pub(super) fn scan(
     collector: &mut Collector,
 ) -> Result<RegionScan, MetaDbError> {
     let units = unit_count(region);
-    assert!(region.end_byte() <= device.size_bytes(), "WAL region beyond the device");
+    assert!(
+        region.end_byte() <= device.size_bytes(),
+        "WAL region beyond the device"
+    );
     let io = io_bytes_for(device);
     let mut header_copies = [None, None];
     for (copy, slot) in header_copies.iter_mut().enumerate() {
@@ -90,7 +97,9 @@ pub(super) fn scan(
             {
                 return Err(MetaDbError::corruption(
                     "WAL region header",
-                    format!("copy {copy} describes another region or copy: {h:?}, expected {region:?}"),
+                    format!(
+                        "copy {copy} describes another region or copy: {h:?}, expected {region:?}"
+                    ),
                 ));
             }
             *slot = Some(h.incarnation);
@@ -115,25 +124,38 @@ pub(super) fn scan(
             unit += 1;
             continue;
         }
-        let fits = header.unit_count >= 1 && u64::from(unit) + u64::from(header.unit_count) <= u64::from(units);
+        let fits = header.unit_count >= 1
+            && u64::from(unit) + u64::from(header.unit_count) <= u64::from(units);
         if header.unit_index != unit || !fits {
             return Err(MetaDbError::corruption(
                 "WAL chunk header",
-                format!("unit {unit} of the WAL region holds a header for units {}+{}", header.unit_index, header.unit_count),
+                format!(
+                    "unit {unit} of the WAL region holds a header for units {}+{}",
+                    header.unit_index, header.unit_count
+                ),
             ));
         }
         let offset = region.start_byte() + u64::from(unit) * UNIT_BYTES;
         let len = header.unit_count as usize * UNIT_BYTES as usize;
         let buf = device.read(offset, AlignedBuf::zeroed(len), IoCause::Wal)?;
         parse_chunk(&buf, &header, crc, collector)?;
-        scan.live.push(LiveChunk { unit, units: header.unit_count, generation: header.generation });
+        scan.live.push(LiveChunk {
+            unit,
+            units: header.unit_count,
+            generation: header.generation,
+        });
         unit += header.unit_count;
     }
     Ok(scan)
 }
 
 /// The first `io` bytes of every unit (unit 0's entry is unused).
-fn read_unit_heads(device: &Device, region: Region, units: u32, io: usize) -> Result<Vec<AlignedBuf>, MetaDbError> {
+fn read_unit_heads(
+    device: &Device,
+    region: Region,
+    units: u32,
+    io: usize,
+) -> Result<Vec<AlignedBuf>, MetaDbError> {
     let mut heads: Vec<AlignedBuf> = Vec::with_capacity(units as usize);
     heads.push(AlignedBuf::zeroed(io));
     let mut next = 1u32;
@@ -147,7 +169,12 @@ fn read_unit_heads(device: &Device, region: Region, units: u32, io: usize) -> Re
             .collect();
         for completion in device.run(requests)? {
             completion.result?;
-            heads.push(completion.request.into_buf().expect("a read returns its buffer"));
+            heads.push(
+                completion
+                    .request
+                    .into_buf()
+                    .expect("a read returns its buffer"),
+            );
         }
         next = end;
     }
@@ -155,7 +182,12 @@ fn read_unit_heads(device: &Device, region: Region, units: u32, io: usize) -> Re
 }
 
 /// Hands the chunk's records, up to the first one that does not check out, to `collector`.
-fn parse_chunk(buf: &[u8], header: &ChunkHeader, crc: u32, collector: &mut Collector) -> Result<(), MetaDbError> {
+fn parse_chunk(
+    buf: &[u8],
+    header: &ChunkHeader,
+    crc: u32,
+    collector: &mut Collector,
+) -> Result<(), MetaDbError> {
     let mut at = CHUNK_DATA_OFFSET;
     while let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) {
         collector.add(RecoveredRecord {
@@ -211,7 +243,10 @@ impl UnitMap {
 
     fn free(&mut self, unit: u32, units: u32) {
         let range = unit as usize..(unit + units) as usize;
-        assert!(self.owner[range.clone()].iter().all(|&g| g != 0), "freeing a free unit");
+        assert!(
+            self.owner[range.clone()].iter().all(|&g| g != 0),
+            "freeing a free unit"
+        );
         self.owner[range].fill(0);
         self.free_count += units as usize;
     }
@@ -257,17 +292,29 @@ impl ChunkStore {
         let mut free_count = units as usize - 1;
         for chunk in &scan.live {
             let range = chunk.unit as usize..(chunk.unit + chunk.units) as usize;
-            assert!(owner[range.clone()].iter().all(|&g| g == 0), "recovered chunks overlap");
+            assert!(
+                owner[range.clone()].iter().all(|&g| g == 0),
+                "recovered chunks overlap"
+            );
             owner[range].fill(chunk.generation);
             free_count -= chunk.units as usize;
         }
-        let cursor = scan.live.iter().map(|c| (c.unit + c.units) as usize).max().unwrap_or(1);
+        let cursor = scan
+            .live
+            .iter()
+            .map(|c| (c.unit + c.units) as usize)
+            .max()
+            .unwrap_or(1);
         let store = ChunkStore {
             device,
             region,
             io_bytes,
             incarnation,
-            units: Mutex::new(UnitMap { owner, cursor: if cursor >= units as usize { 1 } else { cursor }, free_count }),
+            units: Mutex::new(UnitMap {
+                owner,
+                cursor: if cursor >= units as usize { 1 } else { cursor },
+                free_count,
+            }),
             flusher: FlushCombiner::default(),
             health: Health::default(),
             bufs: BufPool::new(UNIT_BYTES as usize, WRITE_BUFS_POOLED_MAX),
@@ -287,7 +334,9 @@ impl ChunkStore {
     }
 
     fn units(&self) -> MutexGuard<'_, UnitMap> {
-        self.units.lock().expect("WAL unit map lock poisoned by a panic")
+        self.units
+            .lock()
+            .expect("WAL unit map lock poisoned by a panic")
     }
 
     pub fn health(&self) -> &Health {
@@ -308,12 +357,34 @@ impl ChunkStore {
     /// A new chunk of `units` units for (generation, lane): its device offset, a zeroed
     /// buffer of its size with the header in place, and the header's CRC. `WalFull` if
     /// no run of free units is long enough.
-    pub fn new_chunk(&self, generation: u64, lane: u16, kind: ChunkKind, units: u32) -> Result<NewChunk, MetaDbError> {
-        let unit = self.units().allocate(generation, units as usize).ok_or(MetaDbError::WalFull)?;
-        let header = ChunkHeader { incarnation: self.incarnation, generation, lane, kind, unit_index: unit, unit_count: units };
+    pub fn new_chunk(
+        &self,
+        generation: u64,
+        lane: u16,
+        kind: ChunkKind,
+        units: u32,
+    ) -> Result<NewChunk, MetaDbError> {
+        let unit = self
+            .units()
+            .allocate(generation, units as usize)
+            .ok_or(MetaDbError::WalFull)?;
+        let header = ChunkHeader {
+            incarnation: self.incarnation,
+            generation,
+            lane,
+            kind,
+            unit_index: unit,
+            unit_count: units,
+        };
         let mut buf = vec![0u8; units as usize * UNIT_BYTES as usize];
         let crc = header.encode(&mut buf);
-        Ok(NewChunk { unit, units, offset: self.region.start_byte() + u64::from(unit) * UNIT_BYTES, buf, crc })
+        Ok(NewChunk {
+            unit,
+            units,
+            offset: self.region.start_byte() + u64::from(unit) * UNIT_BYTES,
+            buf,
+            crc,
+        })
     }
 
     /// Gives back a chunk that was never written (allocation rollback).
@@ -329,11 +400,21 @@ impl ChunkStore {
     /// A write of `bytes[start..end]` of the chunk at device offset `chunk_offset`,
     /// widened to whole IO blocks (bytes past the data written so far are zero in
     /// `bytes`). The buffer comes from the pool.
-    pub fn chunk_write(&self, chunk_offset: u64, bytes: &[u8], start: usize, end: usize) -> IoRequest {
+    pub fn chunk_write(
+        &self,
+        chunk_offset: u64,
+        bytes: &[u8],
+        start: usize,
+        end: usize,
+    ) -> IoRequest {
         let io = self.io_bytes;
         let from = start / io * io;
         let to = end.div_ceil(io) * io;
-        assert!(from < to && to <= bytes.len(), "chunk write [{from}, {to}) outside {} bytes", bytes.len());
+        assert!(
+            from < to && to <= bytes.len(),
+            "chunk write [{from}, {to}) outside {} bytes",
+            bytes.len()
+        );
         let mut buf = self.bufs.get();
         if buf.capacity() >= to - from {
             buf.set_len(to - from);
@@ -348,7 +429,10 @@ impl ChunkStore {
     pub fn run(&self, writes: Vec<IoRequest>) -> Result<(), MetaDbError> {
         self.health.check()?;
         debug_assert!(writes.iter().all(|w| matches!(w.op, IoOp::Write { .. })));
-        let completions = self.device.run(writes).map_err(|e| self.health.fail(e.into()))?;
+        let completions = self
+            .device
+            .run(writes)
+            .map_err(|e| self.health.fail(e.into()))?;
         for completion in completions {
             if let Some(buf) = completion.request.into_buf() {
                 self.bufs.put(buf);
@@ -383,7 +467,11 @@ mod tests {
     fn map(units: usize) -> UnitMap {
         let mut owner = vec![0; units];
         owner[0] = u64::MAX;
-        UnitMap { owner, cursor: 1, free_count: units - 1 }
+        UnitMap {
+            owner,
+            cursor: 1,
+            free_count: units - 1,
+        }
     }
 
     #[test]

@@ -57,7 +57,9 @@ pub(super) struct FlushCombiner {
 
 impl FlushCombiner {
     fn lock(&self) -> MutexGuard<'_, FlushState> {
-        self.state.lock().expect("WAL flush lock poisoned by a panic")
+        self.state
+            .lock()
+            .expect("WAL flush lock poisoned by a panic")
     }
 
     /// Returns once a device flush submitted after this call began has succeeded: every
@@ -71,12 +73,18 @@ impl FlushCombiner {
                 return Ok(());
             }
             if state.in_flight {
-                state = self.finished.wait(state).expect("WAL flush lock poisoned by a panic");
+                state = self
+                    .finished
+                    .wait(state)
+                    .expect("WAL flush lock poisoned by a panic");
                 continue;
             }
             state.started += 1;
             let ticket = state.started;
-            assert!(ticket >= need, "a flush started before the caller's write completed");
+            assert!(
+                ticket >= need,
+                "a flush started before the caller's write completed"
+            );
             state.in_flight = true;
             drop(state);
             let result = device.flush(IoCause::Wal);
@@ -102,7 +110,125 @@ impl FlushCombiner {
 mod tests {
     use super::*;
     use device::memory::MemoryBackend;
+    use device::{Backend, BackendQueue, DeviceError, DeviceInfo, IoCompletion, IoOp, IoRequest};
     use std::sync::Arc;
+
+    /// Holds flushes while closed.
+    #[derive(Debug, Default)]
+    struct Gate {
+        closed: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl Gate {
+        fn open(&self) {
+            *self.closed.lock().unwrap() = false;
+            self.opened.notify_all();
+        }
+
+        fn pass(&self) {
+            let mut closed = self.closed.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+        }
+    }
+
+    /// A memory device whose flushes wait at a gate.
+    #[derive(Debug)]
+    struct GatedFlushes {
+        inner: MemoryBackend,
+        gate: Arc<Gate>,
+    }
+
+    struct GatedQueue<'a> {
+        inner: Box<dyn BackendQueue + 'a>,
+        backend: &'a GatedFlushes,
+        flush_pushed: bool,
+    }
+
+    impl Backend for GatedFlushes {
+        fn info(&self) -> &DeviceInfo {
+            self.inner.info()
+        }
+
+        fn queue(&self) -> Result<Box<dyn BackendQueue + '_>, DeviceError> {
+            Ok(Box::new(GatedQueue {
+                inner: self.inner.queue()?,
+                backend: self,
+                flush_pushed: false,
+            }))
+        }
+    }
+
+    impl BackendQueue for GatedQueue<'_> {
+        fn depth(&self) -> usize {
+            self.inner.depth()
+        }
+
+        fn push(&mut self, request: IoRequest) -> Result<(), IoRequest> {
+            self.flush_pushed |= matches!(request.op, IoOp::Flush);
+            self.inner.push(request)
+        }
+
+        fn submit(&mut self, min_complete: usize) -> Result<(), DeviceError> {
+            if std::mem::take(&mut self.flush_pushed) {
+                self.backend.gate.pass();
+            }
+            self.inner.submit(min_complete)
+        }
+
+        fn pop(&mut self) -> Option<IoCompletion> {
+            self.inner.pop()
+        }
+
+        fn outstanding(&self) -> usize {
+            self.inner.outstanding()
+        }
+    }
+
+    fn wal_flushes(device: &Device) -> u64 {
+        device.counters().snapshot().cause(IoCause::Wal).flush_ops
+    }
+
+    #[test]
+    fn a_flush_in_flight_before_the_call_does_not_count() {
+        let gate = Arc::new(Gate {
+            closed: Mutex::new(true),
+            opened: Condvar::new(),
+        });
+        let backend = GatedFlushes {
+            inner: MemoryBackend::new(1 << 20, 512),
+            gate: gate.clone(),
+        };
+        let device = Arc::new(Device::new(Box::new(backend)));
+        let combiner = Arc::new(FlushCombiner::default());
+        let health = Arc::new(Health::default());
+        let spawn = || {
+            let (device, combiner, health) = (device.clone(), combiner.clone(), health.clone());
+            std::thread::spawn(move || combiner.flush(&device, &health).unwrap())
+        };
+        // A's flush is submitted and held at the device.
+        let a = spawn();
+        while wal_flushes(&device) == 0 {
+            std::thread::yield_now();
+        }
+        // B's write "completed" after A's flush was submitted: A's flush cannot cover it.
+        let b = spawn();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(wal_flushes(&device), 1, "B waits for the flush in flight");
+        gate.open();
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(
+            wal_flushes(&device),
+            2,
+            "B needed a flush submitted after its call"
+        );
+        // A third caller with nothing in flight issues its own.
+        combiner.flush(&device, &health).unwrap();
+        assert_eq!(wal_flushes(&device), 3);
+    }
 
     #[test]
     fn concurrent_callers_share_flushes() {
@@ -122,8 +248,11 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let flushes = device.counters().snapshot().cause(IoCause::Wal).flush_ops;
-        assert!((1..=400).contains(&flushes), "{flushes} flushes for 400 calls");
+        let flushes = wal_flushes(&device);
+        assert!(
+            (1..=400).contains(&flushes),
+            "{flushes} flushes for 400 calls"
+        );
         health.check().unwrap();
     }
 }

@@ -22,24 +22,22 @@
 //! - Appenders never wait for the switch lock while holding their lane lock; the switch
 //!   and rotation lock each lane in turn (no two at once) to wait out appends in progress.
 
+mod migrate;
+mod open;
 mod scan;
 mod tail;
 
-use self::scan::{read_slots, scan_limit, scan_range, zero_range, PmrGeometry};
+pub use self::open::PmrWalRecovered;
+
+use self::scan::{zero_range, PmrGeometry};
 use self::tail::Tail;
-use super::chunk::{self, ChunkStore, NewChunk, RegionScan};
-use super::record::{
-    encode_entry, encode_record, entry_bytes, record_bytes, ChunkKind, RecordId, Slot, CHUNK_DATA_OFFSET,
-    PAYLOAD_BYTES_MAX,
-};
-use super::recovery::Collector;
-use super::{RecoveredRecord, Wal, WalRecovery};
+use super::chunk::ChunkStore;
+use super::record::{encode_entry, entry_bytes, RecordId, Slot, PAYLOAD_BYTES_MAX};
+use super::Wal;
 use crate::error::MetaDbError;
 use crate::types::WalPos;
-use device::Device;
-use format::Region;
 use pmr::{IoCause, Pmr};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -51,8 +49,6 @@ pub type CrashHook = Arc<dyn Fn(&str) + Send + Sync>;
 /// Serials remembered for appenders between reading the tail and their CAS; a serial's
 /// entry is rewritten only when the tail is 3 serials past it, where every CAS on it fails.
 const SERIALS_REMEMBERED: usize = 4;
-/// Largest chunk a migration writes (longer lanes take several chunks).
-const MIGRATION_CHUNK_UNITS_MAX: u32 = 16;
 
 /// An entry written but not yet persisted.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +79,9 @@ struct Lane {
 
 impl Lane {
     fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.state.lock().expect("WAL lane lock poisoned by a panic")
+        self.state
+            .lock()
+            .expect("WAL lane lock poisoned by a panic")
     }
 }
 
@@ -117,42 +115,6 @@ struct SerialInfo {
     visit: AtomicU64,
 }
 
-/// A slot found by recovery, and what to do with it at start.
-#[derive(Debug, Clone, Copy)]
-struct Adopted {
-    slot: usize,
-    half: usize,
-    start: u64,
-    /// Closed end, or for an active slot the end of what its writers left.
-    end: u64,
-    was_active: bool,
-    /// Highest generation of its complete entries, if any is unreleased.
-    live_generation_max: Option<u64>,
-}
-
-/// Recovery done, not yet writable: [`PmrWalRecovered::start`] picks the generation.
-pub struct PmrWalRecovered {
-    pmr: Arc<Pmr>,
-    device: Arc<Device>,
-    geometry: PmrGeometry,
-    region_scan: RegionScan,
-    adopted: Vec<Adopted>,
-    lanes: usize,
-    released_through: u64,
-    generation_max: u64,
-    hook: Option<CrashHook>,
-}
-
-impl std::fmt::Debug for PmrWalRecovered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PmrWalRecovered")
-            .field("geometry", &self.geometry)
-            .field("adopted", &self.adopted)
-            .field("generation_max", &self.generation_max)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The PMR-mode WAL. See the module documentation.
 pub struct PmrWal {
     pmr: Arc<Pmr>,
@@ -182,71 +144,6 @@ impl std::fmt::Debug for PmrWal {
 }
 
 impl PmrWal {
-    /// Reads the PMR's slots and entries and the device backing region (reads only) and
-    /// returns the records of generations `> released_through`. `released_through` must
-    /// be at least every generation ever passed to `release_through`.
-    pub fn recover(
-        pmr: Arc<Pmr>,
-        device: Arc<Device>,
-        backing: Region,
-        lanes: usize,
-        released_through: u64,
-    ) -> Result<(PmrWalRecovered, WalRecovery), MetaDbError> {
-        assert!((1..=usize::from(u16::MAX) + 1).contains(&lanes), "{lanes} lanes");
-        let geometry = PmrGeometry::compute(pmr.len());
-        let largest = entry_bytes(PAYLOAD_BYTES_MAX) as u64;
-        assert!(geometry.halves[0].1 - geometry.halves[0].0 >= largest, "a PMR half must hold the largest entry");
-        let mut collector = Collector::new(released_through);
-        let region_scan = chunk::scan(&device, backing, released_through, &mut collector)?;
-        let found = read_slots(&pmr, &geometry)?;
-        let mut adopted = Vec::with_capacity(found.len());
-        for (index, slot) in found.iter().enumerate() {
-            let limit = scan_limit(&found, index, &geometry);
-            let scan = scan_range(&pmr, slot.start, limit);
-            let mut live_generation_max = None;
-            for (id, payload) in scan.entries {
-                if id.generation > released_through {
-                    live_generation_max = live_generation_max.max(Some(id.generation));
-                }
-                collector.add(RecoveredRecord { generation: id.generation, lane: id.lane, lane_seq: id.lane_seq, payload })?;
-            }
-            adopted.push(Adopted {
-                slot: slot.slot,
-                half: slot.half,
-                start: slot.start,
-                end: slot.end.unwrap_or(scan.written_end),
-                was_active: slot.end.is_none(),
-                live_generation_max,
-            });
-        }
-        let generation_max = collector.generation_max();
-        let recovered = PmrWalRecovered {
-            pmr,
-            device,
-            geometry,
-            region_scan,
-            adopted,
-            lanes,
-            released_through,
-            generation_max,
-            hook: None,
-        };
-        Ok((recovered, collector.finish()))
-    }
-
-    /// `recover` then `start(next_generation)`.
-    pub fn open(
-        pmr: Arc<Pmr>,
-        device: Arc<Device>,
-        backing: Region,
-        lanes: usize,
-        released_through: u64,
-        next_generation: u64,
-    ) -> Result<(PmrWal, WalRecovery), MetaDbError> {
-        let (recovered, recovery) = PmrWal::recover(pmr, device, backing, lanes, released_through)?;
-        Ok((recovered.start(next_generation)?, recovery))
-    }
-
     /// Installs (or removes) the crash-point hook.
     #[doc(hidden)]
     pub fn set_crash_hook(&self, hook: Option<CrashHook>) {
@@ -254,14 +151,20 @@ impl PmrWal {
     }
 
     fn crash_point(&self, name: &str) {
-        let hook = self.hook.lock().expect("WAL hook lock poisoned by a panic").clone();
+        let hook = self
+            .hook
+            .lock()
+            .expect("WAL hook lock poisoned by a panic")
+            .clone();
         if let Some(hook) = hook {
             hook(name);
         }
     }
 
     fn segments(&self) -> MutexGuard<'_, Segments> {
-        self.segments.lock().expect("WAL switch lock poisoned by a panic")
+        self.segments
+            .lock()
+            .expect("WAL switch lock poisoned by a panic")
     }
 
     fn health_check(&self) -> Result<(), MetaDbError> {
@@ -270,7 +173,9 @@ impl PmrWal {
 
     /// Breaks the WAL on a PMR persist failure.
     fn persist_range(&self, offset: u64, len: u64) -> Result<(), MetaDbError> {
-        self.pmr.persist(offset, len, IoCause::Wal).map_err(|e| self.store.health().fail(e.into()))
+        self.pmr
+            .persist(offset, len, IoCause::Wal)
+            .map_err(|e| self.store.health().fail(e.into()))
     }
 
     /// Stores a slot word and persists it (one line; atomic across a crash).
@@ -282,7 +187,10 @@ impl PmrWal {
 
     fn serial_info(&self, serial: u64) -> (u64, u64) {
         let info = &self.serials[serial as usize % SERIALS_REMEMBERED];
-        (info.generation.load(Ordering::SeqCst), info.visit.load(Ordering::SeqCst))
+        (
+            info.generation.load(Ordering::SeqCst),
+            info.visit.load(Ordering::SeqCst),
+        )
     }
 
     /// Makes `tail` current, for a segment of `generation` in `visit`.
@@ -299,16 +207,33 @@ impl PmrWal {
         loop {
             let word = self.tail.load(Ordering::SeqCst);
             let tail = Tail::unpack(word);
-            assert!(!tail.sealed, "sealing a sealed tail without the switch lock");
-            let sealed = Tail { sealed: true, ..tail };
-            if self.tail.compare_exchange(word, sealed.pack(), Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            assert!(
+                !tail.sealed,
+                "sealing a sealed tail without the switch lock"
+            );
+            let sealed = Tail {
+                sealed: true,
+                ..tail
+            };
+            if self
+                .tail
+                .compare_exchange(word, sealed.pack(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
                 return sealed;
             }
         }
     }
 
     fn unseal(&self, sealed: Tail) {
-        self.tail.store(Tail { sealed: false, ..sealed }.pack(), Ordering::SeqCst);
+        self.tail.store(
+            Tail {
+                sealed: false,
+                ..sealed
+            }
+            .pack(),
+            Ordering::SeqCst,
+        );
     }
 
     /// Waits until no switch or rotation holds the tail sealed.
@@ -318,7 +243,11 @@ impl PmrWal {
 
     /// Persists the lane's pending entries up to `limit` (all if `None`), coalescing
     /// adjacent ones into one persist.
-    fn persist_pending(&self, state: &mut LaneState, limit: Option<(u64, u64)>) -> Result<(), MetaDbError> {
+    fn persist_pending(
+        &self,
+        state: &mut LaneState,
+        limit: Option<(u64, u64)>,
+    ) -> Result<(), MetaDbError> {
         let settled = self.settled_visit.load(Ordering::SeqCst);
         let released = self.released_through.load(Ordering::SeqCst);
         let mut run: Option<(u64, u64)> = None;
@@ -362,7 +291,10 @@ impl PmrWal {
     fn switch_half(&self, serial: u64) -> Result<(), MetaDbError> {
         let mut segments = self.segments();
         let tail = Tail::unpack(self.tail.load(Ordering::SeqCst));
-        assert!(!tail.sealed, "the tail is sealed only under the switch lock");
+        assert!(
+            !tail.sealed,
+            "the tail is sealed only under the switch lock"
+        );
         if tail.serial != serial {
             return Ok(()); // another thread switched or rotated meanwhile
         }
@@ -377,19 +309,29 @@ impl PmrWal {
 
     fn switch_locked(&self, segments: &mut Segments, sealed: Tail) -> Result<(), MetaDbError> {
         let target = 1 - sealed.half;
-        let victims: Vec<Segment> = segments.closed.iter().filter(|s| s.half == target).copied().collect();
+        let victims: Vec<Segment> = segments
+            .closed
+            .iter()
+            .filter(|s| s.half == target)
+            .copied()
+            .collect();
         let current_empty = sealed.offset == segments.current.start;
         if segments.free_slots.len() + victims.len() + usize::from(current_empty) == 0 {
             return Err(MetaDbError::WalFull);
         }
         self.lane_pass(false)?;
         let released = self.released_through.load(Ordering::SeqCst);
-        let live: Vec<Segment> = victims.iter().filter(|s| s.generation_max > released).copied().collect();
+        let live: Vec<Segment> = victims
+            .iter()
+            .filter(|s| s.generation_max > released)
+            .copied()
+            .collect();
         if !live.is_empty() {
             self.migrate(&live)?;
         }
         self.crash_point("switch:migrated");
-        self.settled_visit.fetch_max(segments.half_visit[target], Ordering::SeqCst);
+        self.settled_visit
+            .fetch_max(segments.half_visit[target], Ordering::SeqCst);
         for victim in &victims {
             self.put_slot(victim.slot, 0)?;
             segments.free_slots.push(victim.slot);
@@ -406,7 +348,12 @@ impl PmrWal {
         self.crash_point("switch:opened");
         segments.visit += 1;
         segments.half_visit[target] = segments.visit;
-        let tail = Tail { serial: sealed.next_serial(), half: target, sealed: false, offset: start };
+        let tail = Tail {
+            serial: sealed.next_serial(),
+            half: target,
+            sealed: false,
+            offset: start,
+        };
         self.publish(tail, generation, segments.visit);
         Ok(())
     }
@@ -422,80 +369,47 @@ impl PmrWal {
             return Ok(());
         }
         current.end = Some(end);
-        self.put_slot(current.slot, Slot { start: current.start, end: Some(end) }.encode())?;
+        self.put_slot(
+            current.slot,
+            Slot {
+                start: current.start,
+                end: Some(end),
+            }
+            .encode(),
+        )?;
         segments.closed.push(current);
         Ok(())
     }
 
     /// Opens the segment appends go to next: its slot is persisted before any entry.
-    fn open_segment(&self, segments: &mut Segments, half: usize, start: u64, generation: u64) -> Result<(), MetaDbError> {
-        let slot = segments.free_slots.pop().expect("a free slot was checked for");
+    fn open_segment(
+        &self,
+        segments: &mut Segments,
+        half: usize,
+        start: u64,
+        generation: u64,
+    ) -> Result<(), MetaDbError> {
+        let slot = segments
+            .free_slots
+            .pop()
+            .expect("a free slot was checked for");
         self.put_slot(slot, Slot { start, end: None }.encode())?;
-        segments.current = Segment { slot, half, start, end: None, generation_max: generation };
+        segments.current = Segment {
+            slot,
+            half,
+            start,
+            end: None,
+            generation_max: generation,
+        };
         Ok(())
     }
 
-    /// Copies the unreleased entries of `live` (closed segments of the half about to be
-    /// reused) to the device as chunks, and flushes them.
-    fn migrate(&self, live: &[Segment]) -> Result<(), MetaDbError> {
-        let released = self.released_through.load(Ordering::SeqCst);
-        let mut lanes: BTreeMap<(u64, u16), BTreeMap<u64, Vec<u8>>> = BTreeMap::new();
-        for segment in live {
-            let end = segment.end.expect("a closed segment");
-            for (id, payload) in scan_range(&self.pmr, segment.start, end).entries {
-                if id.generation > released {
-                    lanes.entry((id.generation, id.lane)).or_default().insert(id.lane_seq, payload);
-                }
-            }
-        }
-        let mut chunks: Vec<(NewChunk, usize)> = Vec::new();
-        let mut failed = None;
-        'lanes: for ((generation, lane), records) in &lanes {
-            let mut records = records.iter().peekable();
-            while records.peek().is_some() {
-                // Fill a chunk of up to MIGRATION_CHUNK_UNITS_MAX units (or one record).
-                let mut data = 0usize;
-                let mut batch = Vec::new();
-                while let Some((&lane_seq, payload)) = records.peek() {
-                    let len = record_bytes(payload.len());
-                    let fits = ChunkStore::units_for(data + len) <= MIGRATION_CHUNK_UNITS_MAX;
-                    if !batch.is_empty() && !fits {
-                        break;
-                    }
-                    batch.push((lane_seq, *payload));
-                    data += len;
-                    records.next();
-                }
-                let mut chunk =
-                    match self.store.new_chunk(*generation, *lane, ChunkKind::Migrated, ChunkStore::units_for(data)) {
-                        Ok(chunk) => chunk,
-                        Err(e) => {
-                            failed = Some(e);
-                            break 'lanes;
-                        }
-                    };
-                let mut at = CHUNK_DATA_OFFSET;
-                for (lane_seq, payload) in batch {
-                    let id = RecordId { generation: *generation, lane: *lane, lane_seq };
-                    encode_record(&mut chunk.buf[at..], id, chunk.crc, payload);
-                    at += record_bytes(payload.len());
-                }
-                chunks.push((chunk, at));
-            }
-        }
-        if let Some(error) = failed {
-            for (chunk, _) in &chunks {
-                self.store.discard_chunk(chunk);
-            }
-            return Err(error);
-        }
-        let writes = chunks.iter().map(|(c, filled)| self.store.chunk_write(c.offset, &c.buf, 0, *filled)).collect();
-        self.store.run(writes)?;
-        self.crash_point("switch:migration_written");
-        self.store.flush()
-    }
-
-    fn rotate_locked(&self, segments: &mut Segments, sealed: Tail, next: u64) -> Result<(), MetaDbError> {
+    fn rotate_locked(
+        &self,
+        segments: &mut Segments,
+        sealed: Tail,
+        next: u64,
+    ) -> Result<(), MetaDbError> {
         let current_empty = sealed.offset == segments.current.start;
         if segments.free_slots.is_empty() && !current_empty {
             return Err(MetaDbError::WalFull);
@@ -507,7 +421,11 @@ impl PmrWal {
         self.open_segment(segments, sealed.half, sealed.offset, next)?;
         self.crash_point("rotate:opened");
         self.generation.store(next, Ordering::SeqCst);
-        let tail = Tail { serial: sealed.next_serial(), sealed: false, ..sealed };
+        let tail = Tail {
+            serial: sealed.next_serial(),
+            sealed: false,
+            ..sealed
+        };
         self.publish(tail, next, segments.visit);
         Ok(())
     }
@@ -523,107 +441,6 @@ impl PmrWal {
     }
 }
 
-impl PmrWalRecovered {
-    /// The highest generation the log holds (the next one must be greater).
-    pub fn generation_max(&self) -> u64 {
-        self.generation_max
-    }
-
-    /// Installs the crash-point hook before `start` (it carries over to the WAL).
-    #[doc(hidden)]
-    pub fn set_crash_hook(&mut self, hook: Option<CrashHook>) {
-        self.hook = hook;
-    }
-
-    /// Makes the recovered state the WAL's: writes a new incarnation header on the
-    /// device, closes active slots at what their writers left (clearing slots without
-    /// live entries), persists what is kept, zeroes the free part of a half and opens a
-    /// segment there for `next_generation`.
-    pub fn start(self, next_generation: u64) -> Result<PmrWal, MetaDbError> {
-        assert!(
-            next_generation > self.generation_max && next_generation > self.released_through,
-            "generation {next_generation} not beyond the log's {} / released {}",
-            self.generation_max,
-            self.released_through
-        );
-        let store = ChunkStore::start(self.device, self.region_scan)?;
-        let geometry = self.geometry;
-        let lanes = (0..self.lanes)
-            .map(|_| Lane {
-                state: Mutex::new(LaneState {
-                    generation: next_generation,
-                    next_seq: 0,
-                    pending: VecDeque::new(),
-                    scratch: Vec::new(),
-                }),
-            })
-            .collect();
-        let placeholder = Segment { slot: 0, half: 0, start: geometry.halves[0].0, end: None, generation_max: 0 };
-        let wal = PmrWal {
-            pmr: self.pmr,
-            geometry,
-            store,
-            lanes,
-            tail: AtomicU64::new(0),
-            serials: Default::default(),
-            generation: AtomicU64::new(next_generation),
-            released_through: AtomicU64::new(self.released_through),
-            settled_visit: AtomicU64::new(0),
-            segments: Mutex::new(Segments {
-                current: placeholder,
-                closed: Vec::new(),
-                free_slots: Vec::new(),
-                visit: 1,
-                half_visit: [0, 0],
-            }),
-            hook: Mutex::new(self.hook),
-        };
-        wal.adopt(&self.adopted, next_generation)?;
-        Ok(wal)
-    }
-}
-
-impl PmrWal {
-    /// The second half of `start`: see [`PmrWalRecovered::start`].
-    fn adopt(&self, adopted: &[Adopted], generation: u64) -> Result<(), MetaDbError> {
-        let mut segments = self.segments();
-        let mut used = vec![false; self.geometry.slot_count];
-        for a in adopted {
-            let Some(generation_max) = a.live_generation_max else {
-                self.put_slot(a.slot, 0)?;
-                continue;
-            };
-            if a.was_active {
-                self.put_slot(a.slot, Slot { start: a.start, end: Some(a.end) }.encode())?;
-            }
-            // What was visible may not have been durable (a process restart over an
-            // emulated PMR): make it so before anything depends on it.
-            self.persist_range(a.start, a.end - a.start)?;
-            used[a.slot] = true;
-            segments.closed.push(Segment { slot: a.slot, half: a.half, start: a.start, end: Some(a.end), generation_max });
-        }
-        self.crash_point("start:adopted");
-        // Start in the half with the most room after its kept segments.
-        let free_start = |half: usize| {
-            segments.closed.iter().filter(|s| s.half == half).filter_map(|s| s.end).max().unwrap_or(self.geometry.halves[half].0)
-        };
-        let room = |half: usize| self.geometry.halves[half].1 - free_start(half);
-        let half = if room(1) > room(0) { 1 } else { 0 };
-        let start = free_start(half);
-        zero_range(&self.pmr, start, self.geometry.halves[half].1).map_err(|e| self.store.health().fail(e))?;
-        self.crash_point("start:zeroed");
-        segments.free_slots = (0..self.geometry.slot_count).rev().filter(|&s| !used[s]).collect();
-        if segments.free_slots.is_empty() {
-            return Err(MetaDbError::WalFull);
-        }
-        self.open_segment(&mut segments, half, start, generation)?;
-        self.crash_point("start:opened");
-        segments.half_visit[half] = segments.visit;
-        self.publish(Tail { serial: 0, half, sealed: false, offset: start }, generation, segments.visit);
-        Ok(())
-    }
-}
-
 impl Wal for PmrWal {
     fn lanes(&self) -> usize {
         self.lanes.len()
@@ -634,8 +451,16 @@ impl Wal for PmrWal {
     }
 
     fn append(&self, lane: u16, payload: &[u8]) -> Result<WalPos, MetaDbError> {
-        assert!(usize::from(lane) < self.lanes.len(), "lane {lane} of {}", self.lanes.len());
-        assert!(payload.len() <= PAYLOAD_BYTES_MAX, "payload of {} bytes", payload.len());
+        assert!(
+            usize::from(lane) < self.lanes.len(),
+            "lane {lane} of {}",
+            self.lanes.len()
+        );
+        assert!(
+            payload.len() <= PAYLOAD_BYTES_MAX,
+            "payload of {} bytes",
+            payload.len()
+        );
         let len = entry_bytes(payload.len()) as u64;
         let lane_ref = &self.lanes[usize::from(lane)];
         loop {
@@ -648,8 +473,16 @@ impl Wal for PmrWal {
                     break (tail, 0, 0);
                 }
                 let (generation, visit) = self.serial_info(tail.serial);
-                let reserved = Tail { offset: tail.offset + len, ..tail }.pack();
-                if self.tail.compare_exchange(word, reserved, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                let reserved = Tail {
+                    offset: tail.offset + len,
+                    ..tail
+                }
+                .pack();
+                if self
+                    .tail
+                    .compare_exchange(word, reserved, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
                     break (tail, generation, visit);
                 }
             };
@@ -670,15 +503,33 @@ impl Wal for PmrWal {
             let lane_seq = state.next_seq;
             state.next_seq += 1;
             let mut scratch = std::mem::take(&mut state.scratch);
-            encode_entry(&mut scratch, RecordId { generation, lane, lane_seq }, payload);
+            encode_entry(
+                &mut scratch,
+                RecordId {
+                    generation,
+                    lane,
+                    lane_seq,
+                },
+                payload,
+            );
             debug_assert_eq!(scratch.len() as u64, len);
             // TxB and content, then TxE (augefs.txt §V-B).
             let body = scratch.len() - 8;
             self.pmr.write(tail.offset, &scratch[..body]);
             self.pmr.write(tail.offset + body as u64, &scratch[body..]);
             state.scratch = scratch;
-            state.pending.push_back(Pending { generation, lane_seq, offset: tail.offset, len, visit });
-            return Ok(WalPos { lane, generation, lane_seq });
+            state.pending.push_back(Pending {
+                generation,
+                lane_seq,
+                offset: tail.offset,
+                len,
+                visit,
+            });
+            return Ok(WalPos {
+                lane,
+                generation,
+                lane_seq,
+            });
         }
     }
 
@@ -686,8 +537,16 @@ impl Wal for PmrWal {
         self.health_check()?;
         let current = self.generation.load(Ordering::SeqCst);
         for pos in positions {
-            assert!(usize::from(pos.lane) < self.lanes.len(), "lane {} of {}", pos.lane, self.lanes.len());
-            assert!(pos.generation <= current, "position {pos:?} beyond generation {current}");
+            assert!(
+                usize::from(pos.lane) < self.lanes.len(),
+                "lane {} of {}",
+                pos.lane,
+                self.lanes.len()
+            );
+            assert!(
+                pos.generation <= current,
+                "position {pos:?} beyond generation {current}"
+            );
             let mut state = self.lanes[usize::from(pos.lane)].lock();
             self.persist_pending(&mut state, Some((pos.generation, pos.lane_seq)))?;
         }
@@ -706,7 +565,10 @@ impl Wal for PmrWal {
         self.health_check()?;
         let mut segments = self.segments();
         let current = self.generation.load(Ordering::SeqCst);
-        assert!(next > current, "rotating from generation {current} to {next}");
+        assert!(
+            next > current,
+            "rotating from generation {current} to {next}"
+        );
         let sealed = self.seal();
         self.crash_point("rotate:sealed");
         let result = self.rotate_locked(&mut segments, sealed, next);
@@ -719,11 +581,17 @@ impl Wal for PmrWal {
     fn release_through(&self, generation: u64) -> Result<(), MetaDbError> {
         self.health_check()?;
         let current = self.generation.load(Ordering::SeqCst);
-        assert!(generation < current, "releasing generation {generation}, current is {current}");
+        assert!(
+            generation < current,
+            "releasing generation {generation}, current is {current}"
+        );
         let mut segments = self.segments();
-        self.released_through.fetch_max(generation, Ordering::SeqCst);
-        let (released, kept): (Vec<Segment>, Vec<Segment>) =
-            segments.closed.iter().partition(|s| s.generation_max <= generation);
+        self.released_through
+            .fetch_max(generation, Ordering::SeqCst);
+        let (released, kept): (Vec<Segment>, Vec<Segment>) = segments
+            .closed
+            .iter()
+            .partition(|s| s.generation_max <= generation);
         segments.closed = kept;
         for segment in released {
             self.put_slot(segment.slot, 0)?;

@@ -224,7 +224,15 @@ pub(super) const RECORD_HEADER_BYTES: usize = 32;
 pub const RECORD_HEADER_LAYOUT: StructLayout = StructLayout {
     name: "WAL record header",
     size: RECORD_HEADER_BYTES,
-    fields: &[R_CRC, R_MAGIC, R_LANE, R_PAYLOAD_LEN, R_CHUNK_CRC, R_GENERATION, R_LANE_SEQ],
+    fields: &[
+        R_CRC,
+        R_MAGIC,
+        R_LANE,
+        R_PAYLOAD_LEN,
+        R_CHUNK_CRC,
+        R_GENERATION,
+        R_LANE_SEQ,
+    ],
 };
 const _: () = assert!(R_LANE_SEQ.end() == RECORD_HEADER_BYTES);
 
@@ -308,7 +316,15 @@ pub(super) const ENTRY_TRAILER_BYTES: usize = 8;
 pub const ENTRY_HEADER_LAYOUT: StructLayout = StructLayout {
     name: "PMR WAL entry header",
     size: ENTRY_HEADER_BYTES,
-    fields: &[E_TXB_MAGIC, E_ENTRY_BYTES, E_GENERATION, E_LANE_SEQ, E_LANE, E_RESERVED, E_PAYLOAD_LEN],
+    fields: &[
+        E_TXB_MAGIC,
+        E_ENTRY_BYTES,
+        E_GENERATION,
+        E_LANE_SEQ,
+        E_LANE,
+        E_RESERVED,
+        E_PAYLOAD_LEN,
+    ],
 };
 pub const ENTRY_TRAILER_LAYOUT: StructLayout = StructLayout {
     name: "PMR WAL entry trailer",
@@ -364,7 +380,9 @@ pub(super) fn decode_entry(buf: &[u8]) -> Option<(RecordId, std::ops::Range<usiz
     let whole = buf.get(..total)?;
     let body = total - ENTRY_TRAILER_BYTES;
     let trailer = &whole[body..];
-    if T_TXE_MAGIC.get_u32(trailer) != TXE_MAGIC || T_CRC.get_u32(trailer) != crc32c::crc32c(&whole[..body]) {
+    if T_TXE_MAGIC.get_u32(trailer) != TXE_MAGIC
+        || T_CRC.get_u32(trailer) != crc32c::crc32c(&whole[..body])
+    {
         return None;
     }
     let payload_len = E_PAYLOAD_LEN.get_u32(whole) as usize;
@@ -415,7 +433,11 @@ impl Slot {
             return None;
         }
         let start = word >> 32 & SLOT_OFFSET_MASK;
-        let end = if word & SLOT_ACTIVE != 0 { None } else { Some(word & SLOT_OFFSET_MASK) };
+        let end = if word & SLOT_ACTIVE != 0 {
+            None
+        } else {
+            Some(word & SLOT_OFFSET_MASK)
+        };
         Some(Slot { start, end })
     }
 }
@@ -447,7 +469,12 @@ mod tests {
 
     #[test]
     fn region_header_round_trip_and_rejects_damage() {
-        let h = RegionHeader { copy_index: 1, incarnation: 9, region_start_block: 1536, region_block_count: 2048 };
+        let h = RegionHeader {
+            copy_index: 1,
+            incarnation: 9,
+            region_start_block: 1536,
+            region_block_count: 2048,
+        };
         let mut buf = [0u8; 512];
         h.encode(&mut buf);
         assert_eq!(RegionHeader::decode(&buf), Some(h));
@@ -472,7 +499,11 @@ mod tests {
     #[test]
     fn record_round_trip_and_binding_to_its_chunk() {
         let (header, crc, mut buf) = chunk();
-        let id = RecordId { generation: 7, lane: 2, lane_seq: 11 };
+        let id = RecordId {
+            generation: 7,
+            lane: 2,
+            lane_seq: 11,
+        };
         let payload = b"hello wal";
         let at = CHUNK_DATA_OFFSET;
         encode_record(&mut buf[at..], id, crc, payload);
@@ -481,17 +512,26 @@ mod tests {
         assert_eq!(&buf[at + range.start..at + range.end], payload);
         assert_eq!(len, record_bytes(payload.len()));
         // Under another chunk header (another incarnation), the record is stale.
-        let other = ChunkHeader { incarnation: 4, ..header };
+        let other = ChunkHeader {
+            incarnation: 4,
+            ..header
+        };
         let other_crc = other.encode(&mut [0u8; 64]);
         assert!(decode_record(&buf[at..], &other, other_crc).is_none());
         // Every truncation or flipped byte is rejected.
         for cut in 0..len {
-            assert!(decode_record(&buf[at..at + cut], &header, crc).is_none(), "cut {cut}");
+            assert!(
+                decode_record(&buf[at..at + cut], &header, crc).is_none(),
+                "cut {cut}"
+            );
         }
         for i in 0..len {
             let mut bad = buf.clone();
             bad[at + i] ^= 0x40;
-            assert!(decode_record(&bad[at..], &header, crc).is_none(), "byte {i}");
+            assert!(
+                decode_record(&bad[at..], &header, crc).is_none(),
+                "byte {i}"
+            );
         }
         assert!(decode_record(&[0u8; 64], &header, crc).is_none());
     }
@@ -501,7 +541,11 @@ mod tests {
         assert_eq!(entry_bytes(0), 64);
         assert_eq!(entry_bytes(24), 64);
         assert_eq!(entry_bytes(25), 128);
-        let id = RecordId { generation: 4, lane: 1, lane_seq: 0 };
+        let id = RecordId {
+            generation: 4,
+            lane: 1,
+            lane_seq: 0,
+        };
         let payload: Vec<u8> = (0..200u8).collect();
         let mut out = Vec::new();
         encode_entry(&mut out, id, &payload);
@@ -522,11 +566,17 @@ mod tests {
 
     #[test]
     fn slot_encoding_matches_format_md() {
-        let active = Slot { start: 8192, end: None };
+        let active = Slot {
+            start: 8192,
+            end: None,
+        };
         let w = active.encode();
         assert_eq!(w, 1 << 63 | 8192 << 32 | 1 << 31);
         assert_eq!(Slot::decode(w), Some(active));
-        let closed = Slot { start: 8192, end: Some(12288) };
+        let closed = Slot {
+            start: 8192,
+            end: Some(12288),
+        };
         assert_eq!(closed.encode(), 1 << 63 | 8192 << 32 | 12288);
         assert_eq!(Slot::decode(closed.encode()), Some(closed));
         assert_eq!(Slot::decode(0), None);

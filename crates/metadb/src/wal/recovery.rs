@@ -23,7 +23,10 @@ pub(super) struct Collector {
 
 impl Collector {
     pub fn new(released_through: u64) -> Collector {
-        Collector { released_through, ..Collector::default() }
+        Collector {
+            released_through,
+            ..Collector::default()
+        }
     }
 
     /// Notes that `generation` exists in the log (even if released or empty).
@@ -36,7 +39,10 @@ impl Collector {
         if record.generation <= self.released_through {
             return Ok(());
         }
-        let lane = self.lanes.entry((record.generation, record.lane)).or_default();
+        let lane = self
+            .lanes
+            .entry((record.generation, record.lane))
+            .or_default();
         match lane.entry(record.lane_seq) {
             Entry::Vacant(v) => {
                 v.insert(record.payload);
@@ -61,7 +67,10 @@ impl Collector {
     }
 
     pub fn finish(self) -> WalRecovery {
-        let mut recovery = WalRecovery { generation_max: self.generation_max, ..WalRecovery::default() };
+        let mut recovery = WalRecovery {
+            generation_max: self.generation_max,
+            ..WalRecovery::default()
+        };
         for ((generation, lane), records) in self.lanes {
             let found = records.len() as u64;
             let mut run = 0u64;
@@ -69,15 +78,25 @@ impl Collector {
                 if lane_seq != run {
                     break;
                 }
-                recovery.records.push(RecoveredRecord { generation, lane, lane_seq, payload });
+                recovery.records.push(RecoveredRecord {
+                    generation,
+                    lane,
+                    lane_seq,
+                    payload,
+                });
                 run += 1;
             }
             recovery.dropped_after_hole += found - run;
         }
-        debug_assert!(recovery
-            .records
-            .windows(2)
-            .all(|w| (w[0].generation, w[0].lane, w[0].lane_seq) < (w[1].generation, w[1].lane, w[1].lane_seq)));
+        debug_assert!(recovery.records.windows(2).all(|w| (
+            w[0].generation,
+            w[0].lane,
+            w[0].lane_seq
+        ) < (
+            w[1].generation,
+            w[1].lane,
+            w[1].lane_seq
+        )));
         recovery
     }
 }
@@ -87,7 +106,12 @@ mod tests {
     use super::*;
 
     fn rec(generation: u64, lane: u16, lane_seq: u64, payload: &[u8]) -> RecoveredRecord {
-        RecoveredRecord { generation, lane, lane_seq, payload: payload.to_vec() }
+        RecoveredRecord {
+            generation,
+            lane,
+            lane_seq,
+            payload: payload.to_vec(),
+        }
     }
 
     #[test]
@@ -109,7 +133,11 @@ mod tests {
         let got = c.finish();
         assert_eq!(got.generation_max, 4);
         assert_eq!(got.dropped_after_hole, 3);
-        let ids: Vec<_> = got.records.iter().map(|r| (r.generation, r.lane, r.lane_seq)).collect();
+        let ids: Vec<_> = got
+            .records
+            .iter()
+            .map(|r| (r.generation, r.lane, r.lane_seq))
+            .collect();
         assert_eq!(ids, [(3, 0, 0), (3, 0, 1), (4, 0, 0)]);
     }
 }

@@ -24,7 +24,9 @@
 //!   generation: a hole never spans generations.
 
 use super::chunk::{self, ChunkStore, RegionScan};
-use super::record::{encode_record, record_bytes, ChunkKind, RecordId, CHUNK_DATA_OFFSET, PAYLOAD_BYTES_MAX};
+use super::record::{
+    encode_record, record_bytes, ChunkKind, RecordId, CHUNK_DATA_OFFSET, PAYLOAD_BYTES_MAX,
+};
 use super::recovery::Collector;
 use super::{Wal, WalRecovery};
 use crate::error::MetaDbError;
@@ -62,7 +64,14 @@ struct LaneState {
 
 impl LaneState {
     fn new(generation: u64) -> LaneState {
-        LaneState { generation, next_seq: 0, written_count: 0, durable_count: 0, writing: false, chunks: VecDeque::new() }
+        LaneState {
+            generation,
+            next_seq: 0,
+            written_count: 0,
+            durable_count: 0,
+            writing: false,
+            chunks: VecDeque::new(),
+        }
     }
 
     /// Writes for every unwritten byte, and what they cover: (chunk offset, filled).
@@ -102,7 +111,9 @@ struct Lane {
 
 impl Lane {
     fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.state.lock().expect("WAL lane lock poisoned by a panic")
+        self.state
+            .lock()
+            .expect("WAL lane lock poisoned by a panic")
     }
 }
 
@@ -138,11 +149,20 @@ impl SsdWal {
         lanes: usize,
         released_through: u64,
     ) -> Result<(SsdWalRecovered, WalRecovery), MetaDbError> {
-        assert!((1..=usize::from(u16::MAX) + 1).contains(&lanes), "{lanes} lanes");
+        assert!(
+            (1..=usize::from(u16::MAX) + 1).contains(&lanes),
+            "{lanes} lanes"
+        );
         let mut collector = Collector::new(released_through);
         let scan = chunk::scan(&device, region, released_through, &mut collector)?;
         let generation_max = collector.generation_max();
-        let recovered = SsdWalRecovered { device, scan, lanes, released_through, generation_max };
+        let recovered = SsdWalRecovered {
+            device,
+            scan,
+            lanes,
+            released_through,
+            generation_max,
+        };
         Ok((recovered, collector.finish()))
     }
 
@@ -160,9 +180,17 @@ impl SsdWal {
     }
 
     fn check_position(&self, pos: &WalPos) {
-        assert!(usize::from(pos.lane) < self.lanes.len(), "lane {} of {}", pos.lane, self.lanes.len());
+        assert!(
+            usize::from(pos.lane) < self.lanes.len(),
+            "lane {} of {}",
+            pos.lane,
+            self.lanes.len()
+        );
         let current = self.generation.load(Ordering::SeqCst);
-        assert!(pos.generation <= current, "position {pos:?} beyond generation {current}");
+        assert!(
+            pos.generation <= current,
+            "position {pos:?} beyond generation {current}"
+        );
     }
 
     /// Waits until no `rotate` is sealing appends, with the lane locked.
@@ -173,22 +201,37 @@ impl SsdWal {
                 return state;
             }
             drop(state);
-            drop(self.rotating.lock().expect("WAL rotate lock poisoned by a panic"));
+            drop(
+                self.rotating
+                    .lock()
+                    .expect("WAL rotate lock poisoned by a panic"),
+            );
         }
     }
 
     /// Makes sure records `0..count` of (generation, lane) are in completed writes.
     /// Returns the written count to make durable with a flush, or `None` if nothing is
     /// left to do (already durable, or an earlier generation, which `rotate` persisted).
-    fn ensure_written(&self, lane: usize, generation: u64, count: u64) -> Result<Option<u64>, MetaDbError> {
+    fn ensure_written(
+        &self,
+        lane: usize,
+        generation: u64,
+        count: u64,
+    ) -> Result<Option<u64>, MetaDbError> {
         let lane = &self.lanes[lane];
         let mut state = lane.lock();
         loop {
             if state.generation != generation {
-                assert!(generation < state.generation, "generation {generation} not begun");
+                assert!(
+                    generation < state.generation,
+                    "generation {generation} not begun"
+                );
                 return Ok(None);
             }
-            assert!(count <= state.next_seq, "persisting a record never appended");
+            assert!(
+                count <= state.next_seq,
+                "persisting a record never appended"
+            );
             if state.durable_count >= count {
                 return Ok(None);
             }
@@ -196,7 +239,10 @@ impl SsdWal {
                 return Ok(Some(state.written_count));
             }
             if state.writing {
-                state = lane.written.wait(state).expect("WAL lane lock poisoned by a panic");
+                state = lane
+                    .written
+                    .wait(state)
+                    .expect("WAL lane lock poisoned by a panic");
                 continue;
             }
             let (writes, covered) = state.dirty_writes(&self.store);
@@ -263,7 +309,10 @@ impl SsdWalRecovered {
         );
         let store = ChunkStore::start(self.device, self.scan)?;
         let lanes = (0..self.lanes)
-            .map(|_| Lane { state: Mutex::new(LaneState::new(next_generation)), written: Condvar::new() })
+            .map(|_| Lane {
+                state: Mutex::new(LaneState::new(next_generation)),
+                written: Condvar::new(),
+            })
             .collect();
         Ok(SsdWal {
             store,
@@ -285,27 +334,59 @@ impl Wal for SsdWal {
     }
 
     fn append(&self, lane: u16, payload: &[u8]) -> Result<WalPos, MetaDbError> {
-        assert!(usize::from(lane) < self.lanes.len(), "lane {lane} of {}", self.lanes.len());
-        assert!(payload.len() <= PAYLOAD_BYTES_MAX, "payload of {} bytes", payload.len());
+        assert!(
+            usize::from(lane) < self.lanes.len(),
+            "lane {lane} of {}",
+            self.lanes.len()
+        );
+        assert!(
+            payload.len() <= PAYLOAD_BYTES_MAX,
+            "payload of {} bytes",
+            payload.len()
+        );
         self.store.health().check()?;
         let mut state = self.lock_unsealed(&self.lanes[usize::from(lane)]);
         let generation = state.generation;
         debug_assert_eq!(generation, self.generation.load(Ordering::SeqCst));
         let len = record_bytes(payload.len());
-        let fits = state.chunks.back().is_some_and(|c| c.filled + len <= c.buf.len());
+        let fits = state
+            .chunks
+            .back()
+            .is_some_and(|c| c.filled + len <= c.buf.len());
         if !fits {
             let units = ChunkStore::units_for(len);
-            let new = self.store.new_chunk(generation, lane, ChunkKind::Lane, units)?;
+            let new = self
+                .store
+                .new_chunk(generation, lane, ChunkKind::Lane, units)?;
             let filled = CHUNK_DATA_OFFSET;
-            state.chunks.push_back(OpenChunk { offset: new.offset, crc: new.crc, buf: new.buf, filled, written: 0 });
+            state.chunks.push_back(OpenChunk {
+                offset: new.offset,
+                crc: new.crc,
+                buf: new.buf,
+                filled,
+                written: 0,
+            });
         }
         let lane_seq = state.next_seq;
         let chunk = state.chunks.back_mut().expect("a chunk to append to");
         let at = chunk.filled;
-        encode_record(&mut chunk.buf[at..], RecordId { generation, lane, lane_seq }, chunk.crc, payload);
+        encode_record(
+            &mut chunk.buf[at..],
+            RecordId {
+                generation,
+                lane,
+                lane_seq,
+            },
+            chunk.crc,
+            payload,
+        );
         chunk.filled += len;
         state.next_seq += 1;
-        Ok(WalPos { lane, generation, lane_seq })
+        Ok(WalPos {
+            lane,
+            generation,
+            lane_seq,
+        })
     }
 
     fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError> {
@@ -337,9 +418,15 @@ impl Wal for SsdWal {
 
     fn rotate(&self, next: u64) -> Result<(), MetaDbError> {
         self.store.health().check()?;
-        let _rotating = self.rotating.lock().expect("WAL rotate lock poisoned by a panic");
+        let _rotating = self
+            .rotating
+            .lock()
+            .expect("WAL rotate lock poisoned by a panic");
         let current = self.generation.load(Ordering::SeqCst);
-        assert!(next > current, "rotating from generation {current} to {next}");
+        assert!(
+            next > current,
+            "rotating from generation {current} to {next}"
+        );
         // Appends that locked their lane before this store finish first (persist locks
         // each lane); later ones see the seal and wait for `rotating`.
         self.sealed.store(true, Ordering::SeqCst);
@@ -358,7 +445,10 @@ impl Wal for SsdWal {
 
     fn release_through(&self, generation: u64) -> Result<(), MetaDbError> {
         let current = self.generation.load(Ordering::SeqCst);
-        assert!(generation < current, "releasing generation {generation}, current is {current}");
+        assert!(
+            generation < current,
+            "releasing generation {generation}, current is {current}"
+        );
         self.store.release_through(generation);
         Ok(())
     }

@@ -11,7 +11,9 @@
 //!   the TxB announces (a TxB sits in one line, which lands whole, and space is zeroed
 //!   before it is reused, so a TxB is never stale).
 
-use super::super::record::{decode_entry, entry_txb, RecordId, Slot, ENTRY_ALIGN_BYTES, SLOT_OFFSET_LIMIT};
+use super::super::record::{
+    decode_entry, entry_txb, RecordId, Slot, ENTRY_ALIGN_BYTES, SLOT_OFFSET_LIMIT,
+};
 use crate::error::MetaDbError;
 use format::constants::PMR_LINE_BYTES;
 use format::pmr::PmrLayout;
@@ -32,7 +34,10 @@ pub(super) struct PmrGeometry {
 impl PmrGeometry {
     pub fn compute(pmr_len: u64) -> PmrGeometry {
         let layout = PmrLayout::compute(pmr_len).expect("a Pmr has a valid size");
-        assert!(pmr_len < SLOT_OFFSET_LIMIT, "a PMR of {pmr_len} bytes does not fit 31-bit slot offsets");
+        assert!(
+            pmr_len < SLOT_OFFSET_LIMIT,
+            "a PMR of {pmr_len} bytes does not fit 31-bit slot offsets"
+        );
         let line = PMR_LINE_BYTES;
         let half = (layout.wal_area_bytes - line) / 2 / line * line;
         let h0 = (layout.wal_area_offset, layout.wal_area_offset + half);
@@ -52,7 +57,9 @@ impl PmrGeometry {
 
     /// The half whose range `[start, end]` holds `offset` (its end included).
     pub fn half_of(&self, offset: u64) -> Option<usize> {
-        self.halves.iter().position(|&(start, end)| (start..=end).contains(&offset))
+        self.halves
+            .iter()
+            .position(|&(start, end)| (start..=end).contains(&offset))
     }
 }
 
@@ -73,20 +80,32 @@ pub(super) fn read_slots(pmr: &Pmr, geometry: &PmrGeometry) -> Result<Vec<FoundS
     let mut found = Vec::new();
     for (slot, word) in bytes.chunks_exact(8).enumerate() {
         let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        let Some(decoded) = Slot::decode(word) else { continue };
+        let Some(decoded) = Slot::decode(word) else {
+            continue;
+        };
         let bad = |why: &str| {
             MetaDbError::corruption("PMR WAL slot", format!("slot {slot} ({word:#018x}): {why}"))
         };
-        let half = geometry.half_of(decoded.start).ok_or_else(|| bad("start outside the data area"))?;
+        let half = geometry
+            .half_of(decoded.start)
+            .ok_or_else(|| bad("start outside the data area"))?;
         if decoded.start % ENTRY_ALIGN_BYTES as u64 != 0 {
             return Err(bad("start not 64-byte aligned"));
         }
         if let Some(end) = decoded.end {
-            if end < decoded.start || end > geometry.halves[half].1 || end % ENTRY_ALIGN_BYTES as u64 != 0 {
+            if end < decoded.start
+                || end > geometry.halves[half].1
+                || end % ENTRY_ALIGN_BYTES as u64 != 0
+            {
                 return Err(bad("end outside its half or before its start"));
             }
         }
-        found.push(FoundSlot { slot, half, start: decoded.start, end: decoded.end });
+        found.push(FoundSlot {
+            slot,
+            half,
+            start: decoded.start,
+            end: decoded.end,
+        });
     }
     found.sort_by_key(|s| (s.half, s.start, s.end.is_none()));
     for pair in found.windows(2) {
@@ -94,7 +113,10 @@ pub(super) fn read_slots(pmr: &Pmr, geometry: &PmrGeometry) -> Result<Vec<FoundS
         if a.half == b.half && a.end.is_some_and(|end| end > b.start) {
             return Err(MetaDbError::corruption(
                 "PMR WAL slots",
-                format!("slot {} [{}, {:?}) overlaps slot {} starting at {}", a.slot, a.start, a.end, b.slot, b.start),
+                format!(
+                    "slot {} [{}, {:?}) overlaps slot {} starting at {}",
+                    a.slot, a.start, a.end, b.slot, b.start
+                ),
             ));
         }
     }
@@ -132,7 +154,10 @@ pub(super) fn scan_range(pmr: &Pmr, start: u64, end: u64) -> RangeScan {
         pmr.read(start + (i * SCAN_READ_BYTES) as u64, piece, IoCause::Wal);
     }
     let line = ENTRY_ALIGN_BYTES;
-    let mut scan = RangeScan { entries: Vec::new(), written_end: start };
+    let mut scan = RangeScan {
+        entries: Vec::new(),
+        written_end: start,
+    };
     if let Some(last) = bytes.chunks(line).rposition(|l| l.iter().any(|&b| b != 0)) {
         scan.written_end = start + ((last + 1) * line) as u64;
     }
@@ -141,7 +166,8 @@ pub(super) fn scan_range(pmr: &Pmr, start: u64, end: u64) -> RangeScan {
         match entry_txb(&bytes[at..]) {
             Some(total) if at + total <= bytes.len() => {
                 if let Some((id, payload)) = decode_entry(&bytes[at..at + total]) {
-                    scan.entries.push((id, bytes[at + payload.start..at + payload.end].to_vec()));
+                    scan.entries
+                        .push((id, bytes[at + payload.start..at + payload.end].to_vec()));
                 }
                 at += total;
             }
@@ -217,7 +243,15 @@ mod tests {
         let mut buf = Vec::new();
         for seq in 0..4u64 {
             let payload = vec![seq as u8 + 1; 100];
-            encode_entry(&mut buf, RecordId { generation: 1, lane: 0, lane_seq: seq }, &payload);
+            encode_entry(
+                &mut buf,
+                RecordId {
+                    generation: 1,
+                    lane: 0,
+                    lane_seq: seq,
+                },
+                &payload,
+            );
             pmr.write(at, &buf);
             if seq == 1 {
                 // Tear entry 1: its last line (TxE) never landed.
@@ -235,6 +269,9 @@ mod tests {
         assert!(scan.entries.is_empty());
         assert_eq!(scan.written_end, base);
         assert_eq!(pmr.dirty_lines_count(), 0, "zeroed lines are persisted");
-        assert_eq!(pmr.crash_image_all_lost()[base as usize..at as usize], vec![0u8; (at - base) as usize]);
+        assert_eq!(
+            pmr.crash_image_all_lost()[base as usize..at as usize],
+            vec![0u8; (at - base) as usize]
+        );
     }
 }

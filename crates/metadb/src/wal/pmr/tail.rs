@@ -57,9 +57,19 @@ mod tests {
 
     #[test]
     fn round_trip_and_serial_wraps() {
-        let t = Tail { serial: 12345, half: 1, sealed: true, offset: 0xFFFF_FFC0 };
+        let t = Tail {
+            serial: 12345,
+            half: 1,
+            sealed: true,
+            offset: 0xFFFF_FFC0,
+        };
         assert_eq!(Tail::unpack(t.pack()), t);
-        let last = Tail { serial: SERIAL_MASK, half: 0, sealed: false, offset: 64 };
+        let last = Tail {
+            serial: SERIAL_MASK,
+            half: 0,
+            sealed: false,
+            offset: 64,
+        };
         assert_eq!(Tail::unpack(last.pack()), last);
         assert_eq!(last.next_serial(), 0);
     }
