@@ -17,6 +17,8 @@ pub enum MetaDbError {
     NoSpace,
     #[error("the WAL is full: every WAL region byte holds records not yet in tables")]
     WalFull,
+    #[error("write batch of {bytes} bytes exceeds the {max}-byte limit of one WAL record")]
+    BatchTooLarge { bytes: usize, max: usize },
     #[error("MetaDB is read-only after an earlier IO failure: {0}")]
     ReadOnly(String),
 }
@@ -33,6 +35,7 @@ impl MetaDbError {
             MetaDbError::Corruption { .. } => 117, // EUCLEAN
             MetaDbError::NoSpace | MetaDbError::WalFull => libc::ENOSPC,
             MetaDbError::ReadOnly(_) => libc::EROFS,
+            MetaDbError::BatchTooLarge { .. } => libc::E2BIG,
         }
     }
 }

@@ -197,7 +197,7 @@ fn versions_of_one_key_never_straddle_tables() {
     let mut snaps = Vec::new();
     for round in 0..12u32 {
         for k in 0..40u32 {
-            db.put(format!("key{k:03}").as_bytes(), &vec![round as u8; 150], Durability::Buffered).unwrap();
+            db.put(format!("key{k:03}").as_bytes(), &[round as u8; 150], Durability::Buffered).unwrap();
         }
         snaps.push(db.snapshot());
         db.flush().unwrap();

@@ -16,6 +16,9 @@ use crate::table::reader::ReadOptions;
 use crate::types::{InternalKey, ValueKind};
 use std::sync::Arc;
 
+/// One key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 #[derive(Debug)]
 pub struct DbIterator {
     merged: MergingIterator,
@@ -46,7 +49,7 @@ impl DbIterator {
         Ok(DbIterator { merged: MergingIterator::new(children), end, snapshot, last_key: None, started: false, start, _sv: sv })
     }
 
-    fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>, MetaDbError> {
+    fn advance(&mut self) -> Result<Option<KeyValue>, MetaDbError> {
         if !self.started {
             self.started = true;
             self.merged.seek(&InternalKey::seek_key(&self.start, self.snapshot.seq()))?;
@@ -76,7 +79,7 @@ impl DbIterator {
 }
 
 impl Iterator for DbIterator {
-    type Item = Result<(Vec<u8>, Vec<u8>), MetaDbError>;
+    type Item = Result<KeyValue, MetaDbError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         self.advance().transpose()

@@ -14,7 +14,7 @@
 mod iter;
 mod jobs;
 
-pub use iter::DbIterator;
+pub use iter::{DbIterator, KeyValue};
 
 use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionConfig;
@@ -480,6 +480,9 @@ impl Inner {
 
     fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
         assert!(!batch.is_empty(), "empty batch");
+        if batch.encoded_len() > crate::wal::PAYLOAD_BYTES_MAX {
+            return Err(MetaDbError::BatchTooLarge { bytes: batch.encoded_len(), max: crate::wal::PAYLOAD_BYTES_MAX });
+        }
         self.check_writable()?;
         let thread = thread_index();
         let lane = (thread % self.config.lanes) as u16;
