@@ -210,3 +210,62 @@ fn versions_of_one_key_never_straddle_tables() {
     }
     db.close().unwrap();
 }
+
+/// Eight threads write their own keys (and shared keys under a lock, as the file system
+/// does with inode locks) while background flush and compaction run and readers scan;
+/// afterwards, and after a reopen, the database equals the merged model.
+#[test]
+fn concurrent_writers_with_background_jobs() {
+    let geometry = Geometry::compute(512 * MIB, 1).unwrap();
+    let device = Arc::new(Device::new(Box::new(MemoryBackend::new(512 * MIB, 512))));
+    let mut config = small_config();
+    config.background = true;
+    let db = Arc::new(MetaDb::open(env(device.clone(), geometry), config.clone()).unwrap());
+    let shared = Arc::new(std::sync::Mutex::new(Model::new()));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (db, shared) = (db.clone(), shared.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng::from_seed(100 + t);
+                let mut mine = Model::new();
+                for i in 0..1500u64 {
+                    let key = format!("t{t}:{}", rng.below(300)).into_bytes();
+                    if rng.chance(1, 5) {
+                        db.delete(&key, Durability::Buffered).unwrap();
+                        mine.remove(&key);
+                    } else {
+                        let value = format!("{t}-{i}").into_bytes();
+                        let durability = if i % 50 == 0 { Durability::Sync } else { Durability::Buffered };
+                        db.put(&key, &value, durability).unwrap();
+                        mine.insert(key, value);
+                    }
+                    if i % 10 == 0 {
+                        // A shared key, changed only under its lock.
+                        let mut guard = shared.lock().unwrap();
+                        let key = format!("shared:{}", rng.below(20)).into_bytes();
+                        let value = format!("{t}-{i}").into_bytes();
+                        db.put(&key, &value, Durability::Buffered).unwrap();
+                        guard.insert(key, value);
+                    }
+                    if i % 200 == 0 {
+                        let prefix = format!("t{t}:");
+                        let seen = db.prefix(prefix.as_bytes(), None).unwrap().count();
+                        assert_eq!(seen, mine.len(), "thread {t} sees its own writes");
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut model = Model::new();
+    for t in threads {
+        model.extend(t.join().unwrap());
+    }
+    model.extend(shared.lock().unwrap().clone());
+    assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None));
+    let db = Arc::into_inner(db).expect("threads are done");
+    db.close().unwrap();
+    let db = MetaDb::open(env(device, geometry), config).unwrap();
+    assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "after reopen");
+    db.close().unwrap();
+}
