@@ -2,7 +2,9 @@
 //! prints; no file-system logic lives here.
 
 mod cmd;
+mod fio;
 mod size;
+mod stats;
 mod ui;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +32,8 @@ enum Command {
 enum BenchCommand {
     /// Raw device-layer throughput beside fio on the same file.
     Device(cmd::bench_device::Args),
+    /// MetaDB put, get and recovery figures beside fjall on the same disk.
+    Metadb(cmd::bench_metadb::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
+        Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,6 +23,7 @@
 //!   returns it too, with the error.
 
 pub mod backend;
+pub mod bench;
 pub mod buf;
 pub mod device;
 pub mod error;
@@ -37,6 +38,7 @@ pub use backend::{Backend, BackendKind, BackendQueue, DeviceInfo};
 pub use buf::{AlignedBuf, BufPool, BUF_ALIGN_BYTES};
 pub use device::{Device, Queue};
 pub use error::DeviceError;
+pub use file::{create_image, open, BackendChoice, LockMode, OpenOptions};
 
 pub use platform::IoCause;
 pub use request::{IoCompletion, IoOp, IoRequest};

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
 pub mod bench_device;
+pub mod bench_metadb;
 pub mod inspect;
 pub mod mkfs;

@@ -1,0 +1,368 @@
+//! `augefs bench metadb [--dir DIR] [--pmr-dir DIR] [--threads 1,2,4,8] [--seconds S]
+//! [--ops N] [--keys N] [--gets N] [--runs N] [--modes pmr,ssd,fjall]
+//! [--figures put,get,recovery] [--json] [--keep]`: MetaDB (docs/DESIGN.md §3a) beside
+//! fjall, an LSM tree with a journal, on the same disk.
+//!
+//! Figures, each measured `--runs` times:
+//! - **put**: for each thread count, synchronous and buffered puts of unique keys
+//!   (100-byte values) for `--seconds`, by MetaDB in pmr mode (WAL on an emulated PMR)
+//!   and ssd mode (WAL in the image's WAL region) and by fjall; with the bytes written
+//!   per put (device and PMR counters split by cause for MetaDB, `/proc/self/io` for
+//!   fjall). The three stores take turns, the first of each run rotating, so drift of a
+//!   noisy machine hits them alike.
+//! - **get**: one thread loads `--keys` keys (buffered; MetaDB in ssd mode, as the WAL
+//!   does not serve reads), noting the pace of the first and last tenth; flush and
+//!   compaction; then timed random gets (p50, p99, throughput), rounds of MetaDB and
+//!   fjall alternating after one warm-up round each.
+//! - **recovery**: with background work off, one memtable's worth of keys flushed to
+//!   tables and 90% of a memtable left in the WAL; a crash (drop without close); the
+//!   time `MetaDb::open` takes. fjall closes (it cannot crash in-process; it does not
+//!   flush memtables on close either) and its reopen is timed.
+//!
+//! Invariants:
+//! - Every measurement starts from an empty store: the image is formatted again (it is
+//!   written in full once first), fjall gets a fresh directory.
+//! - Only one store is open during a put or recovery measurement.
+//! - The bench files are removed at the end (also after an error) unless `--keep`.
+//! - Progress goes to stderr; the table or JSON alone to stdout.
+//! - The PMR is emulated (a file, ideally on tmpfs, plus injected latency) and every
+//!   output says so.
+
+mod baseline;
+mod figures;
+mod keys;
+mod output;
+mod report;
+mod subject;
+mod workload;
+
+use crate::cmd::inspect::BackendArg;
+use crate::size::{human, parse_size};
+use format::geometry::Geometry;
+use format::pmr::PmrLayout;
+use metadb::MetaDbConfig;
+use platform::SystemClock;
+use report::{Report, System};
+use std::path::PathBuf;
+use std::sync::Arc;
+use subject::{Augefs, Setup};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Directory for the image and fjall's files, on the disk under test (created if
+    /// missing).
+    #[arg(long, default_value = "./augefs-bench-metadb")]
+    pub dir: PathBuf,
+    /// Directory for the emulated PMR file. tmpfs makes a persist cost only the injected
+    /// latency; on a disk file system every persist would be an msync to disk.
+    #[arg(long, default_value = "/dev/shm")]
+    pub pmr_dir: PathBuf,
+    /// Size of the image, e.g. 4G (10M keys take about 1.5 GiB of tables).
+    #[arg(long, value_parser = parse_size, default_value = "4GiB")]
+    pub image_size: u64,
+    /// Size of the PMR, e.g. 64M.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    pub pmr_size: u64,
+    /// Injected PMR latency per persisted 64-byte line (augefs.txt §VII: 900).
+    #[arg(long, default_value_t = 900)]
+    pub pmr_latency_ns: u64,
+    /// Writer thread counts of the put figure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub threads: Vec<usize>,
+    /// Length of one put run.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Puts per thread per run at most (a run ends at --seconds or here).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Keys loaded for the get figure, e.g. 10M.
+    #[arg(long, value_parser = parse_count, default_value = "10M")]
+    pub keys: u64,
+    /// Timed random gets per round.
+    #[arg(long, value_parser = parse_count, default_value = "100K")]
+    pub gets: u64,
+    /// Runs (rounds) of each figure.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Which stores to measure (fjall is the baseline every ratio needs).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "pmr,ssd,fjall"
+    )]
+    pub modes: Vec<ModeArg>,
+    /// Which figures to measure.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "put,get,recovery"
+    )]
+    pub figures: Vec<FigureSet>,
+    /// IO backend of the image.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the image, PMR and fjall files.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    Pmr,
+    Ssd,
+    Fjall,
+}
+
+impl ModeArg {
+    fn system(self) -> System {
+        match self {
+            ModeArg::Pmr => System::Pmr,
+            ModeArg::Ssd => System::Ssd,
+            ModeArg::Fjall => System::Fjall,
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FigureSet {
+    Put,
+    Get,
+    Recovery,
+}
+
+/// Parses a count with an optional decimal suffix: `20000`, `100K`, `10M`, `1G`.
+fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1_000),
+        Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
+        Some((i, 'g' | 'G')) => (&t[..i], 1_000_000_000),
+        _ => (t, 1),
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid count {text:?}: expected a number like 20000 or 10M"))?;
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("count {text:?} is too large"))
+}
+
+/// MetaDB tables take about this many bytes per loaded key (24-byte key, 100-byte
+/// value, sequence and block overheads), and compaction may hold two copies at once.
+const TABLE_BYTES_PER_KEY_ESTIMATE: u64 = 140;
+
+fn validate(args: &Args) -> Result<(), String> {
+    if args.image_size % (1 << 20) != 0 {
+        return Err("--image-size must be a multiple of 1 MiB".to_string());
+    }
+    let geometry = Geometry::compute(args.image_size, 1).map_err(|e| e.to_string())?;
+    PmrLayout::compute(args.pmr_size).map_err(|e| format!("--pmr-size: {e}"))?;
+    if args.threads.is_empty() || args.threads.iter().any(|&t| t == 0 || t > 256) {
+        return Err("--threads must list counts in 1..=256".to_string());
+    }
+    if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
+        return Err("--seconds must be in (0, 3600]".to_string());
+    }
+    if args.modes.is_empty() {
+        return Err("--modes must name at least one of pmr, ssd, fjall".to_string());
+    }
+    let augefs_selected = args.modes.iter().any(|m| *m != ModeArg::Fjall);
+    if args.figures.contains(&FigureSet::Recovery) && !augefs_selected {
+        return Err(
+            "the recovery figure of fjall copies the shape of a pmr or ssd run: add one to --modes"
+                .to_string(),
+        );
+    }
+    if args.ops == Some(0) || args.runs == 0 || args.gets == 0 {
+        return Err("--ops, --runs and --gets must be at least 1".to_string());
+    }
+    if args.keys < workload::LOAD_PARTS || args.keys >= 1_000_000_000_000 {
+        return Err(format!("--keys must be in {}..10^12", workload::LOAD_PARTS));
+    }
+    let needed = args.keys * TABLE_BYTES_PER_KEY_ESTIMATE * 2;
+    if args.figures.contains(&FigureSet::Get) && needed > geometry.segments.size_bytes() {
+        return Err(format!(
+            "--image-size {} is too small for --keys {}: tables need about {} while compacting",
+            human(args.image_size),
+            args.keys,
+            human(needed)
+        ));
+    }
+    Ok(())
+}
+
+/// The block cache of both stores: MetaDB's default, and fjall's set to match.
+fn cache_bytes() -> u64 {
+    MetaDbConfig::default().block_cache_bytes as u64
+}
+
+/// The files of one invocation.
+#[derive(Debug)]
+struct Paths {
+    dir: PathBuf,
+    /// File-system types of `dir` and the PMR's directory, for the header.
+    dir_fs: Option<String>,
+    pmr_dir_fs: Option<String>,
+    /// `dir` did not exist before: remove it at the end too.
+    created_dir: bool,
+    image: PathBuf,
+    pmr: PathBuf,
+    fjall: PathBuf,
+}
+
+impl Paths {
+    fn create(args: &Args) -> Result<Paths, String> {
+        let created_dir = !args.dir.exists();
+        std::fs::create_dir_all(&args.dir)
+            .map_err(|e| format!("creating {}: {e}", args.dir.display()))?;
+        if !args.pmr_dir.is_dir() {
+            return Err(format!(
+                "--pmr-dir {} is not a directory (a tmpfs such as /dev/shm emulates a PMR best)",
+                args.pmr_dir.display()
+            ));
+        }
+        Ok(Paths {
+            image: args.dir.join("metadb.img"),
+            fjall: args.dir.join("fjall"),
+            pmr: args
+                .pmr_dir
+                .join(format!("augefs-bench-metadb-{}.pmr", std::process::id())),
+            dir: args.dir.clone(),
+            dir_fs: output::fs_type(&args.dir),
+            pmr_dir_fs: output::fs_type(&args.pmr_dir),
+            created_dir,
+        })
+    }
+
+    fn remove(&self) {
+        let mut failures = Vec::new();
+        for file in [&self.image, &self.pmr] {
+            match std::fs::remove_file(file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    failures.push(format!("{}: {e}", file.display()))
+                }
+                _ => {}
+            }
+        }
+        if let Err(e) = baseline::remove_dir(&self.fjall) {
+            failures.push(e);
+        }
+        if self.created_dir {
+            if let Err(e) = std::fs::remove_dir(&self.dir) {
+                failures.push(format!("{}: {e}", self.dir.display()));
+            }
+        }
+        for failure in failures {
+            eprintln!("augefs: could not remove a bench file: {failure}");
+        }
+    }
+}
+
+/// Facts about the stores, noted when the first augefs store opens.
+#[derive(Debug, Default)]
+struct Environment {
+    backend: Option<String>,
+    notice: Option<String>,
+    logical_block_bytes: Option<u32>,
+    pmr_persist_mode: Option<String>,
+    wal_region_bytes: Option<u64>,
+    segment_count: Option<u32>,
+}
+
+impl Environment {
+    fn note(&mut self, augefs: &Augefs) {
+        let info = augefs.device.info();
+        self.backend
+            .get_or_insert_with(|| info.backend.name().to_string());
+        if self.notice.is_none() {
+            self.notice.clone_from(&info.notice);
+        }
+        self.logical_block_bytes
+            .get_or_insert(info.logical_block_bytes);
+        if let Some(p) = &augefs.pmr {
+            self.pmr_persist_mode
+                .get_or_insert_with(|| p.persist_mode().name().to_string());
+        }
+        self.wal_region_bytes
+            .get_or_insert(augefs.geometry.wal.size_bytes());
+        self.segment_count
+            .get_or_insert(augefs.geometry.segment_count);
+    }
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    validate(&args)?;
+    let paths = Paths::create(&args)?;
+    let measured = measure(&args, &paths);
+    if args.keep {
+        eprintln!(
+            "augefs: kept {}, {} and {}",
+            paths.image.display(),
+            paths.pmr.display(),
+            paths.fjall.display()
+        );
+    } else {
+        paths.remove();
+    }
+    let (report, env) = measured?;
+    if args.json {
+        println!("{}", output::report_json(&args, &paths, &env, &report));
+    } else {
+        output::print_header(&args, &paths, &env);
+        report.print_table(args.keys, args.pmr_latency_ns);
+        for goal in output::goals(&report) {
+            println!("goal: {}: {}", goal.text, goal.verdict());
+        }
+    }
+    Ok(())
+}
+
+fn measure(args: &Args, paths: &Paths) -> Result<(Report, Environment), String> {
+    let setup = Setup {
+        image: paths.image.clone(),
+        image_bytes: args.image_size,
+        pmr: paths.pmr.clone(),
+        pmr_bytes: args.pmr_size,
+        pmr_latency_ns_per_line: args.pmr_latency_ns,
+        backend: args.backend.into(),
+        clock: Arc::new(SystemClock::new()),
+    };
+    eprintln!(
+        "augefs: writing the {} image {} once",
+        human(args.image_size),
+        paths.image.display()
+    );
+    setup.prepare_image()?;
+    let mut report = Report::default();
+    let mut env = Environment::default();
+    if args.figures.contains(&FigureSet::Put) {
+        figures::put_figures(args, &setup, paths, &mut report, &mut env)?;
+    }
+    if args.figures.contains(&FigureSet::Get) {
+        figures::get_figures(args, &setup, paths, &mut report, &mut env)?;
+    }
+    if args.figures.contains(&FigureSet::Recovery) {
+        figures::recovery_figures(args, &setup, paths, &mut report, &mut env)?;
+    }
+    Ok((report, env))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_with_decimal_suffixes() {
+        assert_eq!(parse_count("20000").unwrap(), 20_000);
+        assert_eq!(parse_count("100K").unwrap(), 100_000);
+        assert_eq!(parse_count("10M").unwrap(), 10_000_000);
+        assert_eq!(parse_count("1g").unwrap(), 1_000_000_000);
+        assert!(parse_count("ten").is_err());
+        assert!(parse_count("99999999999999999G").is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! What `augefs bench metadb` prints besides the table: the header that says what was
+//! measured and how (the PMR is labelled emulated), the verdict on each of the issue's
+//! goals, and the JSON document.
+//!
+//! Invariant: a goal whose figures were not measured in this invocation is reported as
+//! "not measured", never as met.
+
+use super::report::{count, Figure, Report, System};
+use super::{cache_bytes, Args, Environment, Paths};
+use crate::size::human;
+use metadb::MetaDbConfig;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// One of the goals, judged on this run's figures.
+#[derive(Debug)]
+pub(super) struct Goal {
+    pub(super) text: String,
+    /// `None`: not measured in this invocation.
+    met: Option<bool>,
+    evidence: String,
+}
+
+impl Goal {
+    pub(super) fn verdict(&self) -> String {
+        match self.met {
+            Some(true) => format!("met ({})", self.evidence),
+            Some(false) => format!("NOT met ({})", self.evidence),
+            None => format!("not measured ({})", self.evidence),
+        }
+    }
+}
+
+pub(super) fn goals(report: &Report) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    for (system, factor) in [(System::Pmr, 5.0), (System::Ssd, 1.5)] {
+        let ratios: Vec<(usize, f64)> = report
+            .rows
+            .iter()
+            .filter(|r| r.figure == Figure::PutSync && r.system == system && r.threads >= 2)
+            .filter_map(|r| report.ratio(r).map(|ratio| (r.threads, ratio)))
+            .collect();
+        let evidence = if ratios.is_empty() {
+            "needs the put figure with 2 or more threads".to_string()
+        } else {
+            ratios
+                .iter()
+                .map(|(t, r)| format!("{t} threads {r:.2}x"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        goals.push(Goal {
+            text: format!(
+                "sync put >= {factor}x fjall in {} mode at 2+ threads",
+                system.name()
+            ),
+            met: (!ratios.is_empty()).then(|| ratios.iter().all(|&(_, r)| r >= factor)),
+            evidence,
+        });
+    }
+    let kept = report
+        .row(Figure::LoadKept, 1, System::Ssd)
+        .and_then(|r| r.spread());
+    goals.push(Goal {
+        text: "under 10% load throughput loss from a tenth of --keys to --keys".to_string(),
+        met: kept.map(|s| s.median >= 0.9),
+        evidence: match kept {
+            Some(s) => format!(
+                "pace kept {:.3}, loss {:.1}%",
+                s.median,
+                (1.0 - s.median) * 100.0
+            ),
+            None => "needs the get figure".to_string(),
+        },
+    });
+    goals
+}
+
+/// The file-system type holding `path`, from /proc/self/mounts (longest matching mount).
+pub(super) fn fs_type(path: &Path) -> Option<String> {
+    let path = path.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            path.starts_with(target)
+                .then(|| (target.len(), kind.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, kind)| kind)
+}
+
+pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
+    let unknown = || "?".to_string();
+    println!(
+        "augefs bench metadb: {} image in {} ({}), {} backend, {} B blocks; {} runs; put runs of {} s{}",
+        human(args.image_size),
+        paths.dir.display(),
+        paths.dir_fs.clone().unwrap_or_else(unknown),
+        env.backend.clone().unwrap_or_else(unknown),
+        env.logical_block_bytes.map_or_else(unknown, |b| b.to_string()),
+        args.runs,
+        args.seconds,
+        args.ops.map_or(String::new(), |n| format!(" or {n} puts per thread")),
+    );
+    if let Some(notice) = &env.notice {
+        println!("note: {notice}");
+    }
+    println!(
+        "pmr mode: WAL on an EMULATED PMR: {} file in {} ({}), persist = {} + {} ns busy-wait per 64-byte line",
+        human(args.pmr_size),
+        args.pmr_dir.display(),
+        paths.pmr_dir_fs.clone().unwrap_or_else(unknown),
+        env.pmr_persist_mode.clone().unwrap_or_else(unknown),
+        args.pmr_latency_ns,
+    );
+    let config = MetaDbConfig::default();
+    println!(
+        "ssd mode: WAL in the image's {} WAL region; MetaDB defaults: {} lanes, {} memtables, {} block cache, background flush and compaction",
+        env.wal_region_bytes.map_or_else(unknown, human),
+        config.lanes,
+        human(config.memtable_bytes as u64),
+        human(config.block_cache_bytes as u64),
+    );
+    println!(
+        "fjall 3 in {}: sync put = 1-item batch with PersistMode::SyncData (fdatasync per write), buffered = Keyspace::insert; {} cache; bytes/put from /proc/self/io",
+        paths.fjall.display(),
+        human(cache_bytes()),
+    );
+    println!(
+        "keys m:<parent>:<name> (24 B), values 100 random B; load and gets: 1 thread, ssd mode, {} keys, {} gets per round",
+        count(args.keys),
+        count(args.gets),
+    );
+    println!("vs fjall = augefs median / fjall median (us and ms rows: lower is better); bytes/put include making buffered puts durable at the end of the run");
+}
+
+pub(super) fn report_json(
+    args: &Args,
+    paths: &Paths,
+    env: &Environment,
+    report: &Report,
+) -> String {
+    let goals: Vec<Value> = goals(report)
+        .iter()
+        .map(|g| json!({ "goal": g.text, "met": g.met, "evidence": g.evidence }))
+        .collect();
+    let value = json!({
+        "config": {
+            "dir": paths.dir,
+            "dir_fs": paths.dir_fs,
+            "image_bytes": args.image_size,
+            "pmr_dir": args.pmr_dir,
+            "pmr_dir_fs": paths.pmr_dir_fs,
+            "pmr_bytes": args.pmr_size,
+            "pmr_latency_ns_per_line": args.pmr_latency_ns,
+            "pmr_emulated": true,
+            "threads": args.threads,
+            "seconds": args.seconds,
+            "ops_per_thread": args.ops,
+            "keys": args.keys,
+            "gets": args.gets,
+            "runs": args.runs,
+            "fjall_sync": "write batch with PersistMode::SyncData",
+            "fjall_buffered": "Keyspace::insert (default: write to the OS, no sync)",
+            "cache_bytes": cache_bytes(),
+        },
+        "environment": {
+            "backend": env.backend,
+            "notice": env.notice,
+            "logical_block_bytes": env.logical_block_bytes,
+            "pmr_persist_mode": env.pmr_persist_mode,
+            "wal_region_bytes": env.wal_region_bytes,
+            "segment_count": env.segment_count,
+        },
+        "rows": report.rows_json(args.keys),
+        "goals": goals,
+    });
+    serde_json::to_string_pretty(&value).expect("JSON values serialise")
+}
