@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "augefs", version, about = "augefs: a scalable userspace log-structured file system for SSDs")]
+#[command(
+    name = "augefs",
+    version,
+    about = "augefs: a scalable userspace log-structured file system for SSDs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

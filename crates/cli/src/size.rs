@@ -6,16 +6,29 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, suffix) = t.split_at(digits_end);
-    let value: u64 = number.parse().map_err(|_| format!("invalid size {text:?}: expected a number like 64M or 1G"))?;
-    let shift = match suffix.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected a number like 64M or 1G"))?;
+    let shift = match suffix
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
         "" => 0,
         "K" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
-        _ => return Err(format!("invalid size {text:?}: unknown unit {suffix:?} (use K, M, G or T)")),
+        _ => {
+            return Err(format!(
+                "invalid size {text:?}: unknown unit {suffix:?} (use K, M, G or T)"
+            ))
+        }
     };
-    value.checked_mul(1u64 << shift).ok_or_else(|| format!("size {text:?} is too large"))
+    value
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 /// "1.5 GiB"-style rendering.

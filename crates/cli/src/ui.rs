@@ -51,7 +51,12 @@ pub fn utc(unix_ns: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -59,7 +64,13 @@ mod tests {
     #[test]
     fn utc_known_dates() {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::utc(1_700_000_000 * 1_000_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(super::utc(951_782_400 * 1_000_000_000), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            super::utc(1_700_000_000 * 1_000_000_000),
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            super::utc(951_782_400 * 1_000_000_000),
+            "2000-02-29T00:00:00Z"
+        );
     }
 }

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn augefs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_augefs")).args(args).output().expect("augefs runs")
+    Command::new(env!("CARGO_BIN_EXE_augefs"))
+        .args(args)
+        .output()
+        .expect("augefs runs")
 }
 
 /// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may not).
@@ -39,8 +42,17 @@ fn ok(o: Output) -> Output {
 }
 
 fn fails_with(o: Output, needle: &str) {
-    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {}", stderr(&o));
-    assert!(stderr(&o).contains(needle), "stderr lacks {needle:?}: {}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "exit code; stderr: {}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(needle),
+        "stderr lacks {needle:?}: {}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -53,7 +65,9 @@ fn mkfs_then_inspect_text_and_json() {
     assert!(text.contains("format version    1"), "{text}");
     assert!(text.contains("mode              ssd"), "{text}");
     assert!(text.contains("current: slot 0"), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(&image), "--json"])))).expect("json");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(&image), "--json"]))))
+            .expect("json");
     assert_eq!(json["geometry"]["domain_count"], 4);
     assert_eq!(json["checkpoints"].as_array().expect("array").len(), 5);
     assert_eq!(json["superblock"]["copies"][1], "valid");
@@ -73,7 +87,10 @@ fn pread_backend_is_selectable() {
 fn image_too_small_leaves_no_file() {
     let dir = scratch();
     let image = dir.path().join("small.img");
-    fails_with(augefs(&["mkfs", s(&image), "--size", "1M"]), "device too small");
+    fails_with(
+        augefs(&["mkfs", s(&image), "--size", "1M"]),
+        "device too small",
+    );
     assert!(!image.exists());
 }
 
@@ -82,8 +99,14 @@ fn pmr_too_small_and_pmr_checks() {
     let dir = scratch();
     let image = dir.path().join("a.img");
     let pmr = dir.path().join("a.pmr");
-    fails_with(mkfs(&image, &["--pmr", s(&pmr), "--pmr-size", "1M"]), "PMR too small");
-    ok(mkfs(&image, &["--force", "--pmr", s(&pmr), "--pmr-size", "4M"]));
+    fails_with(
+        mkfs(&image, &["--pmr", s(&pmr), "--pmr-size", "1M"]),
+        "PMR too small",
+    );
+    ok(mkfs(
+        &image,
+        &["--force", "--pmr", s(&pmr), "--pmr-size", "4M"],
+    ));
     let text = stdout(&ok(augefs(&["inspect", s(&image), "--pmr", s(&pmr)])));
     assert!(text.contains("mode              pmr"), "{text}");
     assert!(text.contains("PMR persist       msync"), "{text}");
@@ -93,7 +116,10 @@ fn pmr_too_small_and_pmr_checks() {
     let other = dir.path().join("b.img");
     let other_pmr = dir.path().join("b.pmr");
     ok(mkfs(&other, &["--pmr", s(&other_pmr), "--pmr-size", "4M"]));
-    fails_with(augefs(&["inspect", s(&image), "--pmr", s(&other_pmr)]), "belongs to another file system");
+    fails_with(
+        augefs(&["inspect", s(&image), "--pmr", s(&other_pmr)]),
+        "belongs to another file system",
+    );
 }
 
 #[test]
@@ -108,7 +134,10 @@ fn foreign_images_are_not_augefs() {
     rng.fill(&mut bytes);
     std::fs::write(&noise, bytes).expect("write");
     fails_with(augefs(&["inspect", s(&noise)]), "not an augefs image");
-    fails_with(augefs(&["inspect", s(&dir.path().join("missing.img"))]), "no such file");
+    fails_with(
+        augefs(&["inspect", s(&dir.path().join("missing.img"))]),
+        "no such file",
+    );
 }
 
 fn patch_superblocks(image: &Path, patch: impl Fn(&mut [u8])) {
@@ -130,7 +159,10 @@ fn wrong_format_version() {
         let crc = crc32c(&b[..F_CHECKSUM.offset]);
         F_CHECKSUM.put_u32(b, crc);
     });
-    fails_with(augefs(&["inspect", s(&image)]), "unsupported format version 9");
+    fails_with(
+        augefs(&["inspect", s(&image)]),
+        "unsupported format version 9",
+    );
 }
 
 #[test]
@@ -143,7 +175,10 @@ fn corrupted_superblocks() {
     bytes[100] ^= 0xff;
     std::fs::write(&image, &bytes).expect("write");
     let text = stdout(&ok(augefs(&["inspect", s(&image)])));
-    assert!(text.contains("copy 1 used") && text.contains("copy 0: corrupted"), "{text}");
+    assert!(
+        text.contains("copy 1 used") && text.contains("copy 0: corrupted"),
+        "{text}"
+    );
     // Both damaged: corruption, not "foreign".
     patch_superblocks(&image, |b| b[100] ^= 0x0f);
     fails_with(augefs(&["inspect", s(&image)]), "corrupted superblock");
@@ -157,8 +192,13 @@ fn existing_file_system_needs_force() {
     let image = dir.path().join("a.img");
     ok(mkfs(&image, &[]));
     let uuid = |img: &PathBuf| {
-        let j: serde_json::Value = serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(img), "--json"])))).expect("json");
-        j["superblock"]["fs_uuid"].as_str().expect("uuid").to_string()
+        let j: serde_json::Value =
+            serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(img), "--json"]))))
+                .expect("json");
+        j["superblock"]["fs_uuid"]
+            .as_str()
+            .expect("uuid")
+            .to_string()
     };
     let before = uuid(&image);
     fails_with(mkfs(&image, &[]), "already holds an augefs file system");
@@ -181,7 +221,15 @@ fn image_in_use_is_refused() {
     drop(held);
     ok(augefs(&["inspect", s(&image)]));
     // A shared (inspect) holder does not stop another inspect, but stops mkfs.
-    let shared = device::open(&image, &device::OpenOptions { lock: device::LockMode::Shared, read_only: true, ..Default::default() }).expect("open");
+    let shared = device::open(
+        &image,
+        &device::OpenOptions {
+            lock: device::LockMode::Shared,
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .expect("open");
     ok(augefs(&["inspect", s(&image)]));
     fails_with(mkfs(&image, &["--force"]), "in use");
     drop(shared);

@@ -46,7 +46,11 @@ impl AlignedBuf {
 
     /// Changes the length within the capacity; new bytes are zero.
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.capacity, "length {len} beyond capacity {}", self.capacity);
+        assert!(
+            len <= self.capacity,
+            "length {len} beyond capacity {}",
+            self.capacity
+        );
         if len > self.len {
             // SAFETY: the range is inside the allocation.
             unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(self.len), 0, len - self.len) };
@@ -94,7 +98,11 @@ impl Clone for AlignedBuf {
 
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AlignedBuf(len={}, capacity={})", self.len, self.capacity)
+        write!(
+            f,
+            "AlignedBuf(len={}, capacity={})",
+            self.len, self.capacity
+        )
     }
 }
 
@@ -111,7 +119,11 @@ pub struct BufPool {
 impl BufPool {
     pub fn new(buf_bytes: usize, count: usize) -> BufPool {
         let free = (0..count).map(|_| AlignedBuf::zeroed(buf_bytes)).collect();
-        BufPool { buf_bytes, count_max: count, free: Mutex::new(free) }
+        BufPool {
+            buf_bytes,
+            count_max: count,
+            free: Mutex::new(free),
+        }
     }
 
     pub fn buf_bytes(&self) -> usize {

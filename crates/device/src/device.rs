@@ -19,7 +19,10 @@ impl Device {
         let info = backend.info();
         assert!(info.logical_block_bytes.is_power_of_two());
         assert!(info.logical_block_bytes as usize <= BUF_ALIGN_BYTES);
-        Device { backend, counters: IoCounters::new() }
+        Device {
+            backend,
+            counters: IoCounters::new(),
+        }
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -41,16 +44,32 @@ impl Device {
 
     /// A queue for this thread's requests.
     pub fn queue(&self) -> Result<Queue<'_>, DeviceError> {
-        Ok(Queue { inner: self.backend.queue()?, device: self })
+        Ok(Queue {
+            inner: self.backend.queue()?,
+            device: self,
+        })
     }
 
     fn check(&self, op: &IoOp) {
         let info = self.info();
         let block = info.logical_block_bytes as u64;
         if let Some((offset, len)) = op.range() {
-            assert!(offset % block == 0, "{} offset {offset} not aligned to {block}", op.name());
-            assert!(len % block == 0 && len > 0, "{} length {len} not a multiple of {block}", op.name());
-            assert!(offset + len <= info.size_bytes, "{} [{offset}, +{len}) past device end {}", op.name(), info.size_bytes);
+            assert!(
+                offset % block == 0,
+                "{} offset {offset} not aligned to {block}",
+                op.name()
+            );
+            assert!(
+                len % block == 0 && len > 0,
+                "{} length {len} not a multiple of {block}",
+                op.name()
+            );
+            assert!(
+                offset + len <= info.size_bytes,
+                "{} [{offset}, +{len}) past device end {}",
+                op.name(),
+                info.size_bytes
+            );
         }
         if let IoOp::Read { buf, .. } | IoOp::Write { buf, .. } = op {
             assert_eq!(buf.as_ptr() as usize % BUF_ALIGN_BYTES, 0);
@@ -105,12 +124,24 @@ impl Device {
     }
 
     /// Reads `buf.len()` bytes at `offset` into `buf`.
-    pub fn read(&self, offset: u64, buf: AlignedBuf, cause: IoCause) -> Result<AlignedBuf, DeviceError> {
-        self.single(IoRequest::read(offset, buf, cause)).map(|b| b.expect("read returns its buffer"))
+    pub fn read(
+        &self,
+        offset: u64,
+        buf: AlignedBuf,
+        cause: IoCause,
+    ) -> Result<AlignedBuf, DeviceError> {
+        self.single(IoRequest::read(offset, buf, cause))
+            .map(|b| b.expect("read returns its buffer"))
     }
 
-    pub fn write(&self, offset: u64, buf: AlignedBuf, cause: IoCause) -> Result<AlignedBuf, DeviceError> {
-        self.single(IoRequest::write(offset, buf, cause)).map(|b| b.expect("write returns its buffer"))
+    pub fn write(
+        &self,
+        offset: u64,
+        buf: AlignedBuf,
+        cause: IoCause,
+    ) -> Result<AlignedBuf, DeviceError> {
+        self.single(IoRequest::write(offset, buf, cause))
+            .map(|b| b.expect("write returns its buffer"))
     }
 
     pub fn flush(&self, cause: IoCause) -> Result<(), DeviceError> {
@@ -118,7 +149,8 @@ impl Device {
     }
 
     pub fn discard(&self, offset: u64, len: u64, cause: IoCause) -> Result<(), DeviceError> {
-        self.single(IoRequest::discard(offset, len, cause)).map(|_| ())
+        self.single(IoRequest::discard(offset, len, cause))
+            .map(|_| ())
     }
 
     fn single(&self, request: IoRequest) -> Result<Option<AlignedBuf>, DeviceError> {
@@ -138,7 +170,9 @@ pub struct Queue<'d> {
 
 impl std::fmt::Debug for Queue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue").field("outstanding", &self.inner.outstanding()).finish()
+        f.debug_struct("Queue")
+            .field("outstanding", &self.inner.outstanding())
+            .finish()
     }
 }
 
@@ -162,7 +196,10 @@ impl Queue<'_> {
     }
 
     pub fn submit(&mut self, min_complete: usize) -> Result<(), DeviceError> {
-        assert!(min_complete <= self.inner.outstanding(), "waiting for more than is outstanding");
+        assert!(
+            min_complete <= self.inner.outstanding(),
+            "waiting for more than is outstanding"
+        );
         self.inner.submit(min_complete)
     }
 
@@ -172,7 +209,11 @@ impl Queue<'_> {
 
     /// Runs a set of requests concurrently, keeping the queue full, and stores each
     /// completion at `done[tag]`. Returns the first failure after all have finished.
-    fn run_phase(&mut self, requests: Vec<IoRequest>, done: &mut [Option<IoCompletion>]) -> Result<(), DeviceError> {
+    fn run_phase(
+        &mut self,
+        requests: Vec<IoRequest>,
+        done: &mut [Option<IoCompletion>],
+    ) -> Result<(), DeviceError> {
         let mut pending = requests.into_iter();
         let mut next = pending.next();
         let mut first_error: Option<DeviceError> = None;

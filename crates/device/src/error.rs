@@ -7,9 +7,16 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum DeviceError {
     #[error("{op} at byte {offset} failed: {source}")]
-    Io { op: &'static str, offset: u64, source: std::io::Error },
+    Io {
+        op: &'static str,
+        offset: u64,
+        source: std::io::Error,
+    },
     #[error("cannot open {}: {source}", path.display())]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{} is in use by another process or mount (it is locked); augefs never opens an image twice", path.display())]
     InUse { path: PathBuf },
     #[error("{} is neither a regular file nor a block device", path.display())]

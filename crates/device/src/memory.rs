@@ -34,7 +34,10 @@ impl MemoryBackend {
             discard_supported: true,
             notice: None,
         };
-        MemoryBackend { info, bytes: RwLock::new(image) }
+        MemoryBackend {
+            info,
+            bytes: RwLock::new(image),
+        }
     }
 
     /// A copy of the current contents.
@@ -73,7 +76,10 @@ impl Backend for MemoryBackend {
     }
 
     fn queue(&self) -> Result<Box<dyn BackendQueue + '_>, DeviceError> {
-        Ok(Box::new(SyncQueue::new(MEMORY_QUEUE_DEPTH, move |r: &mut IoRequest| self.execute(r))))
+        Ok(Box::new(SyncQueue::new(
+            MEMORY_QUEUE_DEPTH,
+            move |r: &mut IoRequest| self.execute(r),
+        )))
     }
 }
 
@@ -89,7 +95,12 @@ pub struct SyncQueue<F> {
 
 impl<F: FnMut(&mut IoRequest) -> Result<(), DeviceError> + Send> SyncQueue<F> {
     pub fn new(depth: usize, execute: F) -> Self {
-        SyncQueue { depth, execute, pushed: VecDeque::new(), completed: VecDeque::new() }
+        SyncQueue {
+            depth,
+            execute,
+            pushed: VecDeque::new(),
+            completed: VecDeque::new(),
+        }
     }
 }
 

@@ -30,7 +30,9 @@ impl IoOp {
     /// (offset, length) for ops that touch a range.
     pub fn range(&self) -> Option<(u64, u64)> {
         match self {
-            IoOp::Read { offset, buf } | IoOp::Write { offset, buf } => Some((*offset, buf.len() as u64)),
+            IoOp::Read { offset, buf } | IoOp::Write { offset, buf } => {
+                Some((*offset, buf.len() as u64))
+            }
             IoOp::Discard { offset, len } => Some((*offset, *len)),
             IoOp::Flush => None,
         }
@@ -47,19 +49,35 @@ pub struct IoRequest {
 
 impl IoRequest {
     pub fn read(offset: u64, buf: AlignedBuf, cause: IoCause) -> IoRequest {
-        IoRequest { op: IoOp::Read { offset, buf }, cause, tag: 0 }
+        IoRequest {
+            op: IoOp::Read { offset, buf },
+            cause,
+            tag: 0,
+        }
     }
 
     pub fn write(offset: u64, buf: AlignedBuf, cause: IoCause) -> IoRequest {
-        IoRequest { op: IoOp::Write { offset, buf }, cause, tag: 0 }
+        IoRequest {
+            op: IoOp::Write { offset, buf },
+            cause,
+            tag: 0,
+        }
     }
 
     pub fn flush(cause: IoCause) -> IoRequest {
-        IoRequest { op: IoOp::Flush, cause, tag: 0 }
+        IoRequest {
+            op: IoOp::Flush,
+            cause,
+            tag: 0,
+        }
     }
 
     pub fn discard(offset: u64, len: u64, cause: IoCause) -> IoRequest {
-        IoRequest { op: IoOp::Discard { offset, len }, cause, tag: 0 }
+        IoRequest {
+            op: IoOp::Discard { offset, len },
+            cause,
+            tag: 0,
+        }
     }
 
     pub fn with_tag(mut self, tag: u64) -> IoRequest {

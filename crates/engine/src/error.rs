@@ -16,8 +16,13 @@ pub enum EngineError {
     Pmr(#[from] PmrError),
     #[error("the device already holds {what}; refusing to format it without --force")]
     ExistingFileSystem { what: String },
-    #[error("the PMR belongs to another file system (PMR names {pmr_uuid}, image is {image_uuid})")]
-    PmrMismatch { pmr_uuid: String, image_uuid: String },
+    #[error(
+        "the PMR belongs to another file system (PMR names {pmr_uuid}, image is {image_uuid})"
+    )]
+    PmrMismatch {
+        pmr_uuid: String,
+        image_uuid: String,
+    },
     #[error("the image was formatted with a PMR of {expected} bytes; the PMR given has {got}")]
     PmrSizeMismatch { expected: u64, got: u64 },
     #[error("the image was formatted with a PMR; give it with --pmr")]
@@ -32,7 +37,7 @@ impl EngineError {
         match self {
             EngineError::Device(e) => e.errno(),
             EngineError::Format(FormatError::NotAugefs { .. }) => 22, // EINVAL
-            EngineError::Format(_) => 117,                            // EUCLEAN: structure needs cleaning
+            EngineError::Format(_) => 117, // EUCLEAN: structure needs cleaning
             EngineError::Pmr(_) => 5,
             EngineError::ExistingFileSystem { .. } => 17, // EEXIST
             EngineError::PmrMismatch { .. }

@@ -29,8 +29,13 @@ pub fn read_superblock(device: &Device) -> Result<SuperblockChoice, EngineError>
 pub enum SlotState {
     /// Never written.
     Empty,
-    Valid { sequence: u64, payload_bytes: usize },
-    Invalid { reason: String },
+    Valid {
+        sequence: u64,
+        payload_bytes: usize,
+    },
+    Invalid {
+        reason: String,
+    },
 }
 
 /// Both slots of one owner and which of them is current.
@@ -45,13 +50,20 @@ pub struct OwnerCheckpoint {
 }
 
 /// Reads every checkpoint slot of every owner in one batch.
-pub fn read_checkpoints(device: &Device, geometry: &Geometry) -> Result<Vec<OwnerCheckpoint>, EngineError> {
+pub fn read_checkpoints(
+    device: &Device,
+    geometry: &Geometry,
+) -> Result<Vec<OwnerCheckpoint>, EngineError> {
     let owners = geometry.checkpoint_owners();
     let mut requests = Vec::with_capacity(owners.len() * 2);
     for owner in &owners {
         for slot in 0..2 {
             let offset = geometry.checkpoint_slot_offset(*owner, slot);
-            requests.push(IoRequest::read(offset, AlignedBuf::zeroed(CHECKPOINT_SLOT_BYTES as usize), IoCause::Checkpoint));
+            requests.push(IoRequest::read(
+                offset,
+                AlignedBuf::zeroed(CHECKPOINT_SLOT_BYTES as usize),
+                IoCause::Checkpoint,
+            ));
         }
     }
     let completions = device.run(requests)?;
@@ -67,17 +79,25 @@ pub fn read_checkpoints(device: &Device, geometry: &Geometry) -> Result<Vec<Owne
             let location = format!("{owner:?} slot {slot}");
             states[slot] = match CheckpointSlot::decode(bytes, &location) {
                 Ok(None) => SlotState::Empty,
-                Ok(Some(cp)) if cp.owner != *owner => {
-                    SlotState::Invalid { reason: format!("slot holds the checkpoint of {:?} (misdirected write)", cp.owner) }
-                }
+                Ok(Some(cp)) if cp.owner != *owner => SlotState::Invalid {
+                    reason: format!(
+                        "slot holds the checkpoint of {:?} (misdirected write)",
+                        cp.owner
+                    ),
+                },
                 Ok(Some(cp)) => {
-                    let state = SlotState::Valid { sequence: cp.sequence, payload_bytes: cp.payload.len() };
+                    let state = SlotState::Valid {
+                        sequence: cp.sequence,
+                        payload_bytes: cp.payload.len(),
+                    };
                     if best.as_ref().is_none_or(|(_, b)| cp.sequence > b.sequence) {
                         best = Some((slot as u32, cp));
                     }
                     state
                 }
-                Err(e) => SlotState::Invalid { reason: e.to_string() },
+                Err(e) => SlotState::Invalid {
+                    reason: e.to_string(),
+                },
             };
         }
         out.push(OwnerCheckpoint {

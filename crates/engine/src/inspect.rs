@@ -41,7 +41,14 @@ pub struct InspectReport {
 
 pub fn uuid_string(uuid: &[u8; 16]) -> String {
     let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// Builds the report. `pmr` is the PMR file the user named, if any.
@@ -71,7 +78,10 @@ pub fn inspect(device: &Device, pmr: Option<&Pmr>) -> Result<InspectReport, Engi
                 });
             }
             if p.len() != sb.pmr_size_bytes {
-                return Err(EngineError::PmrSizeMismatch { expected: sb.pmr_size_bytes, got: p.len() });
+                return Err(EngineError::PmrSizeMismatch {
+                    expected: sb.pmr_size_bytes,
+                    got: p.len(),
+                });
             }
             Some(PmrReport {
                 size_bytes: p.len(),

@@ -93,7 +93,11 @@ pub fn format(
 
     progress.step("invalidating old superblocks", 2 * BLOCK_SIZE_BYTES);
     device.run(vec![
-        IoRequest::write(0, AlignedBuf::zeroed(2 * BLOCK_SIZE_BYTES as usize), IoCause::Superblock),
+        IoRequest::write(
+            0,
+            AlignedBuf::zeroed(2 * BLOCK_SIZE_BYTES as usize),
+            IoCause::Superblock,
+        ),
         IoRequest::flush(IoCause::Superblock),
     ])?;
     progress.advance(2 * BLOCK_SIZE_BYTES);
@@ -109,19 +113,38 @@ pub fn format(
         zero_region(device, region, cause, progress)?;
     }
     if device.info().is_block_device && device.info().discard_supported {
-        progress.step("discarding the segment area", geometry.segments.size_bytes());
-        device.discard(geometry.segments.start_byte(), geometry.segments.size_bytes(), IoCause::Tool)?;
+        progress.step(
+            "discarding the segment area",
+            geometry.segments.size_bytes(),
+        );
+        device.discard(
+            geometry.segments.start_byte(),
+            geometry.segments.size_bytes(),
+            IoCause::Tool,
+        )?;
         progress.advance(geometry.segments.size_bytes());
     }
 
     let owners = geometry.checkpoint_owners();
-    progress.step("writing initial checkpoints", owners.len() as u64 * CHECKPOINT_SLOT_BYTES);
+    progress.step(
+        "writing initial checkpoints",
+        owners.len() as u64 * CHECKPOINT_SLOT_BYTES,
+    );
     let mut requests: Vec<IoRequest> = owners
         .iter()
         .map(|&owner| {
-            let slot = CheckpointSlot { owner, payload_version: 0, sequence: 1, payload: Vec::new() };
+            let slot = CheckpointSlot {
+                owner,
+                payload_version: 0,
+                sequence: 1,
+                payload: Vec::new(),
+            };
             let offset = geometry.checkpoint_slot_offset(owner, 0);
-            IoRequest::write(offset, AlignedBuf::from_slice(&slot.encode()), IoCause::Checkpoint)
+            IoRequest::write(
+                offset,
+                AlignedBuf::from_slice(&slot.encode()),
+                IoCause::Checkpoint,
+            )
         })
         .collect();
     requests.push(IoRequest::flush(IoCause::Checkpoint));
@@ -137,9 +160,17 @@ pub fn format(
     let superblock = Superblock::new(geometry, opts.fs_uuid, opts.created_unix_ns, pmr_size);
     progress.step("writing superblocks", 2 * BLOCK_SIZE_BYTES);
     device.run(vec![
-        IoRequest::write(BLOCK_SIZE_BYTES, AlignedBuf::from_slice(&superblock.encode(1)), IoCause::Superblock),
+        IoRequest::write(
+            BLOCK_SIZE_BYTES,
+            AlignedBuf::from_slice(&superblock.encode(1)),
+            IoCause::Superblock,
+        ),
         IoRequest::flush(IoCause::Superblock),
-        IoRequest::write(0, AlignedBuf::from_slice(&superblock.encode(0)), IoCause::Superblock),
+        IoRequest::write(
+            0,
+            AlignedBuf::from_slice(&superblock.encode(0)),
+            IoCause::Superblock,
+        ),
         IoRequest::flush(IoCause::Superblock),
     ])?;
     progress.advance(2 * BLOCK_SIZE_BYTES);
@@ -147,9 +178,16 @@ pub fn format(
     Ok(superblock)
 }
 
-fn zero_region(device: &Device, region: Region, cause: IoCause, progress: &dyn Progress) -> Result<(), EngineError> {
+fn zero_region(
+    device: &Device,
+    region: Region,
+    cause: IoCause,
+    progress: &dyn Progress,
+) -> Result<(), EngineError> {
     let mut queue = device.queue()?;
-    let mut free: Vec<AlignedBuf> = (0..ZERO_CHUNKS_IN_FLIGHT).map(|_| AlignedBuf::zeroed(ZERO_CHUNK_BYTES)).collect();
+    let mut free: Vec<AlignedBuf> = (0..ZERO_CHUNKS_IN_FLIGHT)
+        .map(|_| AlignedBuf::zeroed(ZERO_CHUNK_BYTES))
+        .collect();
     let mut offset = region.start_byte();
     let end = region.end_byte();
     let mut first_error = None;

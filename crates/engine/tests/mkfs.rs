@@ -17,14 +17,22 @@ fn memory_device(size: u64) -> Device {
 }
 
 fn opts() -> MkfsOptions {
-    MkfsOptions { domain_count: None, fs_uuid: [0xab; 16], created_unix_ns: 1_700_000_000_000_000_000, force: false }
+    MkfsOptions {
+        domain_count: None,
+        fs_uuid: [0xab; 16],
+        created_unix_ns: 1_700_000_000_000_000_000,
+        force: false,
+    }
 }
 
 #[test]
 fn formats_and_reads_back() {
     let dev = memory_device(256 * MIB);
     let sb = format(&dev, None, &opts(), &NoProgress).unwrap();
-    assert_eq!(sb.geometry.domain_count, Geometry::default_domain_count(256 * MIB).unwrap());
+    assert_eq!(
+        sb.geometry.domain_count,
+        Geometry::default_domain_count(256 * MIB).unwrap()
+    );
     let choice = read_superblock(&dev).unwrap();
     assert_eq!(choice.superblock, sb);
     assert!(choice.copy_errors.iter().all(Option::is_none));
@@ -32,7 +40,13 @@ fn formats_and_reads_back() {
     assert_eq!(cps.len(), sb.geometry.domain_count as usize + 1);
     assert_eq!(cps[0].owner, CheckpointOwner::Global);
     for cp in &cps {
-        assert!(matches!(cp.slots[0], SlotState::Valid { sequence: 1, payload_bytes: 0 }));
+        assert!(matches!(
+            cp.slots[0],
+            SlotState::Valid {
+                sequence: 1,
+                payload_bytes: 0
+            }
+        ));
         assert!(matches!(cp.slots[1], SlotState::Empty));
         assert_eq!(cp.current_slot, Some(0));
     }
@@ -41,17 +55,38 @@ fn formats_and_reads_back() {
 #[test]
 fn io_is_accounted_by_cause() {
     let dev = memory_device(64 * MIB);
-    let sb = format(&dev, None, &MkfsOptions { domain_count: Some(2), ..opts() }, &NoProgress).unwrap();
+    let sb = format(
+        &dev,
+        None,
+        &MkfsOptions {
+            domain_count: Some(2),
+            ..opts()
+        },
+        &NoProgress,
+    )
+    .unwrap();
     let io = dev.counters().snapshot();
     let g = sb.geometry;
     // Zeroing plus the initial checkpoints (3 owners x 16 KiB).
-    assert_eq!(io.cause(IoCause::Checkpoint).write_bytes, g.checkpoints.size_bytes() + 3 * CHECKPOINT_SLOT_BYTES);
+    assert_eq!(
+        io.cause(IoCause::Checkpoint).write_bytes,
+        g.checkpoints.size_bytes() + 3 * CHECKPOINT_SLOT_BYTES
+    );
     assert_eq!(io.cause(IoCause::Wal).write_bytes, g.wal.size_bytes());
-    assert_eq!(io.cause(IoCause::Manifest).write_bytes, g.manifest.size_bytes());
+    assert_eq!(
+        io.cause(IoCause::Manifest).write_bytes,
+        g.manifest.size_bytes()
+    );
     // Two invalidating blocks, then two copies; three flushes on the superblock's account.
-    assert_eq!(io.cause(IoCause::Superblock).write_bytes, 4 * BLOCK_SIZE_BYTES);
+    assert_eq!(
+        io.cause(IoCause::Superblock).write_bytes,
+        4 * BLOCK_SIZE_BYTES
+    );
     assert_eq!(io.cause(IoCause::Superblock).flush_ops, 3);
-    assert_eq!(io.total().write_ops, io.nonzero().iter().map(|(_, c)| c.write_ops).sum::<u64>());
+    assert_eq!(
+        io.total().write_ops,
+        io.nonzero().iter().map(|(_, c)| c.write_ops).sum::<u64>()
+    );
 }
 
 #[test]
@@ -59,8 +94,21 @@ fn refuses_existing_file_systems_without_force() {
     let dev = memory_device(64 * MIB);
     format(&dev, None, &opts(), &NoProgress).unwrap();
     let again = format(&dev, None, &opts(), &NoProgress);
-    assert!(matches!(again, Err(EngineError::ExistingFileSystem { .. })), "{again:?}");
-    format(&dev, None, &MkfsOptions { force: true, fs_uuid: [1; 16], ..opts() }, &NoProgress).unwrap();
+    assert!(
+        matches!(again, Err(EngineError::ExistingFileSystem { .. })),
+        "{again:?}"
+    );
+    format(
+        &dev,
+        None,
+        &MkfsOptions {
+            force: true,
+            fs_uuid: [1; 16],
+            ..opts()
+        },
+        &NoProgress,
+    )
+    .unwrap();
     assert_eq!(read_superblock(&dev).unwrap().superblock.fs_uuid, [1; 16]);
 
     // An ext4 signature.
@@ -70,7 +118,10 @@ fn refuses_existing_file_systems_without_force() {
     block[1081] = 0xEF;
     other.write(0, block, IoCause::Tool).unwrap();
     assert!(detect_existing(&other).unwrap().unwrap().contains("ext"));
-    assert!(matches!(format(&other, None, &opts(), &NoProgress), Err(EngineError::ExistingFileSystem { .. })));
+    assert!(matches!(
+        format(&other, None, &opts(), &NoProgress),
+        Err(EngineError::ExistingFileSystem { .. })
+    ));
 }
 
 #[test]
@@ -79,7 +130,16 @@ fn rejects_bad_geometry() {
     let e = format(&small, None, &opts(), &NoProgress).unwrap_err();
     assert!(e.to_string().contains("too small"), "{e}");
     let dev = memory_device(64 * MIB);
-    let e = format(&dev, None, &MkfsOptions { domain_count: Some(100), ..opts() }, &NoProgress).unwrap_err();
+    let e = format(
+        &dev,
+        None,
+        &MkfsOptions {
+            domain_count: Some(100),
+            ..opts()
+        },
+        &NoProgress,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("domain count"), "{e}");
 }
 
@@ -97,20 +157,30 @@ fn with_pmr() {
     assert!(pr.persist_mode.is_some());
 
     // The PMR header survives a crash that loses every unpersisted line.
-    let rebooted = Pmr::memory_from_image(&p.crash_image_all_lost(), PmrOptions::default()).unwrap();
+    let rebooted =
+        Pmr::memory_from_image(&p.crash_image_all_lost(), PmrOptions::default()).unwrap();
     assert!(engine::inspect::inspect(&dev, Some(&rebooted)).is_ok());
 
     // A PMR of another file system is refused.
     let stranger = Pmr::memory(4 * MIB, PmrOptions::default()).unwrap();
     pmr::format_region(&stranger, [9; 16]).unwrap();
-    assert!(matches!(engine::inspect::inspect(&dev, Some(&stranger)), Err(EngineError::PmrMismatch { .. })));
+    assert!(matches!(
+        engine::inspect::inspect(&dev, Some(&stranger)),
+        Err(EngineError::PmrMismatch { .. })
+    ));
     // Without the PMR, inspect still reports it is needed.
     let report = engine::inspect::inspect(&dev, None).unwrap();
     assert!(report.pmr.unwrap().note.is_some());
 
     let too_small = Pmr::memory(MIB, PmrOptions::default());
     if let Ok(too_small) = too_small {
-        let e = format(&memory_device(64 * MIB), Some(&too_small), &opts(), &NoProgress).unwrap_err();
+        let e = format(
+            &memory_device(64 * MIB),
+            Some(&too_small),
+            &opts(),
+            &NoProgress,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("PMR too small"), "{e}");
     }
 }
@@ -118,20 +188,33 @@ fn with_pmr() {
 #[test]
 fn corrupted_and_foreign_images() {
     let dev = memory_device(64 * MIB);
-    assert!(matches!(read_superblock(&dev), Err(EngineError::Format(FormatError::NotAugefs { .. }))));
+    assert!(matches!(
+        read_superblock(&dev),
+        Err(EngineError::Format(FormatError::NotAugefs { .. }))
+    ));
     format(&dev, None, &opts(), &NoProgress).unwrap();
     // Damage copy 0: copy 1 is used and copy 0 reported.
-    let mut b = dev.read(0, AlignedBuf::zeroed(4096), IoCause::Tool).unwrap();
+    let mut b = dev
+        .read(0, AlignedBuf::zeroed(4096), IoCause::Tool)
+        .unwrap();
     b[70] ^= 0xff;
     dev.write(0, b, IoCause::Tool).unwrap();
     let choice = read_superblock(&dev).unwrap();
     assert_eq!(choice.copy_index, 1);
-    assert!(matches!(choice.copy_errors[0], Some(FormatError::Corruption(_))));
+    assert!(matches!(
+        choice.copy_errors[0],
+        Some(FormatError::Corruption(_))
+    ));
     // Damage copy 1 too: corruption, not "foreign".
-    let mut b = dev.read(4096, AlignedBuf::zeroed(4096), IoCause::Tool).unwrap();
+    let mut b = dev
+        .read(4096, AlignedBuf::zeroed(4096), IoCause::Tool)
+        .unwrap();
     b[70] ^= 0xff;
     dev.write(4096, b, IoCause::Tool).unwrap();
-    assert!(matches!(read_superblock(&dev), Err(EngineError::Format(FormatError::Corruption(_)))));
+    assert!(matches!(
+        read_superblock(&dev),
+        Err(EngineError::Format(FormatError::Corruption(_)))
+    ));
 }
 
 #[test]
@@ -141,9 +224,25 @@ fn damaged_checkpoint_slot_is_reported_and_other_slot_used() {
     let g = sb.geometry;
     let off = g.checkpoint_slot_offset(CheckpointOwner::Global, 0);
     // Write a valid newer checkpoint into slot 1, then tear slot 0.
-    let newer = format::checkpoint::CheckpointSlot { owner: CheckpointOwner::Global, payload_version: 0, sequence: 2, payload: vec![] };
-    dev.write(g.checkpoint_slot_offset(CheckpointOwner::Global, 1), AlignedBuf::from_slice(&newer.encode()), IoCause::Tool).unwrap();
-    let mut slot0 = dev.read(off, AlignedBuf::zeroed(CHECKPOINT_SLOT_BYTES as usize), IoCause::Tool).unwrap();
+    let newer = format::checkpoint::CheckpointSlot {
+        owner: CheckpointOwner::Global,
+        payload_version: 0,
+        sequence: 2,
+        payload: vec![],
+    };
+    dev.write(
+        g.checkpoint_slot_offset(CheckpointOwner::Global, 1),
+        AlignedBuf::from_slice(&newer.encode()),
+        IoCause::Tool,
+    )
+    .unwrap();
+    let mut slot0 = dev
+        .read(
+            off,
+            AlignedBuf::zeroed(CHECKPOINT_SLOT_BYTES as usize),
+            IoCause::Tool,
+        )
+        .unwrap();
     slot0[CHECKPOINT_SLOT_BYTES as usize - 10] ^= 1;
     dev.write(off, slot0, IoCause::Tool).unwrap();
     let cps = read_checkpoints(&dev, &g).unwrap();

@@ -16,13 +16,24 @@ const OLD: [u8; 16] = [0xaa; 16];
 const NEW: [u8; 16] = [0xbb; 16];
 
 fn opts(uuid: [u8; 16], domains: u32) -> MkfsOptions {
-    MkfsOptions { domain_count: Some(domains), fs_uuid: uuid, created_unix_ns: 1, force: true }
+    MkfsOptions {
+        domain_count: Some(domains),
+        fs_uuid: uuid,
+        created_unix_ns: 1,
+        force: true,
+    }
 }
 
 #[test]
 fn every_crash_point_of_mkfs_leaves_old_new_or_nothing() {
     let (first, first_handle) = RecordingBackend::new(vec![0; (64 * MIB) as usize], 512);
-    format(&Device::new(Box::new(first)), None, &opts(OLD, 2), &NoProgress).expect("first mkfs");
+    format(
+        &Device::new(Box::new(first)),
+        None,
+        &opts(OLD, 2),
+        &NoProgress,
+    )
+    .expect("first mkfs");
     let old_image = first_handle.current_image();
 
     let (backend, handle) = RecordingBackend::new(old_image, 512);
@@ -31,9 +42,21 @@ fn every_crash_point_of_mkfs_leaves_old_new_or_nothing() {
     format(&dev, None, &opts(NEW, 3), &NoProgress).expect("second mkfs");
 
     let recording = handle.snapshot();
-    let states = recording.crash_states(&CrashPolicy { states_max: 1500, ..CrashPolicy::with_seed(7) });
-    assert!(states.states.len() > 20, "too few crash states: {}", states.states.len());
-    eprintln!("{} crash states ({} candidates, {} skipped)", states.states.len(), states.candidates_count, states.skipped_count);
+    let states = recording.crash_states(&CrashPolicy {
+        states_max: 1500,
+        ..CrashPolicy::with_seed(7)
+    });
+    assert!(
+        states.states.len() > 20,
+        "too few crash states: {}",
+        states.states.len()
+    );
+    eprintln!(
+        "{} crash states ({} candidates, {} skipped)",
+        states.states.len(),
+        states.candidates_count,
+        states.skipped_count
+    );
     let (mut saw_old, mut saw_new, mut saw_none) = (0, 0, 0);
     for state in &states.states {
         let image = recording.image(state);
@@ -60,5 +83,8 @@ fn every_crash_point_of_mkfs_leaves_old_new_or_nothing() {
             Err(e) => panic!("state {state}: image reports {e}"),
         }
     }
-    assert!(saw_old > 0 && saw_new > 0 && saw_none > 0, "old {saw_old} new {saw_new} none {saw_none}");
+    assert!(
+        saw_old > 0 && saw_new > 0 && saw_none > 0,
+        "old {saw_old} new {saw_new} none {saw_none}"
+    );
 }

@@ -40,7 +40,17 @@ pub const HEADER_BYTES: usize = 64;
 pub const HEADER_LAYOUT: StructLayout = StructLayout {
     name: "Checkpoint slot header",
     size: HEADER_BYTES,
-    fields: &[H_MAGIC, H_OWNER_KIND, H_DOMAIN, H_PAYLOAD_VERSION, H_SEQUENCE, H_PAYLOAD_LEN, H_PAYLOAD_CRC, H_RESERVED, H_CHECKSUM],
+    fields: &[
+        H_MAGIC,
+        H_OWNER_KIND,
+        H_DOMAIN,
+        H_PAYLOAD_VERSION,
+        H_SEQUENCE,
+        H_PAYLOAD_LEN,
+        H_PAYLOAD_CRC,
+        H_RESERVED,
+        H_CHECKSUM,
+    ],
 };
 
 pub const T_MAGIC: Field = Field::at("magic", 0, 8);
@@ -74,7 +84,10 @@ pub struct CheckpointSlot {
 
 impl CheckpointSlot {
     pub fn encode(&self) -> Vec<u8> {
-        assert!(self.payload.len() <= PAYLOAD_BYTES_MAX, "checkpoint payload too large");
+        assert!(
+            self.payload.len() <= PAYLOAD_BYTES_MAX,
+            "checkpoint payload too large"
+        );
         let mut slot = vec![0u8; SLOT];
         let payload_crc = crc32c(&self.payload);
         let (kind, domain) = match self.owner {
@@ -118,34 +131,66 @@ impl CheckpointSlot {
             FormatError::corruption(format!("checkpoint slot {what}"), location, expected, got)
         };
         if H_MAGIC.bytes(h) != HEADER_MAGIC {
-            return Err(bad("header magic", "AUGECKPT".into(), format!("{:?}", H_MAGIC.bytes(h))));
+            return Err(bad(
+                "header magic",
+                "AUGECKPT".into(),
+                format!("{:?}", H_MAGIC.bytes(h)),
+            ));
         }
         let header_crc = crc32c(&h[..H_CHECKSUM.offset]);
         if header_crc != H_CHECKSUM.get_u32(h) {
-            return Err(bad("header", format!("crc {header_crc:#010x}"), format!("{:#010x}", H_CHECKSUM.get_u32(h))));
+            return Err(bad(
+                "header",
+                format!("crc {header_crc:#010x}"),
+                format!("{:#010x}", H_CHECKSUM.get_u32(h)),
+            ));
         }
         if T_MAGIC.bytes(t) != TRAILER_MAGIC {
-            return Err(bad("trailer magic", "AUGECKTL".into(), format!("{:?}", T_MAGIC.bytes(t))));
+            return Err(bad(
+                "trailer magic",
+                "AUGECKTL".into(),
+                format!("{:?}", T_MAGIC.bytes(t)),
+            ));
         }
         let trailer_crc = crc32c_skipping(t, T_CHECKSUM.offset);
         if trailer_crc != T_CHECKSUM.get_u32(t) {
-            return Err(bad("trailer", format!("crc {trailer_crc:#010x}"), format!("{:#010x}", T_CHECKSUM.get_u32(t))));
+            return Err(bad(
+                "trailer",
+                format!("crc {trailer_crc:#010x}"),
+                format!("{:#010x}", T_CHECKSUM.get_u32(t)),
+            ));
         }
         let sequence = H_SEQUENCE.get_u64(h);
         if T_SEQUENCE.get_u64(t) != sequence {
-            return Err(bad("trailer sequence (torn write)", sequence.to_string(), T_SEQUENCE.get_u64(t).to_string()));
+            return Err(bad(
+                "trailer sequence (torn write)",
+                sequence.to_string(),
+                T_SEQUENCE.get_u64(t).to_string(),
+            ));
         }
         let payload_crc = H_PAYLOAD_CRC.get_u32(h);
         if T_PAYLOAD_CRC.get_u32(t) != payload_crc {
-            return Err(bad("trailer payload crc (torn write)", payload_crc.to_string(), T_PAYLOAD_CRC.get_u32(t).to_string()));
+            return Err(bad(
+                "trailer payload crc (torn write)",
+                payload_crc.to_string(),
+                T_PAYLOAD_CRC.get_u32(t).to_string(),
+            ));
         }
         let len = H_PAYLOAD_LEN.get_u32(h) as usize;
         if len > PAYLOAD_BYTES_MAX {
-            return Err(bad("payload length", format!("at most {PAYLOAD_BYTES_MAX}"), len.to_string()));
+            return Err(bad(
+                "payload length",
+                format!("at most {PAYLOAD_BYTES_MAX}"),
+                len.to_string(),
+            ));
         }
         let payload = &slot[HEADER_BYTES..HEADER_BYTES + len];
         if crc32c(payload) != payload_crc {
-            return Err(bad("payload", format!("crc {payload_crc:#010x}"), format!("{:#010x}", crc32c(payload))));
+            return Err(bad(
+                "payload",
+                format!("crc {payload_crc:#010x}"),
+                format!("{:#010x}", crc32c(payload)),
+            ));
         }
         let owner = match H_OWNER_KIND.get_u16(h) {
             OWNER_GLOBAL => CheckpointOwner::Global,
@@ -177,22 +222,36 @@ mod tests {
     #[test]
     fn round_trip_and_empty_slot() {
         let slot = sample();
-        assert_eq!(CheckpointSlot::decode(&slot.encode(), "t").unwrap(), Some(slot));
+        assert_eq!(
+            CheckpointSlot::decode(&slot.encode(), "t").unwrap(),
+            Some(slot)
+        );
         assert_eq!(CheckpointSlot::decode(&vec![0; SLOT], "t").unwrap(), None);
     }
 
     #[test]
     fn every_torn_version_is_rejected() {
         // A slot half-written over an older one, at every 4 KiB boundary.
-        let old = CheckpointSlot { sequence: 41, payload: vec![9; 3000], ..sample() }.encode();
+        let old = CheckpointSlot {
+            sequence: 41,
+            payload: vec![9; 3000],
+            ..sample()
+        }
+        .encode();
         let new = sample().encode();
         for blocks_written in 1..SLOT / 4096 {
             let mut torn = old.clone();
             torn[..blocks_written * 4096].copy_from_slice(&new[..blocks_written * 4096]);
-            assert!(CheckpointSlot::decode(&torn, "t").is_err(), "torn at block {blocks_written}");
+            assert!(
+                CheckpointSlot::decode(&torn, "t").is_err(),
+                "torn at block {blocks_written}"
+            );
             let mut torn_tail = new.clone();
             torn_tail[..blocks_written * 4096].copy_from_slice(&old[..blocks_written * 4096]);
-            assert!(CheckpointSlot::decode(&torn_tail, "t").is_err(), "torn tail at {blocks_written}");
+            assert!(
+                CheckpointSlot::decode(&torn_tail, "t").is_err(),
+                "torn tail at {blocks_written}"
+            );
         }
     }
 
@@ -200,6 +259,9 @@ mod tests {
     fn payload_bit_flip_is_rejected() {
         let mut bytes = sample().encode();
         bytes[HEADER_BYTES + 10] ^= 4;
-        assert!(matches!(CheckpointSlot::decode(&bytes, "t"), Err(FormatError::Corruption(_))));
+        assert!(matches!(
+            CheckpointSlot::decode(&bytes, "t"),
+            Err(FormatError::Corruption(_))
+        ));
     }
 }

@@ -64,5 +64,9 @@ const _: () = assert!(SUPERBLOCK_BYTES as u64 == SECTOR_SIZE_BYTES);
 const _: () = assert!(CHECKPOINT_SLOT_BYTES % BLOCK_SIZE_BYTES == 0);
 const _: () = assert!(WAL_REGION_BYTES_MIN % SEGMENT_SIZE_BYTES == 0);
 const _: () = assert!(WAL_REGION_BYTES_MAX % SEGMENT_SIZE_BYTES == 0);
-const _: () = assert!(PMR_SIZE_MIN_BYTES > PMR_HEADER_BYTES + PMR_SLOT_AREA_BYTES + PMR_WRITE_VER_AREA_BYTES);
-const _: () = assert!(PMR_SLOT_AREA_BYTES / 8 >= 64, "room for at least 64 WAL file slots");
+const _: () =
+    assert!(PMR_SIZE_MIN_BYTES > PMR_HEADER_BYTES + PMR_SLOT_AREA_BYTES + PMR_WRITE_VER_AREA_BYTES);
+const _: () = assert!(
+    PMR_SLOT_AREA_BYTES / 8 >= 64,
+    "room for at least 64 WAL file slots"
+);

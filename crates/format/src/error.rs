@@ -17,7 +17,11 @@ pub struct Corruption {
 
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} at {}: expected {}, got {}", self.what, self.location, self.expected, self.got)
+        write!(
+            f,
+            "{} at {}: expected {}, got {}",
+            self.what, self.location, self.expected, self.got
+        )
     }
 }
 
@@ -26,7 +30,9 @@ impl fmt::Display for Corruption {
 pub enum GeometryError {
     #[error("device too small: {size_bytes} bytes; augefs needs at least {min_bytes} bytes ({} MiB)", min_bytes >> 20)]
     DeviceTooSmall { size_bytes: u64, min_bytes: u64 },
-    #[error("domain count {count} out of range: 1 to {max} (this device has room for at most {fit})")]
+    #[error(
+        "domain count {count} out of range: 1 to {max} (this device has room for at most {fit})"
+    )]
     DomainCount { count: u32, max: u32, fit: u32 },
     #[error("PMR too small: {size_bytes} bytes; augefs needs at least {min_bytes} bytes ({} MiB)", min_bytes >> 20)]
     PmrTooSmall { size_bytes: u64, min_bytes: u64 },

@@ -95,10 +95,17 @@ impl Geometry {
             });
         }
         if domain_count == 0 || domain_count > DOMAIN_COUNT_MAX {
-            return Err(GeometryError::DomainCount { count: domain_count, max: DOMAIN_COUNT_MAX, fit: 0 });
+            return Err(GeometryError::DomainCount {
+                count: domain_count,
+                max: DOMAIN_COUNT_MAX,
+                fit: 0,
+            });
         }
         let device_size_bytes = device_size_bytes / BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES;
-        let superblocks = Region { start_block: 0, block_count: SUPERBLOCK_COPIES };
+        let superblocks = Region {
+            start_block: 0,
+            block_count: SUPERBLOCK_COPIES,
+        };
 
         let owners = domain_count as u64 + 1;
         let checkpoints = Region {
@@ -114,12 +121,16 @@ impl Geometry {
         let wal_bytes = (device_size_bytes / WAL_REGION_DEVICE_FRACTION / SEGMENT_SIZE_BYTES
             * SEGMENT_SIZE_BYTES)
             .clamp(WAL_REGION_BYTES_MIN, WAL_REGION_BYTES_MAX);
-        let wal = Region { start_block: bytes_to_blocks(wal_start), block_count: bytes_to_blocks(wal_bytes) };
+        let wal = Region {
+            start_block: bytes_to_blocks(wal_start),
+            block_count: bytes_to_blocks(wal_bytes),
+        };
 
         // n segments cost n * (2 MiB + summary) plus alignment of the segment area.
         let summaries_start = wal.end_byte();
         let summary_bytes = SUMMARY_BLOCKS_PER_SEGMENT * BLOCK_SIZE_BYTES;
-        let mut n = device_size_bytes.saturating_sub(summaries_start) / (SEGMENT_SIZE_BYTES + summary_bytes);
+        let mut n = device_size_bytes.saturating_sub(summaries_start)
+            / (SEGMENT_SIZE_BYTES + summary_bytes);
         let fits = |n: u64| {
             let seg_start = align_up(summaries_start + n * summary_bytes, SEGMENT_SIZE_BYTES);
             seg_start + n * SEGMENT_SIZE_BYTES <= device_size_bytes
@@ -133,8 +144,10 @@ impl Geometry {
             block_count: n * SUMMARY_BLOCKS_PER_SEGMENT,
         };
         let segments_start = align_up(summaries.end_byte(), SEGMENT_SIZE_BYTES);
-        let segments =
-            Region { start_block: bytes_to_blocks(segments_start), block_count: n * BLOCKS_PER_SEGMENT };
+        let segments = Region {
+            start_block: bytes_to_blocks(segments_start),
+            block_count: n * BLOCKS_PER_SEGMENT,
+        };
 
         let fit = (n / SEGMENTS_PER_DOMAIN_MIN).min(DOMAIN_COUNT_MAX as u64) as u32;
         if n < SEGMENTS_PER_DOMAIN_MIN {
@@ -144,7 +157,11 @@ impl Geometry {
             });
         }
         if domain_count > fit {
-            return Err(GeometryError::DomainCount { count: domain_count, max: DOMAIN_COUNT_MAX, fit });
+            return Err(GeometryError::DomainCount {
+                count: domain_count,
+                max: DOMAIN_COUNT_MAX,
+                fit,
+            });
         }
         let geometry = Geometry {
             device_size_bytes,
@@ -163,14 +180,30 @@ impl Geometry {
 
     /// Panics if regions overlap, are out of order or leave the device.
     pub fn assert_valid(&self) {
-        let order = [self.superblocks, self.checkpoints, self.manifest, self.wal, self.summaries, self.segments];
+        let order = [
+            self.superblocks,
+            self.checkpoints,
+            self.manifest,
+            self.wal,
+            self.summaries,
+            self.segments,
+        ];
         for pair in order.windows(2) {
-            assert!(pair[0].end_block() <= pair[1].start_block, "regions overlap: {order:?}");
+            assert!(
+                pair[0].end_block() <= pair[1].start_block,
+                "regions overlap: {order:?}"
+            );
         }
         assert!(self.segments.end_byte() <= self.device_size_bytes);
         assert_eq!(self.segments.start_byte() % SEGMENT_SIZE_BYTES, 0);
-        assert_eq!(self.segments.block_count, self.segment_count as u64 * BLOCKS_PER_SEGMENT);
-        assert_eq!(self.summaries.block_count, self.segment_count as u64 * SUMMARY_BLOCKS_PER_SEGMENT);
+        assert_eq!(
+            self.segments.block_count,
+            self.segment_count as u64 * BLOCKS_PER_SEGMENT
+        );
+        assert_eq!(
+            self.summaries.block_count,
+            self.segment_count as u64 * SUMMARY_BLOCKS_PER_SEGMENT
+        );
     }
 
     /// The byte offset of a checkpoint slot (0 or 1) of `owner`.
@@ -207,7 +240,8 @@ impl Geometry {
 
     pub fn summary_offset(&self, segment: SegmentNo) -> u64 {
         assert!(segment.0 < self.segment_count);
-        self.summaries.start_byte() + segment.0 as u64 * SUMMARY_BLOCKS_PER_SEGMENT * BLOCK_SIZE_BYTES
+        self.summaries.start_byte()
+            + segment.0 as u64 * SUMMARY_BLOCKS_PER_SEGMENT * BLOCK_SIZE_BYTES
     }
 }
 
@@ -236,7 +270,10 @@ mod tests {
         assert!(g.segment_count > 32_000);
         // Little is wasted: segments cover all but the fixed regions and alignment.
         let overhead = g.device_size_bytes - g.segments.size_bytes();
-        assert!(overhead < WAL_REGION_BYTES_MAX + g.summaries.size_bytes() + 8 * MIB, "{overhead}");
+        assert!(
+            overhead < WAL_REGION_BYTES_MAX + g.summaries.size_bytes() + 8 * MIB,
+            "{overhead}"
+        );
         // Summaries cost 8 KiB per 2 MiB segment: 0.4% of the device.
         assert!(g.summaries.size_bytes() * 250 < g.device_size_bytes);
     }
@@ -253,10 +290,22 @@ mod tests {
 
     #[test]
     fn rejects_too_small_and_bad_domain_counts() {
-        assert!(matches!(Geometry::compute(MIB, 1), Err(GeometryError::DeviceTooSmall { .. })));
-        assert!(matches!(Geometry::compute(64 * MIB, 0), Err(GeometryError::DomainCount { .. })));
-        assert!(matches!(Geometry::compute(64 * MIB, 7), Err(GeometryError::DomainCount { fit: 6, .. })));
-        assert!(matches!(Geometry::compute(64 * GIB, 257), Err(GeometryError::DomainCount { .. })));
+        assert!(matches!(
+            Geometry::compute(MIB, 1),
+            Err(GeometryError::DeviceTooSmall { .. })
+        ));
+        assert!(matches!(
+            Geometry::compute(64 * MIB, 0),
+            Err(GeometryError::DomainCount { .. })
+        ));
+        assert!(matches!(
+            Geometry::compute(64 * MIB, 7),
+            Err(GeometryError::DomainCount { fit: 6, .. })
+        ));
+        assert!(matches!(
+            Geometry::compute(64 * GIB, 257),
+            Err(GeometryError::DomainCount { .. })
+        ));
     }
 
     #[test]
@@ -282,7 +331,10 @@ mod tests {
         let last = SegmentNo(g.segment_count - 1);
         let addr = g.segment_start(last);
         assert_eq!(g.segment_of(addr), Some(last));
-        assert_eq!(g.segment_of(BlockAddr(addr.0 + BLOCKS_PER_SEGMENT - 1)), Some(last));
+        assert_eq!(
+            g.segment_of(BlockAddr(addr.0 + BLOCKS_PER_SEGMENT - 1)),
+            Some(last)
+        );
         assert_eq!(g.segment_of(BlockAddr(0)), None);
         assert!(g.summary_offset(last) + SUMMARY_BYTES as u64 <= g.summaries.end_byte());
     }

@@ -18,7 +18,11 @@ impl Field {
 
     /// The field that starts where `prev` ends.
     pub const fn after(prev: Field, name: &'static str, size: usize) -> Field {
-        Field { name, offset: prev.offset + prev.size, size }
+        Field {
+            name,
+            offset: prev.offset + prev.size,
+            size,
+        }
     }
 
     pub const fn end(self) -> usize {
@@ -74,7 +78,13 @@ impl Field {
     }
 
     pub fn put_bytes(&self, buf: &mut [u8], v: &[u8]) {
-        assert_eq!(self.size, v.len(), "field {} has size {}", self.name, self.size);
+        assert_eq!(
+            self.size,
+            v.len(),
+            "field {} has size {}",
+            self.name,
+            self.size
+        );
         self.bytes_mut(buf).copy_from_slice(v);
     }
 }
@@ -94,12 +104,18 @@ impl StructLayout {
         let mut at = 0;
         for f in self.fields {
             if f.offset != at {
-                return Err(format!("{}: field {} at {} expected {}", self.name, f.name, f.offset, at));
+                return Err(format!(
+                    "{}: field {} at {} expected {}",
+                    self.name, f.name, f.offset, at
+                ));
             }
             at = f.end();
         }
         if at != self.size {
-            return Err(format!("{}: fields end at {} but size is {}", self.name, at, self.size));
+            return Err(format!(
+                "{}: fields end at {} but size is {}",
+                self.name, at, self.size
+            ));
         }
         Ok(())
     }
@@ -154,13 +170,20 @@ pub mod doc {
     /// line `marker`, header and separator skipped. Panics if the marker line is missing.
     pub fn table_after(doc: &str, marker: &str) -> Vec<Vec<String>> {
         let line = format!("\n{marker}\n");
-        let start = doc.find(&line).unwrap_or_else(|| panic!("FORMAT.md lacks a line {marker}"));
+        let start = doc
+            .find(&line)
+            .unwrap_or_else(|| panic!("FORMAT.md lacks a line {marker}"));
         doc[start + line.len() - 1..]
             .lines()
             .skip(1)
             .take_while(|l| l.starts_with('|'))
             .skip(2)
-            .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().replace('`', "")).collect())
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().replace('`', ""))
+                    .collect()
+            })
             .collect()
     }
 
@@ -185,10 +208,19 @@ pub mod doc {
             let rows = table_after(doc, &format!("<!-- {kind}: {} -->", layout.name));
             let doc_fields: Vec<(usize, usize, String)> = rows
                 .iter()
-                .map(|r| (r[0].parse().expect("offset"), r[1].parse().expect("size"), r[2].clone()))
+                .map(|r| {
+                    (
+                        r[0].parse().expect("offset"),
+                        r[1].parse().expect("size"),
+                        r[2].clone(),
+                    )
+                })
                 .collect();
-            let code_fields: Vec<(usize, usize, String)> =
-                layout.fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
+            let code_fields: Vec<(usize, usize, String)> = layout
+                .fields
+                .iter()
+                .map(|f| (f.offset, f.size, f.name.to_string()))
+                .collect();
             assert_eq!(doc_fields, code_fields, "table {}", layout.name);
             let end = doc_fields.last().map(|(o, s, _)| o + s).unwrap_or(0);
             assert_eq!(end, layout.size, "{} covers its whole size", layout.name);

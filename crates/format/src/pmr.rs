@@ -71,7 +71,10 @@ pub struct PmrLayout {
 impl PmrLayout {
     pub fn compute(size_bytes: u64) -> Result<PmrLayout, GeometryError> {
         if size_bytes < PMR_SIZE_MIN_BYTES {
-            return Err(GeometryError::PmrTooSmall { size_bytes, min_bytes: PMR_SIZE_MIN_BYTES });
+            return Err(GeometryError::PmrTooSmall {
+                size_bytes,
+                min_bytes: PMR_SIZE_MIN_BYTES,
+            });
         }
         if size_bytes % BLOCK_SIZE_BYTES != 0 {
             return Err(GeometryError::PmrMisaligned { size_bytes });
@@ -142,7 +145,10 @@ impl PmrHeader {
         }
         let version = F_FORMAT_VERSION.get_u32(buf);
         if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
+            return Err(FormatError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         let size = F_PMR_SIZE.get_u64(buf);
         let layout = PmrLayout::compute(size)?;
@@ -156,9 +162,17 @@ impl PmrHeader {
             write_ver_bytes: F_WRITE_VER_BYTES.get_u64(buf),
         };
         if stored != layout {
-            return Err(FormatError::corruption("PMR header layout", "PMR byte 0", format!("{layout:?}"), format!("{stored:?}")));
+            return Err(FormatError::corruption(
+                "PMR header layout",
+                "PMR byte 0",
+                format!("{layout:?}"),
+                format!("{stored:?}"),
+            ));
         }
-        Ok(PmrHeader { fs_uuid: F_FS_UUID.bytes(buf).try_into().expect("16 bytes"), layout })
+        Ok(PmrHeader {
+            fs_uuid: F_FS_UUID.bytes(buf).try_into().expect("16 bytes"),
+            layout,
+        })
     }
 }
 
@@ -173,18 +187,33 @@ mod tests {
         assert_eq!(l.wal_area_offset, 8192);
         assert_eq!(l.write_ver_offset + l.write_ver_bytes, PMR_SIZE_MIN_BYTES);
         assert_eq!(l.write_ver_line(1), l.write_ver_offset + 64);
-        assert!(matches!(PmrLayout::compute(MIB), Err(GeometryError::PmrTooSmall { .. })));
-        assert!(matches!(PmrLayout::compute(4 * MIB + 1), Err(GeometryError::PmrMisaligned { .. })));
+        assert!(matches!(
+            PmrLayout::compute(MIB),
+            Err(GeometryError::PmrTooSmall { .. })
+        ));
+        assert!(matches!(
+            PmrLayout::compute(4 * MIB + 1),
+            Err(GeometryError::PmrMisaligned { .. })
+        ));
     }
 
     #[test]
     fn header_round_trip() {
-        let h = PmrHeader { fs_uuid: [3; 16], layout: PmrLayout::compute(8 * MIB).unwrap() };
+        let h = PmrHeader {
+            fs_uuid: [3; 16],
+            layout: PmrLayout::compute(8 * MIB).unwrap(),
+        };
         let buf = h.encode();
         assert_eq!(PmrHeader::decode(&buf).unwrap(), h);
         let mut bad = buf.clone();
         bad[30] ^= 1;
-        assert!(matches!(PmrHeader::decode(&bad), Err(FormatError::Corruption(_))));
-        assert!(matches!(PmrHeader::decode(&[0u8; 4096]), Err(FormatError::NotAugefs { .. })));
+        assert!(matches!(
+            PmrHeader::decode(&bad),
+            Err(FormatError::Corruption(_))
+        ));
+        assert!(matches!(
+            PmrHeader::decode(&[0u8; 4096]),
+            Err(FormatError::NotAugefs { .. })
+        ));
     }
 }

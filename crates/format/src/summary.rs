@@ -53,15 +53,28 @@ pub const HEADER_BYTES: usize = 64;
 pub const HEADER_LAYOUT: StructLayout = StructLayout {
     name: "Segment summary header",
     size: HEADER_BYTES,
-    fields: &[H_MAGIC, H_SEGMENT, H_DOMAIN, H_KIND, H_PAD, H_SEQUENCE, H_ENTRY_COUNT, H_RESERVED, H_CHECKSUM],
+    fields: &[
+        H_MAGIC,
+        H_SEGMENT,
+        H_DOMAIN,
+        H_KIND,
+        H_PAD,
+        H_SEQUENCE,
+        H_ENTRY_COUNT,
+        H_RESERVED,
+        H_CHECKSUM,
+    ],
 };
 
 pub const E_OWNER_INO: Field = Field::at("owner_ino", 0, 8);
 pub const E_INDEX: Field = Field::after(E_OWNER_INO, "index", 4);
 pub const ENTRY_BYTES: usize = 12;
 
-pub const ENTRY_LAYOUT: StructLayout =
-    StructLayout { name: "Segment summary entry", size: ENTRY_BYTES, fields: &[E_OWNER_INO, E_INDEX] };
+pub const ENTRY_LAYOUT: StructLayout = StructLayout {
+    name: "Segment summary entry",
+    size: ENTRY_BYTES,
+    fields: &[E_OWNER_INO, E_INDEX],
+};
 
 const _: () = assert!(H_CHECKSUM.end() == HEADER_BYTES);
 const _: () = assert!(E_INDEX.end() == ENTRY_BYTES);
@@ -110,30 +123,54 @@ impl SegmentSummary {
         assert_eq!(buf.len(), SUMMARY_BYTES);
         let location = format!("summary of segment {expected_segment}");
         let bad = |what: &str, expected: String, got: String| {
-            FormatError::corruption(format!("segment summary {what}"), location.clone(), expected, got)
+            FormatError::corruption(
+                format!("segment summary {what}"),
+                location.clone(),
+                expected,
+                got,
+            )
         };
         if H_MAGIC.bytes(buf) != MAGIC {
-            return Err(bad("magic", "AUGESSA".into(), format!("{:?}", H_MAGIC.bytes(buf))));
+            return Err(bad(
+                "magic",
+                "AUGESSA".into(),
+                format!("{:?}", H_MAGIC.bytes(buf)),
+            ));
         }
         let crc = crc32c_skipping(buf, H_CHECKSUM.offset);
         if crc != H_CHECKSUM.get_u32(buf) {
-            return Err(bad("checksum", format!("{crc:#010x}"), format!("{:#010x}", H_CHECKSUM.get_u32(buf))));
+            return Err(bad(
+                "checksum",
+                format!("{crc:#010x}"),
+                format!("{:#010x}", H_CHECKSUM.get_u32(buf)),
+            ));
         }
         let segment = SegmentNo(H_SEGMENT.get_u32(buf));
         if segment != expected_segment {
-            return Err(bad("segment number (misdirected write)", expected_segment.to_string(), segment.to_string()));
+            return Err(bad(
+                "segment number (misdirected write)",
+                expected_segment.to_string(),
+                segment.to_string(),
+            ));
         }
         let kind = SegmentKind::from_u8(H_KIND.get_u8(buf))
             .ok_or_else(|| bad("kind", "0..=3".into(), H_KIND.get_u8(buf).to_string()))?;
         let count = H_ENTRY_COUNT.get_u32(buf) as usize;
         if count > BLOCKS_PER_SEGMENT as usize {
-            return Err(bad("entry count", format!("at most {BLOCKS_PER_SEGMENT}"), count.to_string()));
+            return Err(bad(
+                "entry count",
+                format!("at most {BLOCKS_PER_SEGMENT}"),
+                count.to_string(),
+            ));
         }
         let entries = (0..count)
             .map(|i| {
                 let at = HEADER_BYTES + i * ENTRY_BYTES;
                 let slot = &buf[at..at + ENTRY_BYTES];
-                SummaryEntry { owner_ino: InodeNo(E_OWNER_INO.get_u64(slot)), index: E_INDEX.get_u32(slot) }
+                SummaryEntry {
+                    owner_ino: InodeNo(E_OWNER_INO.get_u64(slot)),
+                    index: E_INDEX.get_u32(slot),
+                }
             })
             .collect();
         Ok(SegmentSummary {
@@ -157,7 +194,12 @@ mod tests {
             domain: DomainId(2),
             kind: SegmentKind::Data,
             checkpoint_sequence: 5,
-            entries: (0..512).map(|i| SummaryEntry { owner_ino: InodeNo(i + 1), index: i as u32 * 3 }).collect(),
+            entries: (0..512)
+                .map(|i| SummaryEntry {
+                    owner_ino: InodeNo(i + 1),
+                    index: i as u32 * 3,
+                })
+                .collect(),
         };
         let buf = s.encode();
         assert_eq!(SegmentSummary::decode(&buf, SegmentNo(9)).unwrap(), s);

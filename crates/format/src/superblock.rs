@@ -46,7 +46,8 @@ pub const F_SUMMARY_START: Field = Field::after(F_WAL_COUNT, "summary_start_bloc
 pub const F_SUMMARY_COUNT: Field = Field::after(F_SUMMARY_START, "summary_block_count", 8);
 pub const F_SEGMENT_START: Field = Field::after(F_SUMMARY_COUNT, "segment_area_start_block", 8);
 pub const F_SEGMENT_COUNT: Field = Field::after(F_SEGMENT_START, "segment_count", 8);
-pub const F_RESERVED: Field = Field::after(F_SEGMENT_COUNT, "reserved", 508 - F_SEGMENT_COUNT.end());
+pub const F_RESERVED: Field =
+    Field::after(F_SEGMENT_COUNT, "reserved", 508 - F_SEGMENT_COUNT.end());
 pub const F_CHECKSUM: Field = Field::after(F_RESERVED, "checksum", 4);
 
 pub const LAYOUT: StructLayout = StructLayout {
@@ -96,7 +97,12 @@ pub struct Superblock {
 }
 
 impl Superblock {
-    pub fn new(geometry: Geometry, fs_uuid: [u8; 16], created_unix_ns: u64, pmr_size_bytes: u64) -> Self {
+    pub fn new(
+        geometry: Geometry,
+        fs_uuid: [u8; 16],
+        created_unix_ns: u64,
+        pmr_size_bytes: u64,
+    ) -> Self {
         let feature_flags = if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
         Superblock {
             format_version: FORMAT_VERSION,
@@ -167,10 +173,18 @@ impl Superblock {
         }
         let format_version = F_FORMAT_VERSION.get_u32(buf);
         if format_version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion { found: format_version, supported: FORMAT_VERSION });
+            return Err(FormatError::UnsupportedVersion {
+                found: format_version,
+                supported: FORMAT_VERSION,
+            });
         }
         let corrupt = |field: &str, expected: String, got: String| {
-            FormatError::corruption(format!("{what} field {field}"), location.clone(), expected, got)
+            FormatError::corruption(
+                format!("{what} field {field}"),
+                location.clone(),
+                expected,
+                got,
+            )
         };
         let check = |field: Field, expected: u64, got: u64| {
             if expected == got {
@@ -179,9 +193,21 @@ impl Superblock {
                 Err(corrupt(field.name, expected.to_string(), got.to_string()))
             }
         };
-        check(F_COPY_INDEX, copy_index as u64, F_COPY_INDEX.get_u32(buf) as u64)?;
-        check(F_BLOCK_SIZE, BLOCK_SIZE_BYTES, F_BLOCK_SIZE.get_u32(buf) as u64)?;
-        check(F_SEGMENT_SIZE, SEGMENT_SIZE_BYTES, F_SEGMENT_SIZE.get_u32(buf) as u64)?;
+        check(
+            F_COPY_INDEX,
+            copy_index as u64,
+            F_COPY_INDEX.get_u32(buf) as u64,
+        )?;
+        check(
+            F_BLOCK_SIZE,
+            BLOCK_SIZE_BYTES,
+            F_BLOCK_SIZE.get_u32(buf) as u64,
+        )?;
+        check(
+            F_SEGMENT_SIZE,
+            SEGMENT_SIZE_BYTES,
+            F_SEGMENT_SIZE.get_u32(buf) as u64,
+        )?;
         let feature_flags = F_FEATURES.get_u32(buf);
         if feature_flags & !FEATURES_KNOWN != 0 {
             return Err(corrupt(
@@ -192,17 +218,26 @@ impl Superblock {
         }
         let device_size_bytes = F_DEVICE_SIZE.get_u64(buf);
         let domain_count = F_DOMAIN_COUNT.get_u32(buf);
-        let geometry = Geometry::compute(device_size_bytes, domain_count)
-            .map_err(|e| corrupt("device_size_bytes/domain_count", "a valid geometry".into(), e.to_string()))?;
+        let geometry = Geometry::compute(device_size_bytes, domain_count).map_err(|e| {
+            corrupt(
+                "device_size_bytes/domain_count",
+                "a valid geometry".into(),
+                e.to_string(),
+            )
+        })?;
         let stored_regions = [
             (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, geometry.checkpoints),
             (F_MANIFEST_START, F_MANIFEST_COUNT, geometry.manifest),
             (F_WAL_START, F_WAL_COUNT, geometry.wal),
             (F_SUMMARY_START, F_SUMMARY_COUNT, geometry.summaries),
-            (F_SEGMENT_START, F_SEGMENT_COUNT, Region {
-                start_block: geometry.segments.start_block,
-                block_count: geometry.segment_count as u64,
-            }),
+            (
+                F_SEGMENT_START,
+                F_SEGMENT_COUNT,
+                Region {
+                    start_block: geometry.segments.start_block,
+                    block_count: geometry.segment_count as u64,
+                },
+            ),
         ];
         for (start, count, region) in stored_regions {
             check(start, region.start_block, start.get_u64(buf))?;
@@ -210,7 +245,11 @@ impl Superblock {
         }
         let pmr_size_bytes = F_PMR_SIZE.get_u64(buf);
         if (feature_flags & FEATURE_PMR != 0) != (pmr_size_bytes != 0) {
-            return Err(corrupt(F_PMR_SIZE.name, "non-zero exactly when the PMR flag is set".into(), pmr_size_bytes.to_string()));
+            return Err(corrupt(
+                F_PMR_SIZE.name,
+                "non-zero exactly when the PMR flag is set".into(),
+                pmr_size_bytes.to_string(),
+            ));
         }
         Ok(Superblock {
             format_version,
@@ -267,7 +306,12 @@ mod tests {
     use super::*;
 
     fn sample() -> Superblock {
-        Superblock::new(Geometry::compute(256 * MIB, 4).unwrap(), [7; 16], 1_700_000_000_000_000_000, 0)
+        Superblock::new(
+            Geometry::compute(256 * MIB, 4).unwrap(),
+            [7; 16],
+            1_700_000_000_000_000_000,
+            0,
+        )
     }
 
     #[test]
@@ -284,20 +328,32 @@ mod tests {
     #[test]
     fn detects_foreign_corrupt_and_future_images() {
         let sb = sample();
-        assert!(matches!(Superblock::decode(&[0u8; 4096], 0), Err(FormatError::NotAugefs { .. })));
+        assert!(matches!(
+            Superblock::decode(&[0u8; 4096], 0),
+            Err(FormatError::NotAugefs { .. })
+        ));
         let mut flipped = sb.encode(0);
         flipped[F_DEVICE_SIZE.offset] ^= 1;
-        assert!(matches!(Superblock::decode(&flipped, 0), Err(FormatError::Corruption(_))));
+        assert!(matches!(
+            Superblock::decode(&flipped, 0),
+            Err(FormatError::Corruption(_))
+        ));
         let mut future = sb.encode(0);
         F_FORMAT_VERSION.put_u32(&mut future, 9);
         let crc = crc32c(&future[..F_CHECKSUM.offset]);
         F_CHECKSUM.put_u32(&mut future, crc);
         assert_eq!(
             Superblock::decode(&future, 0),
-            Err(FormatError::UnsupportedVersion { found: 9, supported: FORMAT_VERSION })
+            Err(FormatError::UnsupportedVersion {
+                found: 9,
+                supported: FORMAT_VERSION
+            })
         );
         // A copy read from the wrong block is rejected (misdirected write).
-        assert!(matches!(Superblock::decode(&sb.encode(0), 1), Err(FormatError::Corruption(_))));
+        assert!(matches!(
+            Superblock::decode(&sb.encode(0), 1),
+            Err(FormatError::Corruption(_))
+        ));
     }
 
     #[test]
@@ -314,11 +370,20 @@ mod tests {
         bad0[100] ^= 0xff;
         let choice = choose(&bad0, &new1).unwrap();
         assert_eq!(choice.copy_index, 1);
-        assert!(matches!(choice.copy_errors[0], Some(FormatError::Corruption(_))));
+        assert!(matches!(
+            choice.copy_errors[0],
+            Some(FormatError::Corruption(_))
+        ));
 
         let mut bad1 = new1.clone();
         bad1[100] ^= 0xff;
-        assert!(matches!(choose(&bad0, &bad1), Err(FormatError::Corruption(_))));
-        assert!(matches!(choose(&[0; 4096], &[0; 4096]), Err(FormatError::NotAugefs { .. })));
+        assert!(matches!(
+            choose(&bad0, &bad1),
+            Err(FormatError::Corruption(_))
+        ));
+        assert!(matches!(
+            choose(&[0; 4096], &[0; 4096]),
+            Err(FormatError::NotAugefs { .. })
+        ));
     }
 }

@@ -27,7 +27,10 @@ fn constants_match_code() {
         ("BLOCKS_PER_SEGMENT", BLOCKS_PER_SEGMENT),
         ("SUPERBLOCK_BYTES", SUPERBLOCK_BYTES as u64),
         ("CHECKPOINT_SLOT_BYTES", CHECKPOINT_SLOT_BYTES),
-        ("CHECKPOINT_REGION_START_BLOCK", CHECKPOINT_REGION_START_BLOCK),
+        (
+            "CHECKPOINT_REGION_START_BLOCK",
+            CHECKPOINT_REGION_START_BLOCK,
+        ),
         ("MANIFEST_REGION_BYTES", MANIFEST_REGION_BYTES),
         ("WAL_REGION_BYTES_MIN", WAL_REGION_BYTES_MIN),
         ("WAL_REGION_BYTES_MAX", WAL_REGION_BYTES_MAX),
@@ -47,8 +50,10 @@ fn constants_match_code() {
     .into_iter()
     .collect();
     let rows = table_after(&doc(), "<!-- constants -->");
-    let documented: BTreeMap<&str, u64> =
-        rows.iter().map(|r| (r[0].as_str(), r[1].parse::<u64>().expect("numeric value"))).collect();
+    let documented: BTreeMap<&str, u64> = rows
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].parse::<u64>().expect("numeric value")))
+        .collect();
     assert_eq!(documented, code);
 }
 
@@ -78,7 +83,9 @@ fn worked_geometry_examples_match_code() {
     let examples = markers(&doc, "geometry");
     assert!(!examples.is_empty());
     for example in examples {
-        let mut parts = example.split_whitespace().map(|p| p.parse::<u64>().expect("number"));
+        let mut parts = example
+            .split_whitespace()
+            .map(|p| p.parse::<u64>().expect("number"));
         let (size, domains) = (parts.next().expect("size"), parts.next().expect("domains"));
         let g = Geometry::compute(size, domains as u32).expect("example geometry is valid");
         let regions = [
@@ -93,8 +100,16 @@ fn worked_geometry_examples_match_code() {
         assert_eq!(rows.len(), regions.len(), "example {example}");
         for (row, (name, region)) in rows.iter().zip(regions) {
             assert_eq!(row[0], name);
-            assert_eq!(row[1].parse::<u64>().expect("start"), region.start_block, "{example} {name} start");
-            assert_eq!(row[2].parse::<u64>().expect("count"), region.block_count, "{example} {name} count");
+            assert_eq!(
+                row[1].parse::<u64>().expect("start"),
+                region.start_block,
+                "{example} {name} start"
+            );
+            assert_eq!(
+                row[2].parse::<u64>().expect("count"),
+                region.block_count,
+                "{example} {name} count"
+            );
         }
     }
 }

@@ -32,7 +32,11 @@ impl WriteBatch {
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
         let (key, value) = (key.into(), value.into());
         assert!(key.len() <= KEY_BYTES_MAX, "key of {} bytes", key.len());
-        assert!(value.len() <= VALUE_BYTES_MAX, "value of {} bytes", value.len());
+        assert!(
+            value.len() <= VALUE_BYTES_MAX,
+            "value of {} bytes",
+            value.len()
+        );
         self.bytes += OP_HEADER_BYTES + key.len() + value.len();
         self.ops.push((ValueKind::Put, key, value));
         self
@@ -55,7 +59,9 @@ impl WriteBatch {
     }
 
     pub fn ops(&self) -> impl Iterator<Item = (ValueKind, &[u8], &[u8])> {
-        self.ops.iter().map(|(k, key, v)| (*k, key.as_slice(), v.as_slice()))
+        self.ops
+            .iter()
+            .map(|(k, key, v)| (*k, key.as_slice(), v.as_slice()))
     }
 
     /// Bytes of the encoded record.
@@ -91,11 +97,17 @@ impl WriteBatch {
             if bytes.len() < at + OP_HEADER_BYTES {
                 return Err(bad("operation header past the end"));
             }
-            let kind = ValueKind::from_u8(bytes[at]).ok_or_else(|| bad("unknown operation kind"))?;
-            let key_len = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().expect("4 bytes")) as usize;
-            let value_len = u32::from_le_bytes(bytes[at + 5..at + 9].try_into().expect("4 bytes")) as usize;
+            let kind =
+                ValueKind::from_u8(bytes[at]).ok_or_else(|| bad("unknown operation kind"))?;
+            let key_len =
+                u32::from_le_bytes(bytes[at + 1..at + 5].try_into().expect("4 bytes")) as usize;
+            let value_len =
+                u32::from_le_bytes(bytes[at + 5..at + 9].try_into().expect("4 bytes")) as usize;
             at += OP_HEADER_BYTES;
-            if key_len > KEY_BYTES_MAX || value_len > VALUE_BYTES_MAX || bytes.len() < at + key_len + value_len {
+            if key_len > KEY_BYTES_MAX
+                || value_len > VALUE_BYTES_MAX
+                || bytes.len() < at + key_len + value_len
+            {
                 return Err(bad("operation body past the end or too large"));
             }
             let key = bytes[at..at + key_len].to_vec();
@@ -120,7 +132,9 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut b = WriteBatch::new();
-        b.put(b"m:1:foo".to_vec(), b"inode".to_vec()).delete(b"m:1:bar".to_vec()).put(b"k".to_vec(), Vec::new());
+        b.put(b"m:1:foo".to_vec(), b"inode".to_vec())
+            .delete(b"m:1:bar".to_vec())
+            .put(b"k".to_vec(), Vec::new());
         let mut out = Vec::new();
         b.encode_into(77, &mut out);
         assert_eq!(out.len(), b.encoded_len());
@@ -128,7 +142,10 @@ mod tests {
         assert_eq!(seq, 77);
         assert_eq!(decoded, b);
         for cut in 0..out.len() {
-            assert!(WriteBatch::decode(&out[..cut]).is_err(), "truncated at {cut}");
+            assert!(
+                WriteBatch::decode(&out[..cut]).is_err(),
+                "truncated at {cut}"
+            );
         }
     }
 }

@@ -25,7 +25,10 @@ pub enum MetaDbError {
 
 impl MetaDbError {
     pub fn corruption(what: impl Into<String>, detail: impl Into<String>) -> MetaDbError {
-        MetaDbError::Corruption { what: what.into(), detail: detail.into() }
+        MetaDbError::Corruption {
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
 
     pub fn errno(&self) -> i32 {

@@ -102,7 +102,10 @@ impl SeqGate {
     pub fn new(last_seq: u64, slots: usize) -> SeqGate {
         assert!(slots > 0);
         assert!(last_seq < PENDING - 1);
-        SeqGate { next: AtomicU64::new(last_seq + 1), slots: (0..slots).map(|_| AtomicU64::new(IDLE)).collect() }
+        SeqGate {
+            next: AtomicU64::new(last_seq + 1),
+            slots: (0..slots).map(|_| AtomicU64::new(IDLE)).collect(),
+        }
     }
 
     /// Takes `count` consecutive sequence numbers. `hint` spreads writers over slots.
@@ -111,7 +114,10 @@ impl SeqGate {
         let n = self.slots.len();
         let mut i = hint % n;
         loop {
-            if self.slots[i].compare_exchange(IDLE, PENDING, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            if self.slots[i]
+                .compare_exchange(IDLE, PENDING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
                 break;
             }
             i = (i + 1) % n;

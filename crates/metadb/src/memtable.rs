@@ -40,7 +40,12 @@ pub struct Found {
 
 impl Memtable {
     pub fn new(generation: u64) -> Memtable {
-        Memtable { generation, map: SkipMap::new(), bytes: AtomicUsize::new(0), gate: InFlightGate::new() }
+        Memtable {
+            generation,
+            map: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            gate: InFlightGate::new(),
+        }
     }
 
     pub fn generation(&self) -> u64 {
@@ -66,7 +71,10 @@ impl Memtable {
 
     /// Inserts one version. The caller has entered the gate.
     pub fn insert(&self, key: InternalKey, value: Vec<u8>) {
-        debug_assert!(self.gate.in_flight() > 0 || !self.gate.is_sealed(), "insert outside the gate");
+        debug_assert!(
+            self.gate.in_flight() > 0 || !self.gate.is_sealed(),
+            "insert outside the gate"
+        );
         let size = ENTRY_OVERHEAD_BYTES + key.user_key.len() + value.len();
         self.map.insert(key, value);
         self.bytes.fetch_add(size, Ordering::Relaxed);
@@ -77,12 +85,19 @@ impl Memtable {
         let start = InternalKey::seek_key(user_key, snapshot);
         let entry = self.map.range(start..).next()?;
         let key = entry.key();
-        (key.user_key == user_key).then(|| Found { seq: key.seq, kind: key.kind, value: entry.value().clone() })
+        (key.user_key == user_key).then(|| Found {
+            seq: key.seq,
+            kind: key.kind,
+            value: entry.value().clone(),
+        })
     }
 
     /// An iterator over all versions, in internal-key order.
     pub fn iter(self: &Arc<Self>) -> MemtableIterator {
-        MemtableIterator { table: self.clone(), current: None }
+        MemtableIterator {
+            table: self.clone(),
+            current: None,
+        }
     }
 }
 
@@ -96,8 +111,12 @@ pub struct MemtableIterator {
 
 impl MemtableIterator {
     fn load(&mut self, bound: Bound<&InternalKey>) {
-        self.current =
-            self.table.map.range((bound, Bound::Unbounded)).next().map(|e| (e.key().clone(), e.value().clone()));
+        self.current = self
+            .table
+            .map
+            .range((bound, Bound::Unbounded))
+            .next()
+            .map(|e| (e.key().clone(), e.value().clone()));
     }
 
     fn entry(&self) -> &(InternalKey, Vec<u8>) {
@@ -151,10 +170,22 @@ mod tests {
     fn newest_visible_version_wins_regardless_of_insert_order() {
         let m = Memtable::new(1);
         assert!(m.gate().enter());
-        m.insert(InternalKey::new(b"k".to_vec(), 7, ValueKind::Put), b"v7".to_vec());
-        m.insert(InternalKey::new(b"k".to_vec(), 3, ValueKind::Put), b"v3".to_vec());
-        m.insert(InternalKey::new(b"k".to_vec(), 9, ValueKind::Delete), Vec::new());
-        m.insert(InternalKey::new(b"j".to_vec(), 5, ValueKind::Put), b"j".to_vec());
+        m.insert(
+            InternalKey::new(b"k".to_vec(), 7, ValueKind::Put),
+            b"v7".to_vec(),
+        );
+        m.insert(
+            InternalKey::new(b"k".to_vec(), 3, ValueKind::Put),
+            b"v3".to_vec(),
+        );
+        m.insert(
+            InternalKey::new(b"k".to_vec(), 9, ValueKind::Delete),
+            Vec::new(),
+        );
+        m.insert(
+            InternalKey::new(b"j".to_vec(), 5, ValueKind::Put),
+            b"j".to_vec(),
+        );
         m.gate().exit();
         assert_eq!(m.get(b"k", 100).unwrap().kind, ValueKind::Delete);
         assert_eq!(m.get(b"k", 8).unwrap().value, b"v7");
@@ -171,7 +202,15 @@ mod tests {
             seen.push((it.user_key().to_vec(), it.seq()));
             it.next().unwrap();
         }
-        assert_eq!(seen, vec![(b"j".to_vec(), 5), (b"k".to_vec(), 9), (b"k".to_vec(), 7), (b"k".to_vec(), 3)]);
+        assert_eq!(
+            seen,
+            vec![
+                (b"j".to_vec(), 5),
+                (b"k".to_vec(), 9),
+                (b"k".to_vec(), 7),
+                (b"k".to_vec(), 3)
+            ]
+        );
         it.seek(&InternalKey::seek_key(b"k", 8)).unwrap();
         assert_eq!((it.user_key(), it.seq()), (&b"k"[..], 7));
     }
@@ -186,7 +225,10 @@ mod tests {
                     for i in 0..2000u64 {
                         assert!(m.gate().enter());
                         let seq = t * 10_000 + i + 1;
-                        m.insert(InternalKey::new(format!("{t}:{i}").into_bytes(), seq, ValueKind::Put), seq.to_le_bytes().to_vec());
+                        m.insert(
+                            InternalKey::new(format!("{t}:{i}").into_bytes(), seq, ValueKind::Put),
+                            seq.to_le_bytes().to_vec(),
+                        );
                         m.gate().exit();
                     }
                 })

@@ -36,8 +36,16 @@ pub struct SegmentPool {
 impl SegmentPool {
     /// A pool over segments `first .. first + count` of `geometry`'s segment area.
     pub fn new(geometry: format::Geometry, first: u32, count: u32) -> SegmentPool {
-        assert!(first as u64 + count as u64 <= geometry.segment_count as u64, "pool beyond the segment area");
-        SegmentPool { geometry, first, count, used: std::sync::Mutex::new(vec![false; count as usize]) }
+        assert!(
+            first as u64 + count as u64 <= geometry.segment_count as u64,
+            "pool beyond the segment area"
+        );
+        SegmentPool {
+            geometry,
+            first,
+            count,
+            used: std::sync::Mutex::new(vec![false; count as usize]),
+        }
     }
 
     /// A pool over the whole segment area.
@@ -46,7 +54,12 @@ impl SegmentPool {
     }
 
     pub fn free_count(&self) -> usize {
-        self.used.lock().expect("pool lock").iter().filter(|u| !**u).count()
+        self.used
+            .lock()
+            .expect("pool lock")
+            .iter()
+            .filter(|u| !**u)
+            .count()
     }
 }
 
@@ -68,7 +81,10 @@ impl TableStore for SegmentPool {
     fn claim(&self, segments: &[SegmentNo]) {
         let mut used = self.used.lock().expect("pool lock");
         for s in segments {
-            assert!(s.0 >= self.first && s.0 < self.first + self.count, "segment {s} outside the pool");
+            assert!(
+                s.0 >= self.first && s.0 < self.first + self.count,
+                "segment {s} outside the pool"
+            );
             let i = (s.0 - self.first) as usize;
             assert!(!used[i], "segment {s} claimed twice");
             used[i] = true;

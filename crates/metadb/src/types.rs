@@ -38,23 +38,48 @@ pub struct InternalKey {
 
 impl InternalKey {
     pub fn new(user_key: impl Into<Vec<u8>>, seq: Seq, kind: ValueKind) -> InternalKey {
-        InternalKey { user_key: user_key.into(), seq, kind }
+        InternalKey {
+            user_key: user_key.into(),
+            seq,
+            kind,
+        }
     }
 
     /// The smallest internal key for `user_key` visible at `snapshot` (seeks start here).
     pub fn seek_key(user_key: &[u8], snapshot: Seq) -> InternalKey {
-        InternalKey { user_key: user_key.to_vec(), seq: snapshot, kind: ValueKind::Put }
+        InternalKey {
+            user_key: user_key.to_vec(),
+            seq: snapshot,
+            kind: ValueKind::Put,
+        }
     }
 }
 
 /// Orders (user key asc, seq desc, kind desc).
-pub fn compare_internal(a_key: &[u8], a_seq: Seq, a_kind: ValueKind, b_key: &[u8], b_seq: Seq, b_kind: ValueKind) -> Ordering {
-    a_key.cmp(b_key).then(b_seq.cmp(&a_seq)).then((b_kind as u8).cmp(&(a_kind as u8)))
+pub fn compare_internal(
+    a_key: &[u8],
+    a_seq: Seq,
+    a_kind: ValueKind,
+    b_key: &[u8],
+    b_seq: Seq,
+    b_kind: ValueKind,
+) -> Ordering {
+    a_key
+        .cmp(b_key)
+        .then(b_seq.cmp(&a_seq))
+        .then((b_kind as u8).cmp(&(a_kind as u8)))
 }
 
 impl Ord for InternalKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        compare_internal(&self.user_key, self.seq, self.kind, &other.user_key, other.seq, other.kind)
+        compare_internal(
+            &self.user_key,
+            self.seq,
+            self.kind,
+            &other.user_key,
+            other.seq,
+            other.kind,
+        )
     }
 }
 
@@ -106,7 +131,11 @@ mod tests {
         let mut v = vec![ab.clone(), a1.clone(), a5.clone()];
         v.sort();
         assert_eq!(v, vec![a5, a1, ab]);
-        assert!(InternalKey::seek_key(b"a", 3) < InternalKey::new(b"a".to_vec(), 1, ValueKind::Put));
-        assert!(InternalKey::seek_key(b"a", 3) > InternalKey::new(b"a".to_vec(), 5, ValueKind::Put));
+        assert!(
+            InternalKey::seek_key(b"a", 3) < InternalKey::new(b"a".to_vec(), 1, ValueKind::Put)
+        );
+        assert!(
+            InternalKey::seek_key(b"a", 3) > InternalKey::new(b"a".to_vec(), 5, ValueKind::Put)
+        );
     }
 }

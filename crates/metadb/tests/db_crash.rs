@@ -17,16 +17,29 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 const IMAGE_BYTES: u64 = 64 * MIB;
 
 fn config() -> MetaDbConfig {
-    MetaDbConfig { lanes: 2, memtable_bytes: 24 << 10, background: false, ..MetaDbConfig::default() }
+    MetaDbConfig {
+        lanes: 2,
+        memtable_bytes: 24 << 10,
+        background: false,
+        ..MetaDbConfig::default()
+    }
 }
 
 fn open(device: Arc<Device>, geometry: Geometry) -> Result<MetaDb, metadb::MetaDbError> {
-    let env = MetaDbEnv { device, pmr: None, geometry, table_store: Arc::new(SegmentPool::whole(geometry)) };
+    let env = MetaDbEnv {
+        device,
+        pmr: None,
+        geometry,
+        table_store: Arc::new(SegmentPool::whole(geometry)),
+    };
     MetaDb::open(env, config())
 }
 
 fn contents(db: &MetaDb) -> Model {
-    db.range(b"", None, None).unwrap().map(|r| r.unwrap()).collect()
+    db.range(b"", None, None)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 struct Run {
@@ -37,14 +50,26 @@ struct Run {
     ops: Vec<(bool, u64)>,
 }
 
-fn workload(seed: u64, dev: &Arc<Device>, geometry: Geometry, handle: &device::recording::RecordingHandle) -> Run {
+fn workload(
+    seed: u64,
+    dev: &Arc<Device>,
+    geometry: Geometry,
+    handle: &device::recording::RecordingHandle,
+) -> Run {
     let db = open(dev.clone(), geometry).unwrap();
     let mut rng = Rng::from_seed(seed);
     let mut model = Model::new();
-    let mut run = Run { models: vec![model.clone()], ops: Vec::new() };
+    let mut run = Run {
+        models: vec![model.clone()],
+        ops: Vec::new(),
+    };
     for _ in 0..160 {
         let sync = rng.chance(1, 4);
-        let durability = if sync { Durability::Sync } else { Durability::Buffered };
+        let durability = if sync {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
         let mut batch = WriteBatch::new();
         for _ in 0..1 + rng.below(3) {
             let key = format!("m:{}:{}", rng.below(3), rng.below(60)).into_bytes();
@@ -78,14 +103,22 @@ fn recovery_at_every_crash_state_keeps_a_prefix_with_all_acknowledged_sync_write
         let dev = Arc::new(Device::new(Box::new(backend)));
         let run = workload(seed, &dev, geometry, &handle);
         let recording = handle.snapshot();
-        let states = recording.crash_states(&CrashPolicy { states_max: 250, ..CrashPolicy::with_seed(seed) });
+        let states = recording.crash_states(&CrashPolicy {
+            states_max: 250,
+            ..CrashPolicy::with_seed(seed)
+        });
         for state in &states.states {
             let durable = state.durable_writes();
             // Every sync write whose device writes were all durable must be present.
-            let required = run.ops.iter().rposition(|(sync, writes)| *sync && *writes <= durable).map_or(0, |i| i + 1);
+            let required = run
+                .ops
+                .iter()
+                .rposition(|(sync, writes)| *sync && *writes <= durable)
+                .map_or(0, |i| i + 1);
             let image = recording.image(state);
             let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
-            let db = open(crashed, geometry).unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
+            let db = open(crashed, geometry)
+                .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
             let got = contents(&db);
             let matched = (required..run.models.len()).find(|&k| run.models[k] == got);
             assert!(
@@ -95,6 +128,10 @@ fn recovery_at_every_crash_state_keeps_a_prefix_with_all_acknowledged_sync_write
             );
             drop(db);
         }
-        eprintln!("seed {seed}: {} crash states checked ({} skipped)", states.states.len(), states.skipped_count);
+        eprintln!(
+            "seed {seed}: {} crash states checked ({} skipped)",
+            states.states.len(),
+            states.skipped_count
+        );
     }
 }

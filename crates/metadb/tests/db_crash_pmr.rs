@@ -20,13 +20,26 @@ const IMAGE_BYTES: u64 = 64 * MIB;
 const PMR_BYTES: u64 = 2 * MIB;
 
 fn open(device: Arc<Device>, pmr: Arc<Pmr>, geometry: Geometry) -> MetaDb {
-    let env = MetaDbEnv { device, pmr: Some(pmr), geometry, table_store: Arc::new(SegmentPool::whole(geometry)) };
-    let config = MetaDbConfig { lanes: 2, memtable_bytes: 48 << 10, background: false, ..MetaDbConfig::default() };
+    let env = MetaDbEnv {
+        device,
+        pmr: Some(pmr),
+        geometry,
+        table_store: Arc::new(SegmentPool::whole(geometry)),
+    };
+    let config = MetaDbConfig {
+        lanes: 2,
+        memtable_bytes: 48 << 10,
+        background: false,
+        ..MetaDbConfig::default()
+    };
     MetaDb::open(env, config).expect("recovery succeeds")
 }
 
 fn contents(db: &MetaDb) -> Model {
-    db.range(b"", None, None).unwrap().map(|r| r.unwrap()).collect()
+    db.range(b"", None, None)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 #[test]
@@ -57,7 +70,15 @@ fn pmr_mode_recovers_a_prefix_with_every_acknowledged_sync_write() {
                     model.insert(key, value);
                 }
             }
-            db.write(&batch, if sync { Durability::Sync } else { Durability::Buffered }).unwrap();
+            db.write(
+                &batch,
+                if sync {
+                    Durability::Sync
+                } else {
+                    Durability::Buffered
+                },
+            )
+            .unwrap();
             if sync {
                 last_sync = op;
             }
@@ -70,8 +91,10 @@ fn pmr_mode_recovers_a_prefix_with_every_acknowledged_sync_write() {
                 // random subset of its unpersisted lines.
                 let image = handle.current_image();
                 let pmr_image = pmr.crash_image(&mut rng);
-                let crashed_dev = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
-                let crashed_pmr = Arc::new(Pmr::memory_from_image(&pmr_image, PmrOptions::default()).unwrap());
+                let crashed_dev =
+                    Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+                let crashed_pmr =
+                    Arc::new(Pmr::memory_from_image(&pmr_image, PmrOptions::default()).unwrap());
                 let recovered = open(crashed_dev, crashed_pmr, geometry);
                 let got = contents(&recovered);
                 assert!(

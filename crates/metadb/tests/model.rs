@@ -15,7 +15,12 @@ use std::sync::Arc;
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn env(device: Arc<Device>, geometry: Geometry) -> MetaDbEnv {
-    MetaDbEnv { device, pmr: None, geometry, table_store: Arc::new(SegmentPool::whole(geometry)) }
+    MetaDbEnv {
+        device,
+        pmr: None,
+        geometry,
+        table_store: Arc::new(SegmentPool::whole(geometry)),
+    }
 }
 
 fn small_config() -> MetaDbConfig {
@@ -23,8 +28,15 @@ fn small_config() -> MetaDbConfig {
         lanes: 4,
         memtable_bytes: 64 << 10,
         block_cache_bytes: 1 << 20,
-        table: TableOptions { table_bytes_max: 16 << 10, ..TableOptions::default() },
-        compaction: CompactionConfig { level_base_bytes: 32 << 10, level_size_multiplier: 4, ..CompactionConfig::default() },
+        table: TableOptions {
+            table_bytes_max: 16 << 10,
+            ..TableOptions::default()
+        },
+        compaction: CompactionConfig {
+            level_base_bytes: 32 << 10,
+            level_size_multiplier: 4,
+            ..CompactionConfig::default()
+        },
         background: false,
         ..MetaDbConfig::default()
     }
@@ -41,8 +53,16 @@ fn value(rng: &mut Rng) -> Vec<u8> {
     v
 }
 
-fn scan(db: &MetaDb, start: &[u8], end: Option<&[u8]>, snap: Option<&metadb::Snapshot>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    db.range(start, end, snap).unwrap().map(|r| r.unwrap()).collect()
+fn scan(
+    db: &MetaDb,
+    start: &[u8],
+    end: Option<&[u8]>,
+    snap: Option<&metadb::Snapshot>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db.range(start, end, snap)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
 }
 
 fn model_range(model: &Model, start: &[u8], end: Option<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -90,7 +110,11 @@ fn run(seed: u64, steps: usize) {
             }
             63..=79 => {
                 let k = key(&mut rng);
-                assert_eq!(db.get(&k).unwrap(), model.get(&k).cloned(), "{ctx} get {k:?}");
+                assert_eq!(
+                    db.get(&k).unwrap(),
+                    model.get(&k).cloned(),
+                    "{ctx} get {k:?}"
+                );
             }
             80..=84 => {
                 let p = format!("m:{}:", rng.below(8)).into_bytes();
@@ -102,8 +126,22 @@ fn run(seed: u64, steps: usize) {
             85..=87 => {
                 let (a, b) = (key(&mut rng), key(&mut rng));
                 let (a, b) = if a <= b { (a, b) } else { (b, a) };
-                let (got, want) = (scan(&db, &a, Some(&b), None), model_range(&model, &a, Some(&b)));
-                assert!(got == want, "{ctx} range [{}, {}): got {} keys {:?}.., want {} keys {:?}..", String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), got.len(), got.first().map(|(k, _)| String::from_utf8_lossy(k).into_owned()), want.len(), want.first().map(|(k, _)| String::from_utf8_lossy(k).into_owned()));
+                let (got, want) = (
+                    scan(&db, &a, Some(&b), None),
+                    model_range(&model, &a, Some(&b)),
+                );
+                assert!(
+                    got == want,
+                    "{ctx} range [{}, {}): got {} keys {:?}.., want {} keys {:?}..",
+                    String::from_utf8_lossy(&a),
+                    String::from_utf8_lossy(&b),
+                    got.len(),
+                    got.first()
+                        .map(|(k, _)| String::from_utf8_lossy(k).into_owned()),
+                    want.len(),
+                    want.first()
+                        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                );
             }
             88..=90 => {
                 if snapshots.len() < 4 {
@@ -115,8 +153,16 @@ fn run(seed: u64, steps: usize) {
             91..=93 => {
                 for (snap, old) in &snapshots {
                     let k = key(&mut rng);
-                    assert_eq!(db.get_at(&k, snap).unwrap(), old.get(&k).cloned(), "{ctx} snapshot get");
-                    assert_eq!(scan(&db, b"m:3:", Some(b"m:4:"), Some(snap)), model_range(old, b"m:3:", Some(b"m:4:")), "{ctx} snapshot scan");
+                    assert_eq!(
+                        db.get_at(&k, snap).unwrap(),
+                        old.get(&k).cloned(),
+                        "{ctx} snapshot get"
+                    );
+                    assert_eq!(
+                        scan(&db, b"m:3:", Some(b"m:4:"), Some(snap)),
+                        model_range(old, b"m:3:", Some(b"m:4:")),
+                        "{ctx} snapshot scan"
+                    );
                 }
             }
             94..=95 => db.flush().unwrap(),
@@ -125,14 +171,25 @@ fn run(seed: u64, steps: usize) {
                 snapshots.clear();
                 db.close().unwrap();
                 db = MetaDb::open(env(device.clone(), geometry), small_config()).unwrap();
-                assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "{ctx} after reopen");
+                assert_eq!(
+                    scan(&db, b"", None, None),
+                    model_range(&model, b"", None),
+                    "{ctx} after reopen"
+                );
             }
         }
     }
-    assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "seed {seed} final");
+    assert_eq!(
+        scan(&db, b"", None, None),
+        model_range(&model, b"", None),
+        "seed {seed} final"
+    );
     let stats = db.stats();
     eprintln!("seed {seed}: {stats:?}");
-    assert!(stats.tables_per_level[2] > 0, "seed {seed}: some tables were written: {stats:?}");
+    assert!(
+        stats.tables_per_level[2] > 0,
+        "seed {seed}: some tables were written: {stats:?}"
+    );
     db.close().unwrap();
 }
 
@@ -161,19 +218,34 @@ fn snapshots_survive_compaction() {
             if i % 3 == 0 {
                 db.delete(k, Durability::Buffered).unwrap();
             } else {
-                db.put(k, format!("new{round}").as_bytes(), Durability::Buffered).unwrap();
+                db.put(k, format!("new{round}").as_bytes(), Durability::Buffered)
+                    .unwrap();
             }
         }
         db.flush().unwrap();
         db.compact().unwrap();
     }
     let levels = db.stats().tables_per_level;
-    assert!(levels.iter().skip(1).sum::<usize>() > 0, "compaction moved data down: {levels:?}");
+    assert!(
+        levels.iter().skip(1).sum::<usize>() > 0,
+        "compaction moved data down: {levels:?}"
+    );
     for k in &keys {
-        assert_eq!(db.get_at(k, &snap).unwrap().as_deref(), Some(&b"old"[..]), "{k:?} at the snapshot");
+        assert_eq!(
+            db.get_at(k, &snap).unwrap().as_deref(),
+            Some(&b"old"[..]),
+            "{k:?} at the snapshot"
+        );
     }
-    assert_eq!(db.range(b"", None, Some(&snap)).unwrap().count(), keys.len());
-    let live: Vec<_> = db.range(b"", None, None).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(
+        db.range(b"", None, Some(&snap)).unwrap().count(),
+        keys.len()
+    );
+    let live: Vec<_> = db
+        .range(b"", None, None)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
     assert_eq!(live.len(), keys.len() - keys.len().div_ceil(3));
     assert!(live.iter().all(|(_, v)| v == b"new5"));
     drop(snap);
@@ -197,7 +269,12 @@ fn versions_of_one_key_never_straddle_tables() {
     let mut snaps = Vec::new();
     for round in 0..12u32 {
         for k in 0..40u32 {
-            db.put(format!("key{k:03}").as_bytes(), &[round as u8; 150], Durability::Buffered).unwrap();
+            db.put(
+                format!("key{k:03}").as_bytes(),
+                &[round as u8; 150],
+                Durability::Buffered,
+            )
+            .unwrap();
         }
         snaps.push(db.snapshot());
         db.flush().unwrap();
@@ -205,7 +282,10 @@ fn versions_of_one_key_never_straddle_tables() {
     }
     for (round, snap) in snaps.iter().enumerate() {
         for k in 0..40u32 {
-            assert_eq!(db.get_at(format!("key{k:03}").as_bytes(), snap).unwrap(), Some(vec![round as u8; 150]));
+            assert_eq!(
+                db.get_at(format!("key{k:03}").as_bytes(), snap).unwrap(),
+                Some(vec![round as u8; 150])
+            );
         }
     }
     db.close().unwrap();
@@ -235,7 +315,11 @@ fn concurrent_writers_with_background_jobs() {
                         mine.remove(&key);
                     } else {
                         let value = format!("{t}-{i}").into_bytes();
-                        let durability = if i % 50 == 0 { Durability::Sync } else { Durability::Buffered };
+                        let durability = if i % 50 == 0 {
+                            Durability::Sync
+                        } else {
+                            Durability::Buffered
+                        };
                         db.put(&key, &value, durability).unwrap();
                         mine.insert(key, value);
                     }
@@ -266,6 +350,10 @@ fn concurrent_writers_with_background_jobs() {
     let db = Arc::into_inner(db).expect("threads are done");
     db.close().unwrap();
     let db = MetaDb::open(env(device, geometry), config).unwrap();
-    assert_eq!(scan(&db, b"", None, None), model_range(&model, b"", None), "after reopen");
+    assert_eq!(
+        scan(&db, b"", None, None),
+        model_range(&model, b"", None),
+        "after reopen"
+    );
     db.close().unwrap();
 }

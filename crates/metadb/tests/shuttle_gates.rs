@@ -34,7 +34,11 @@ fn drain_waits_for_every_entered_writer() {
             gate.seal();
             gate.drain();
             let at_drain = inserted.load(Ordering::SeqCst);
-            let entered = writers.into_iter().map(|w| w.join().unwrap()).filter(|e| *e).count() as u64;
+            let entered = writers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .filter(|e| *e)
+                .count() as u64;
             assert_eq!(at_drain, entered, "a writer inserted after drain returned");
             assert!(!gate.enter());
         },
@@ -48,7 +52,12 @@ fn snapshot_waits_for_in_flight_batches() {
     shuttle::check_random(
         || {
             let gate = Arc::new(SeqGate::new(0, 2));
-            let done = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+            let done = Arc::new([
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+            ]);
             let writers: Vec<_> = (0..3)
                 .map(|w| {
                     let (gate, done) = (gate.clone(), done.clone());
@@ -61,7 +70,11 @@ fn snapshot_waits_for_in_flight_batches() {
                 .collect();
             let s = gate.snapshot();
             for seq in 1..=s {
-                assert_eq!(done[seq as usize].load(Ordering::SeqCst), 1, "snapshot {s} taken before seq {seq} was inserted");
+                assert_eq!(
+                    done[seq as usize].load(Ordering::SeqCst),
+                    1,
+                    "snapshot {s} taken before seq {seq} was inserted"
+                );
             }
             for w in writers {
                 w.join().unwrap();

@@ -22,7 +22,9 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub fn new() -> Self {
-        Self { origin: Instant::now() }
+        Self {
+            origin: Instant::now(),
+        }
     }
 }
 
@@ -39,7 +41,10 @@ impl Clock for SystemClock {
     }
 
     fn wall_ns(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -51,7 +56,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_ns: u64) -> Self {
-        Self { now_ns: AtomicU64::new(start_ns) }
+        Self {
+            now_ns: AtomicU64::new(start_ns),
+        }
     }
 
     pub fn advance_ns(&self, delta_ns: u64) {

@@ -20,8 +20,16 @@ fn splitmix64(x: &mut u64) -> u64 {
 impl Rng {
     pub fn from_seed(seed: u64) -> Self {
         let mut x = seed;
-        let state = [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)];
-        assert!(state.iter().any(|&w| w != 0), "xoshiro state must not be all zero");
+        let state = [
+            splitmix64(&mut x),
+            splitmix64(&mut x),
+            splitmix64(&mut x),
+            splitmix64(&mut x),
+        ];
+        assert!(
+            state.iter().any(|&w| w != 0),
+            "xoshiro state must not be all zero"
+        );
         Self { state }
     }
 

@@ -44,15 +44,24 @@ pub fn run(args: Args) -> Result<(), String> {
     if !args.image.exists() {
         return Err(format!("{}: no such file or device", args.image.display()));
     }
-    let opts = OpenOptions { backend: args.backend.into(), read_only: true, lock: LockMode::Shared, ..OpenOptions::default() };
+    let opts = OpenOptions {
+        backend: args.backend.into(),
+        read_only: true,
+        lock: LockMode::Shared,
+        ..OpenOptions::default()
+    };
     let dev = device::open(&args.image, &opts).map_err(|e| e.to_string())?;
     let pmr = match &args.pmr {
         Some(p) => Some(pmr::Pmr::open(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?),
         None => None,
     };
-    let report = engine::inspect::inspect(&dev, pmr.as_ref()).map_err(|e| format!("{}: {e}", args.image.display()))?;
+    let report = engine::inspect::inspect(&dev, pmr.as_ref())
+        .map_err(|e| format!("{}: {e}", args.image.display()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
     } else {
         print_text(&args, &report);
     }
@@ -66,14 +75,28 @@ fn print_text(args: &Args, r: &InspectReport) {
     println!("  format version    {}", sb.format_version);
     println!("  uuid              {}", sb.fs_uuid);
     println!("  created           {}", utc(sb.created_unix_ns));
-    println!("  superblock        copy {} used (sequence {}); copy 0: {}; copy 1: {}", sb.copy_used, sb.sequence, sb.copies[0], sb.copies[1]);
-    println!("  size              {} ({} bytes)", human(g.device_size_bytes), g.device_size_bytes);
+    println!(
+        "  superblock        copy {} used (sequence {}); copy 0: {}; copy 1: {}",
+        sb.copy_used, sb.sequence, sb.copies[0], sb.copies[1]
+    );
+    println!(
+        "  size              {} ({} bytes)",
+        human(g.device_size_bytes),
+        g.device_size_bytes
+    );
     println!("  domains           {}", g.domain_count);
-    println!("  segments          {} x 2 MiB = {}", g.segment_count, human(g.segments.size_bytes()));
+    println!(
+        "  segments          {} x 2 MiB = {}",
+        g.segment_count,
+        human(g.segments.size_bytes())
+    );
     match &r.pmr {
         None => println!("  mode              ssd (MetaDB WAL on the device)"),
         Some(p) => {
-            println!("  mode              pmr (MetaDB WAL on a {} PMR)", human(p.size_bytes));
+            println!(
+                "  mode              pmr (MetaDB WAL on a {} PMR)",
+                human(p.size_bytes)
+            );
             if let Some(mode) = &p.persist_mode {
                 println!("  PMR persist       {mode}");
             }
@@ -87,8 +110,16 @@ fn print_text(args: &Args, r: &InspectReport) {
         "  device            {} backend, logical block {} B, {}, discard {}",
         d.backend.name(),
         d.logical_block_bytes,
-        if d.is_block_device { "block device" } else { "image file" },
-        if d.discard_supported { "supported" } else { "unsupported" }
+        if d.is_block_device {
+            "block device"
+        } else {
+            "image file"
+        },
+        if d.discard_supported {
+            "supported"
+        } else {
+            "unsupported"
+        }
     );
     if let Some(notice) = &d.notice {
         println!("  notice            {notice}");
@@ -117,13 +148,20 @@ fn print_text(args: &Args, r: &InspectReport) {
         };
         let slot = |s: &SlotState| match s {
             SlotState::Empty => "empty".to_string(),
-            SlotState::Valid { sequence, payload_bytes } => format!("sequence {sequence} ({payload_bytes} B)"),
+            SlotState::Valid {
+                sequence,
+                payload_bytes,
+            } => format!("sequence {sequence} ({payload_bytes} B)"),
             SlotState::Invalid { reason } => format!("INVALID: {reason}"),
         };
         let current = match cp.current_slot {
             Some(s) => format!("current: slot {s}"),
             None => "NO VALID CHECKPOINT".to_string(),
         };
-        println!("  {owner:<10} slot 0 {:<24} slot 1 {:<24} {current}", slot(&cp.slots[0]), slot(&cp.slots[1]));
+        println!(
+            "  {owner:<10} slot 0 {:<24} slot 1 {:<24} {current}",
+            slot(&cp.slots[0]),
+            slot(&cp.slots[1])
+        );
     }
 }

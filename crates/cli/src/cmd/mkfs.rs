@@ -47,14 +47,23 @@ fn fs_uuid() -> Result<[u8; 16], String> {
 
 fn is_block_device(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(path).map(|m| m.file_type().is_block_device()).unwrap_or(false)
+    std::fs::metadata(path)
+        .map(|m| m.file_type().is_block_device())
+        .unwrap_or(false)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let open_opts = OpenOptions { backend: args.backend.into(), lock: LockMode::Exclusive, ..OpenOptions::default() };
+    let open_opts = OpenOptions {
+        backend: args.backend.into(),
+        lock: LockMode::Exclusive,
+        ..OpenOptions::default()
+    };
     let exists = args.image.exists();
     if is_block_device(&args.image) && args.size.is_some() {
-        return Err(format!("--size applies to image files; {} is a block device", args.image.display()));
+        return Err(format!(
+            "--size applies to image files; {} is a block device",
+            args.image.display()
+        ));
     }
     // Check sizes before creating anything, so a bad size leaves no file behind.
     if let Some(size) = args.size {
@@ -62,8 +71,14 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let pmr_size = args.pmr_size.unwrap_or(PMR_SIZE_DEFAULT_BYTES);
     if args.pmr.is_some() {
-        if let Some(p) = args.pmr.as_ref().filter(|p| p.exists() && args.pmr_size.is_none()) {
-            let len = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?.len();
+        if let Some(p) = args
+            .pmr
+            .as_ref()
+            .filter(|p| p.exists() && args.pmr_size.is_none())
+        {
+            let len = std::fs::metadata(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .len();
             PmrLayout::compute(len).map_err(|e| format!("{}: {e}", p.display()))?;
         } else {
             PmrLayout::compute(pmr_size).map_err(|e| e.to_string())?;
@@ -99,12 +114,22 @@ pub fn run(args: Args) -> Result<(), String> {
     };
 
     let clock = platform::SystemClock::new();
-    let opts = MkfsOptions { domain_count: args.domains, fs_uuid: fs_uuid()?, created_unix_ns: clock.wall_ns(), force: args.force };
+    let opts = MkfsOptions {
+        domain_count: args.domains,
+        fs_uuid: fs_uuid()?,
+        created_unix_ns: clock.wall_ns(),
+        force: args.force,
+    };
     let bar = Bar::new();
     let sb = mkfs::format(&dev, pmr.as_ref(), &opts, &bar).map_err(|e| e.to_string())?;
     let g = &sb.geometry;
     let mode = match &pmr {
-        Some(p) => format!("pmr mode (WAL on {}, {}, persisted by {})", args.pmr.as_ref().expect("pmr path").display(), human(p.len()), p.persist_mode().name()),
+        Some(p) => format!(
+            "pmr mode (WAL on {}, {}, persisted by {})",
+            args.pmr.as_ref().expect("pmr path").display(),
+            human(p.len()),
+            p.persist_mode().name()
+        ),
         None => "ssd mode (WAL on the device)".to_string(),
     };
     println!(

@@ -32,7 +32,12 @@ pub struct DbIterator {
 }
 
 impl DbIterator {
-    pub(super) fn new(sv: Arc<SuperVersion>, start: Vec<u8>, end: Option<Vec<u8>>, snapshot: Snapshot) -> Result<DbIterator, MetaDbError> {
+    pub(super) fn new(
+        sv: Arc<SuperVersion>,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        snapshot: Snapshot,
+    ) -> Result<DbIterator, MetaDbError> {
         let mut children: Vec<Box<dyn InternalIterator + Send>> = Vec::new();
         for mem in sv.memtables() {
             children.push(Box::new(mem.iter()));
@@ -40,19 +45,32 @@ impl DbIterator {
         let v = &sv.version;
         for level in 0..v.level_count() as u32 {
             for meta in v.level(level) {
-                let below_end = end.as_deref().is_none_or(|e| meta.smallest.user_key.as_slice() < e);
+                let below_end = end
+                    .as_deref()
+                    .is_none_or(|e| meta.smallest.user_key.as_slice() < e);
                 if below_end && meta.largest.user_key.as_slice() >= start.as_slice() {
-                    children.push(Box::new(sv.table(meta.id).table.iter_with(ReadOptions::LOOKUP)));
+                    children.push(Box::new(
+                        sv.table(meta.id).table.iter_with(ReadOptions::LOOKUP),
+                    ));
                 }
             }
         }
-        Ok(DbIterator { merged: MergingIterator::new(children), end, snapshot, last_key: None, started: false, start, _sv: sv })
+        Ok(DbIterator {
+            merged: MergingIterator::new(children),
+            end,
+            snapshot,
+            last_key: None,
+            started: false,
+            start,
+            _sv: sv,
+        })
     }
 
     fn advance(&mut self) -> Result<Option<KeyValue>, MetaDbError> {
         if !self.started {
             self.started = true;
-            self.merged.seek(&InternalKey::seek_key(&self.start, self.snapshot.seq()))?;
+            self.merged
+                .seek(&InternalKey::seek_key(&self.start, self.snapshot.seq()))?;
         }
         while self.merged.valid() {
             let key = self.merged.user_key();

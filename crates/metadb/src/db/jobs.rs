@@ -55,7 +55,11 @@ impl Inner {
         rule: Option<DropRule>,
         cause: IoCause,
     ) -> Result<Vec<Arc<TableHandle>>, MetaDbError> {
-        let mut out = TableSink { builder: None, outputs: Vec::new(), requests: Vec::new() };
+        let mut out = TableSink {
+            builder: None,
+            outputs: Vec::new(),
+            requests: Vec::new(),
+        };
         // Versions of the current user key that survive the drop rule.
         let mut key: Vec<u8> = Vec::new();
         let mut versions: Vec<(Seq, ValueKind, Vec<u8>)> = Vec::new();
@@ -77,8 +81,9 @@ impl Inner {
                 Some(rule) => {
                     // A newer version every snapshot sees hides this one from everyone.
                     let shadowed = previous_seq.is_some_and(|newer| newer <= rule.oldest_snapshot);
-                    let dead_tombstone =
-                        kind == ValueKind::Delete && rule.drop_tombstones && seq <= rule.oldest_snapshot;
+                    let dead_tombstone = kind == ValueKind::Delete
+                        && rule.drop_tombstones
+                        && seq <= rule.oldest_snapshot;
                     !shadowed && !dead_tombstone
                 }
             };
@@ -90,9 +95,14 @@ impl Inner {
         }
         self.emit_key(&mut out, &key, &mut versions, cause)?;
         if let Some(b) = out.builder.take().filter(|b| !b.is_empty()) {
-            out.outputs.push(self.finish_table(b, cause, &mut out.requests)?);
+            out.outputs
+                .push(self.finish_table(b, cause, &mut out.requests)?);
         }
-        let TableSink { outputs, mut requests, .. } = out;
+        let TableSink {
+            outputs,
+            mut requests,
+            ..
+        } = out;
         if outputs.is_empty() {
             return Ok(Vec::new());
         }
@@ -136,14 +146,19 @@ impl Inner {
         // Upper bound of the bytes these entries add: varint headers (at most 21 bytes),
         // the key (no prefix sharing assumed), the value, a restart slot, and a fresh
         // block's trailer and index entry.
-        let need: usize = versions.iter().map(|(_, _, v)| 32 + key.len() + v.len()).sum::<usize>() + 64 + key.len();
-        let full = out
-            .builder
-            .as_ref()
-            .is_some_and(|b| !b.is_empty() && b.estimated_len() + need > self.config.table.table_bytes_max);
+        let need: usize = versions
+            .iter()
+            .map(|(_, _, v)| 32 + key.len() + v.len())
+            .sum::<usize>()
+            + 64
+            + key.len();
+        let full = out.builder.as_ref().is_some_and(|b| {
+            !b.is_empty() && b.estimated_len() + need > self.config.table.table_bytes_max
+        });
         if full {
             let b = out.builder.take().expect("builder present");
-            out.outputs.push(self.finish_table(b, cause, &mut out.requests)?);
+            out.outputs
+                .push(self.finish_table(b, cause, &mut out.requests)?);
         }
         let first_in_table = out.builder.as_ref().is_none_or(|b| b.is_empty());
         let b = out.builder.get_or_insert_with(|| self.new_builder());
@@ -161,7 +176,12 @@ impl Inner {
         TableBuilder::new(id, self.config.table)
     }
 
-    fn finish_table(&self, builder: TableBuilder, cause: IoCause, requests: &mut Vec<IoRequest>) -> Result<TableMeta, MetaDbError> {
+    fn finish_table(
+        &self,
+        builder: TableBuilder,
+        cause: IoCause,
+        requests: &mut Vec<IoRequest>,
+    ) -> Result<TableMeta, MetaDbError> {
         let (buf, built) = builder.finish();
         let segment = self.env.table_store.allocate()?;
         let offset = self.env.table_store.offset(segment);
@@ -170,7 +190,12 @@ impl Inner {
     }
 
     /// Publishes `edit` (already durable in the manifest) with `added` tables open.
-    fn install(&self, edit: &VersionEdit, added: &[Arc<TableHandle>], flushed: Option<&Arc<Memtable>>) {
+    fn install(
+        &self,
+        edit: &VersionEdit,
+        added: &[Arc<TableHandle>],
+        flushed: Option<&Arc<Memtable>>,
+    ) {
         let _install = self.install_lock.lock().expect("install lock");
         let sv = self.current.load_full();
         let mut tables: HashMap<TableId, Arc<TableHandle>> = (*sv.tables).clone();
@@ -186,7 +211,10 @@ impl Inner {
         }
         let immutables = match flushed {
             Some(mem) => {
-                assert!(Arc::ptr_eq(sv.immutables.last().expect("flushed an immutable"), mem), "flush oldest first");
+                assert!(
+                    Arc::ptr_eq(sv.immutables.last().expect("flushed an immutable"), mem),
+                    "flush oldest first"
+                );
                 sv.immutables[..sv.immutables.len() - 1].to_vec()
             }
             None => sv.immutables.clone(),
@@ -245,7 +273,11 @@ impl Inner {
             .inputs
             .iter()
             .map(|id| (pick.level, *id))
-            .chain(pick.next_level_inputs.iter().map(|id| (pick.output_level, *id)))
+            .chain(
+                pick.next_level_inputs
+                    .iter()
+                    .map(|id| (pick.output_level, *id)),
+            )
             .collect();
         edit.removed = inputs.clone();
         let mut added = Vec::new();
@@ -255,14 +287,21 @@ impl Inner {
         } else {
             let children: Vec<Box<dyn InternalIterator + Send>> = inputs
                 .iter()
-                .map(|(_, id)| Box::new(sv.table(*id).table.iter_with(ReadOptions::COMPACTION)) as Box<dyn InternalIterator + Send>)
+                .map(|(_, id)| {
+                    Box::new(sv.table(*id).table.iter_with(ReadOptions::COMPACTION))
+                        as Box<dyn InternalIterator + Send>
+                })
                 .collect();
             let (smallest, largest) = inputs
                 .iter()
                 .map(|(_, id)| sv.table(*id).table.meta())
                 .fold((None::<Vec<u8>>, None::<Vec<u8>>), |(lo, hi), m| {
-                    let lo = Some(lo.map_or(m.smallest.user_key.clone(), |l| l.min(m.smallest.user_key.clone())));
-                    let hi = Some(hi.map_or(m.largest.user_key.clone(), |h| h.max(m.largest.user_key.clone())));
+                    let lo = Some(lo.map_or(m.smallest.user_key.clone(), |l| {
+                        l.min(m.smallest.user_key.clone())
+                    }));
+                    let hi = Some(hi.map_or(m.largest.user_key.clone(), |h| {
+                        h.max(m.largest.user_key.clone())
+                    }));
                     (lo, hi)
                 });
             let (smallest, largest) = (smallest.expect("inputs"), largest.expect("inputs"));
@@ -272,12 +311,18 @@ impl Inner {
             };
             let mut merged = MergingIterator::new(children);
             added = self.write_tables(&mut merged, Some(rule), IoCause::Compaction)?;
-            edit.added = added.iter().map(|h| (pick.output_level, h.table.meta().clone())).collect();
+            edit.added = added
+                .iter()
+                .map(|h| (pick.output_level, h.table.meta().clone()))
+                .collect();
         }
         edit.next_table_id = Some(self.next_table_id.load(Ordering::SeqCst));
         self.manifest.apply(&edit)?;
         if let Some(cursor) = &pick.cursor {
-            self.cursors.lock().expect("cursors lock").insert(pick.level, cursor.clone());
+            self.cursors
+                .lock()
+                .expect("cursors lock")
+                .insert(pick.level, cursor.clone());
         }
         drop(sv);
         self.install(&edit, &added, None);

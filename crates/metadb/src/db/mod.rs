@@ -124,7 +124,9 @@ impl SuperVersion {
     }
 
     fn table(&self, id: TableId) -> &Arc<TableHandle> {
-        self.tables.get(&id).expect("every table of the version is open")
+        self.tables
+            .get(&id)
+            .expect("every table of the version is open")
     }
 }
 
@@ -228,7 +230,11 @@ impl MetaDb {
     /// Opens (recovering) the MetaDB of `env`. A freshly formatted image yields an empty
     /// database.
     pub fn open(env: MetaDbEnv, mut config: MetaDbConfig) -> Result<MetaDb, MetaDbError> {
-        assert!(config.lanes >= 1 && config.lanes <= 256, "lanes {}", config.lanes);
+        assert!(
+            config.lanes >= 1 && config.lanes <= 256,
+            "lanes {}",
+            config.lanes
+        );
         // Four memtables' logs must fit the WAL region (records add framing).
         let wal_bytes = env.geometry.wal.size_bytes() as usize;
         config.memtable_bytes = config.memtable_bytes.min(wal_bytes / 6).max(64 << 10);
@@ -240,10 +246,18 @@ impl MetaDb {
                 .spawn(move || inner.background_loop())
                 .expect("spawn the MetaDB job thread")
         });
-        Ok(MetaDb { inner, worker: Mutex::new(worker) })
+        Ok(MetaDb {
+            inner,
+            worker: Mutex::new(worker),
+        })
     }
 
-    pub fn put(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<Receipt, MetaDbError> {
+    pub fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        durability: Durability,
+    ) -> Result<Receipt, MetaDbError> {
         let mut batch = WriteBatch::new();
         batch.put(key.to_vec(), value.to_vec());
         self.write(&batch, durability)
@@ -256,7 +270,11 @@ impl MetaDb {
     }
 
     /// Applies `batch` atomically.
-    pub fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
+    pub fn write(
+        &self,
+        batch: &WriteBatch,
+        durability: Durability,
+    ) -> Result<Receipt, MetaDbError> {
         self.inner.write(batch, durability)
     }
 
@@ -265,13 +283,19 @@ impl MetaDb {
     pub fn persist(&self, receipts: &[Receipt]) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
         let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
-        self.inner.wal.persist(&positions).inspect_err(|e| self.inner.fail(e))
+        self.inner
+            .wal
+            .persist(&positions)
+            .inspect_err(|e| self.inner.fail(e))
     }
 
     /// Makes every write so far durable.
     pub fn sync(&self) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
-        self.inner.wal.persist_all().inspect_err(|e| self.inner.fail(e))
+        self.inner
+            .wal
+            .persist_all()
+            .inspect_err(|e| self.inner.fail(e))
     }
 
     /// The newest value of `key`.
@@ -287,21 +311,42 @@ impl MetaDb {
         let mut snapshots = self.inner.snapshots.lock().expect("snapshots lock");
         let seq = self.inner.seq.snapshot();
         *snapshots.entry(seq).or_insert(0) += 1;
-        Snapshot { seq, inner: self.inner.clone() }
+        Snapshot {
+            seq,
+            inner: self.inner.clone(),
+        }
     }
 
     /// Keys in `[start, end)` (no end: to the last key), in order, at `snapshot` (or a
     /// fresh snapshot).
-    pub fn range(&self, start: &[u8], end: Option<&[u8]>, snapshot: Option<&Snapshot>) -> Result<DbIterator, MetaDbError> {
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<DbIterator, MetaDbError> {
         let snapshot = match snapshot {
-            Some(s) => Snapshot { seq: s.seq, inner: s.inner.clone() }.reregister(),
+            Some(s) => Snapshot {
+                seq: s.seq,
+                inner: s.inner.clone(),
+            }
+            .reregister(),
             None => self.snapshot(),
         };
-        DbIterator::new(self.inner.current.load_full(), start.to_vec(), end.map(<[u8]>::to_vec), snapshot)
+        DbIterator::new(
+            self.inner.current.load_full(),
+            start.to_vec(),
+            end.map(<[u8]>::to_vec),
+            snapshot,
+        )
     }
 
     /// Keys starting with `prefix`, in order.
-    pub fn prefix(&self, prefix: &[u8], snapshot: Option<&Snapshot>) -> Result<DbIterator, MetaDbError> {
+    pub fn prefix(
+        &self,
+        prefix: &[u8],
+        snapshot: Option<&Snapshot>,
+    ) -> Result<DbIterator, MetaDbError> {
         let end = prefix_successor(prefix);
         self.range(prefix, end.as_deref(), snapshot)
     }
@@ -331,7 +376,9 @@ impl MetaDb {
             last_seq: self.inner.seq.last_issued(),
             generation: sv.active.generation(),
             immutables: sv.immutables.len(),
-            tables_per_level: (0..v.level_count() as u32).map(|l| v.level(l).len()).collect(),
+            tables_per_level: (0..v.level_count() as u32)
+                .map(|l| v.level(l).len())
+                .collect(),
             bytes_per_level: v.level_sizes_bytes(),
         }
     }
@@ -366,7 +413,13 @@ impl Drop for MetaDb {
 
 impl Snapshot {
     fn reregister(self) -> Snapshot {
-        *self.inner.snapshots.lock().expect("snapshots lock").entry(self.seq).or_insert(0) += 1;
+        *self
+            .inner
+            .snapshots
+            .lock()
+            .expect("snapshots lock")
+            .entry(self.seq)
+            .or_insert(0) += 1;
         self
     }
 }
@@ -394,24 +447,34 @@ impl Inner {
         for (_, meta) in state.tables() {
             let offset = env.table_store.offset(meta.segment);
             let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
-            tables.insert(meta.id, Arc::new(TableHandle {
-                table: Arc::new(table),
-                segment: meta.segment,
-                obsolete: AtomicBool::new(false),
-                store: env.table_store.clone(),
-                cache: cache.clone(),
-            }));
+            tables.insert(
+                meta.id,
+                Arc::new(TableHandle {
+                    table: Arc::new(table),
+                    segment: meta.segment,
+                    obsolete: AtomicBool::new(false),
+                    store: env.table_store.clone(),
+                    cache: cache.clone(),
+                }),
+            );
         }
         let released = state.flushed_generation();
         let lanes = config.lanes;
         let (wal, recovery): (Box<dyn Wal>, _) = match &env.pmr {
             Some(pmr) => {
-                let (recovered, recovery) = PmrWal::recover(pmr.clone(), env.device.clone(), env.geometry.wal, lanes, released)?;
+                let (recovered, recovery) = PmrWal::recover(
+                    pmr.clone(),
+                    env.device.clone(),
+                    env.geometry.wal,
+                    lanes,
+                    released,
+                )?;
                 let next = recovery.generation_max.max(released) + 1;
                 (Box::new(recovered.start(next)?), recovery)
             }
             None => {
-                let (recovered, recovery) = SsdWal::recover(env.device.clone(), env.geometry.wal, lanes, released)?;
+                let (recovered, recovery) =
+                    SsdWal::recover(env.device.clone(), env.geometry.wal, lanes, released)?;
                 let next = recovery.generation_max.max(released) + 1;
                 (Box::new(recovered.start(next)?), recovery)
             }
@@ -431,7 +494,11 @@ impl Inner {
         }
         replay.gate().exit();
         replay.gate().seal();
-        let immutables = if replay.is_empty() { Vec::new() } else { vec![replay] };
+        let immutables = if replay.is_empty() {
+            Vec::new()
+        } else {
+            vec![replay]
+        };
         let inner = Inner {
             seq: SeqGate::new(last_seq, config.writer_slots),
             current: ArcSwap::from_pointee(SuperVersion {
@@ -481,7 +548,10 @@ impl Inner {
     fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
         assert!(!batch.is_empty(), "empty batch");
         if batch.encoded_len() > crate::wal::PAYLOAD_BYTES_MAX {
-            return Err(MetaDbError::BatchTooLarge { bytes: batch.encoded_len(), max: crate::wal::PAYLOAD_BYTES_MAX });
+            return Err(MetaDbError::BatchTooLarge {
+                bytes: batch.encoded_len(),
+                max: crate::wal::PAYLOAD_BYTES_MAX,
+            });
         }
         self.check_writable()?;
         let thread = thread_index();
@@ -525,11 +595,21 @@ impl Inner {
                     return Err(e);
                 }
             };
-            assert_eq!(pos.generation, mem.generation(), "WAL and memtable generations agree");
+            assert_eq!(
+                pos.generation,
+                mem.generation(),
+                "WAL and memtable generations agree"
+            );
             for (i, (kind, key, value)) in batch.ops().enumerate() {
-                mem.insert(InternalKey::new(key.to_vec(), ticket.first_seq + i as u64, kind), value.to_vec());
+                mem.insert(
+                    InternalKey::new(key.to_vec(), ticket.first_seq + i as u64, kind),
+                    value.to_vec(),
+                );
             }
-            let receipt = Receipt { seq: ticket.first_seq, pos };
+            let receipt = Receipt {
+                seq: ticket.first_seq,
+                pos,
+            };
             self.seq.finish(ticket);
             mem.gate().exit();
             return Ok(receipt);
@@ -546,7 +626,9 @@ impl Inner {
         let next_generation = full.generation() + 1;
         full.gate().seal();
         full.gate().drain();
-        self.wal.rotate(next_generation).inspect_err(|e| self.fail(e))?;
+        self.wal
+            .rotate(next_generation)
+            .inspect_err(|e| self.fail(e))?;
         {
             let _install = self.install_lock.lock().expect("install lock");
             let sv = self.current.load_full();
@@ -578,7 +660,11 @@ impl Inner {
         let mut work = self.work.lock().expect("work lock");
         while self.current.load().immutables.len() > self.config.immutables_max && !work.shutdown {
             self.check_writable()?;
-            work = self.flushed_cv.wait_timeout(work, std::time::Duration::from_millis(50)).expect("work lock").0;
+            work = self
+                .flushed_cv
+                .wait_timeout(work, std::time::Duration::from_millis(50))
+                .expect("work lock")
+                .0;
         }
         Ok(())
     }
@@ -592,7 +678,11 @@ impl Inner {
         let mut work = self.work.lock().expect("work lock");
         while !self.current.load().immutables.is_empty() && !work.shutdown {
             self.check_writable()?;
-            work = self.flushed_cv.wait_timeout(work, std::time::Duration::from_millis(50)).expect("work lock").0;
+            work = self
+                .flushed_cv
+                .wait_timeout(work, std::time::Duration::from_millis(50))
+                .expect("work lock")
+                .0;
         }
         Ok(())
     }
@@ -641,7 +731,9 @@ impl Inner {
         let hash = crate::table::bloom::key_hash(key);
         let v = &sv.version;
         for meta in v.level(0) {
-            if let Some((_, kind, value)) = sv.table(meta.id).table.get_hashed(key, hash, snapshot)? {
+            if let Some((_, kind, value)) =
+                sv.table(meta.id).table.get_hashed(key, hash, snapshot)?
+            {
                 return Ok((kind == ValueKind::Put).then_some(value));
             }
         }
@@ -649,7 +741,9 @@ impl Inner {
             let tables = v.level(level);
             let i = tables.partition_point(|t| t.largest.user_key.as_slice() < key);
             if let Some(meta) = tables.get(i) {
-                if let Some((_, kind, value)) = sv.table(meta.id).table.get_hashed(key, hash, snapshot)? {
+                if let Some((_, kind, value)) =
+                    sv.table(meta.id).table.get_hashed(key, hash, snapshot)?
+                {
                     return Ok((kind == ValueKind::Put).then_some(value));
                 }
             }
