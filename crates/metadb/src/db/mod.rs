@@ -657,16 +657,7 @@ impl Inner {
         if !self.config.background {
             return Ok(());
         }
-        let mut work = self.work.lock().expect("work lock");
-        while self.current.load().immutables.len() > self.config.immutables_max && !work.shutdown {
-            self.check_writable()?;
-            work = self
-                .flushed_cv
-                .wait_timeout(work, std::time::Duration::from_millis(50))
-                .expect("work lock")
-                .0;
-        }
-        Ok(())
+        self.wait_for_jobs(|sv| sv.immutables.len() <= self.config.immutables_max)
     }
 
     /// Makes room after WalFull: flush inline, or wait for the background thread.
@@ -675,8 +666,14 @@ impl Inner {
             while self.flush_oldest()? {}
             return Ok(());
         }
+        self.wait_for_jobs(|sv| sv.immutables.is_empty())
+    }
+
+    /// Waits until the published state satisfies `done` (the job thread signals after
+    /// every flush), shutdown begins, or the database fails.
+    fn wait_for_jobs(&self, done: impl Fn(&SuperVersion) -> bool) -> Result<(), MetaDbError> {
         let mut work = self.work.lock().expect("work lock");
-        while !self.current.load().immutables.is_empty() && !work.shutdown {
+        while !done(&self.current.load()) && !work.shutdown {
             self.check_writable()?;
             work = self
                 .flushed_cv

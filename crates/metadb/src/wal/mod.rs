@@ -85,3 +85,14 @@ pub trait Wal: Send + Sync + std::fmt::Debug {
     /// may be reused.
     fn release_through(&self, generation: u64) -> Result<(), MetaDbError>;
 }
+
+/// The preconditions of `Wal::append`, shared by both implementations: a lane that exists
+/// and a payload within one record (callers refuse larger batches first).
+fn check_append(lanes: usize, lane: u16, payload: &[u8]) {
+    assert!(usize::from(lane) < lanes, "lane {lane} of {lanes}");
+    assert!(
+        payload.len() <= PAYLOAD_BYTES_MAX,
+        "payload of {} bytes",
+        payload.len()
+    );
+}

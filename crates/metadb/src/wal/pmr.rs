@@ -32,7 +32,7 @@ pub use self::open::PmrWalRecovered;
 use self::scan::{zero_range, PmrGeometry};
 use self::tail::Tail;
 use super::chunk::ChunkStore;
-use super::record::{encode_entry, entry_bytes, RecordId, Slot, PAYLOAD_BYTES_MAX};
+use super::record::{encode_entry, entry_bytes, RecordId, Slot};
 use super::Wal;
 use crate::error::MetaDbError;
 use crate::types::WalPos;
@@ -451,16 +451,7 @@ impl Wal for PmrWal {
     }
 
     fn append(&self, lane: u16, payload: &[u8]) -> Result<WalPos, MetaDbError> {
-        assert!(
-            usize::from(lane) < self.lanes.len(),
-            "lane {lane} of {}",
-            self.lanes.len()
-        );
-        assert!(
-            payload.len() <= PAYLOAD_BYTES_MAX,
-            "payload of {} bytes",
-            payload.len()
-        );
+        super::check_append(self.lanes.len(), lane, payload);
         let len = entry_bytes(payload.len()) as u64;
         let lane_ref = &self.lanes[usize::from(lane)];
         loop {

@@ -24,9 +24,7 @@
 //!   generation: a hole never spans generations.
 
 use super::chunk::{self, ChunkStore, RegionScan};
-use super::record::{
-    encode_record, record_bytes, ChunkKind, RecordId, CHUNK_DATA_OFFSET, PAYLOAD_BYTES_MAX,
-};
+use super::record::{encode_record, record_bytes, ChunkKind, RecordId, CHUNK_DATA_OFFSET};
 use super::recovery::Collector;
 use super::{Wal, WalRecovery};
 use crate::error::MetaDbError;
@@ -334,16 +332,7 @@ impl Wal for SsdWal {
     }
 
     fn append(&self, lane: u16, payload: &[u8]) -> Result<WalPos, MetaDbError> {
-        assert!(
-            usize::from(lane) < self.lanes.len(),
-            "lane {lane} of {}",
-            self.lanes.len()
-        );
-        assert!(
-            payload.len() <= PAYLOAD_BYTES_MAX,
-            "payload of {} bytes",
-            payload.len()
-        );
+        super::check_append(self.lanes.len(), lane, payload);
         self.store.health().check()?;
         let mut state = self.lock_unsealed(&self.lanes[usize::from(lane)]);
         let generation = state.generation;
