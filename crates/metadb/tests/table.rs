@@ -467,7 +467,9 @@ fn compaction_reads_bypass_the_cache() {
     it.seek_to_first().unwrap();
     assert_eq!(collect(&mut it, usize::MAX).len(), model.len());
     let io = env.device.counters().snapshot().cause(IoCause::Compaction);
-    assert_eq!(io.read_ops, table.block_count() as u64);
+    // Read-ahead: the whole table's data blocks in one device read, not one per block.
+    assert!(table.block_count() > 1);
+    assert_eq!(io.read_ops, 1);
     assert_eq!(env.cache.stats().blocks, 0);
 }
 

@@ -57,16 +57,22 @@ pub struct ReadOptions {
     /// Keep blocks read from the device in the cache (lookups and user scans do;
     /// compaction does not, so a merge does not flush the working set).
     pub fill_cache: bool,
+    /// Bytes a sequential reader fetches per device read (0: one block at a time). A
+    /// compaction reads whole tables (at most one segment) in one IO instead of hundreds
+    /// of 4 KiB reads.
+    pub readahead_bytes: usize,
 }
 
 impl ReadOptions {
     pub const LOOKUP: ReadOptions = ReadOptions {
         cause: IoCause::Table,
         fill_cache: true,
+        readahead_bytes: 0,
     };
     pub const COMPACTION: ReadOptions = ReadOptions {
         cause: IoCause::Compaction,
         fill_cache: false,
+        readahead_bytes: TABLE_BYTES_MAX,
     };
 }
 
@@ -289,23 +295,44 @@ impl Table {
 
     /// Data block `i` (checksum verified and stripped), from the cache or the device.
     fn read_block(&self, i: usize, options: ReadOptions) -> Result<Arc<[u8]>, MetaDbError> {
+        self.read_block_ahead(i, options, &mut None)
+    }
+
+    /// [`Table::read_block`] through a read-ahead `window`: a block the window covers is
+    /// taken from it; otherwise, with `options.readahead_bytes > 0`, the window is refilled
+    /// with one device read starting at the block.
+    fn read_block_ahead(
+        &self,
+        i: usize,
+        options: ReadOptions,
+        window: &mut Option<Window>,
+    ) -> Result<Arc<[u8]>, MetaDbError> {
         let handle = self.index.handle(i);
         if let Some(block) = self.cache.get(self.id(), handle.offset) {
             return Ok(block);
         }
-        self.counters.block_reads.fetch_add(1, Relaxed);
-        let lbs = self.device.info().logical_block_bytes as u64;
-        let start = self.base_offset + handle.offset as u64;
-        let end = start + handle.len as u64;
-        let (a, e) = (align_down(start, lbs), align_up(end, lbs));
         assert!(
             handle.end() <= self.footer.index.offset as u64,
             "index decode checked block bounds"
         );
-        let buf = self
-            .device
-            .read(a, AlignedBuf::zeroed((e - a) as usize), options.cause)?;
-        let sealed = &buf[(start - a) as usize..(end - a) as usize];
+        let lbs = self.device.info().logical_block_bytes as u64;
+        let start = self.base_offset + handle.offset as u64;
+        let end = start + handle.len as u64;
+        let covered = window
+            .as_ref()
+            .is_some_and(|w| w.start <= start && end <= w.start + w.buf.len() as u64);
+        if !covered {
+            self.counters.block_reads.fetch_add(1, Relaxed);
+            let data_end = self.base_offset + self.footer.index.offset as u64;
+            let want_end = end.max((start + options.readahead_bytes as u64).min(data_end));
+            let (a, e) = (align_down(start, lbs), align_up(want_end, lbs));
+            let buf = self
+                .device
+                .read(a, AlignedBuf::zeroed((e - a) as usize), options.cause)?;
+            *window = Some(Window { start: a, buf });
+        }
+        let w = window.as_ref().expect("window filled");
+        let sealed = &w.buf[(start - w.start) as usize..(end - w.start) as usize];
         let body = unseal(self.id(), handle.offset, sealed, &|| {
             format!("data block at offset {}", handle.offset)
         })?;
@@ -313,6 +340,9 @@ impl Table {
         if options.fill_cache {
             self.cache
                 .insert(self.id(), handle.offset, Arc::clone(&block));
+        }
+        if options.readahead_bytes == 0 {
+            *window = None;
         }
         Ok(block)
     }
@@ -328,6 +358,7 @@ impl Table {
             options,
             block_index: 0,
             block: None,
+            window: None,
         }
     }
 }
@@ -341,11 +372,22 @@ pub struct TableIterator {
     block_index: usize,
     /// `None` before the first positioning, past the end, and after an error.
     block: Option<BlockIter>,
+    /// Bytes read ahead of the current block (compaction reads whole tables at once).
+    window: Option<Window>,
+}
+
+/// Device bytes read ahead: `buf` holds the device range starting at byte `start`.
+#[derive(Debug)]
+struct Window {
+    start: u64,
+    buf: AlignedBuf,
 }
 
 impl TableIterator {
     fn load(&mut self, i: usize) -> Result<(), MetaDbError> {
-        let data = self.table.read_block(i, self.options)?;
+        let data = self
+            .table
+            .read_block_ahead(i, self.options, &mut self.window)?;
         let offset = self.table.index.handle(i).offset;
         match &mut self.block {
             Some(b) => b.reset(data, offset)?,
