@@ -23,7 +23,8 @@
 //! - Every measurement starts from an empty store: the image is formatted again (it is
 //!   written in full once first), fjall gets a fresh directory.
 //! - Only one store is open during a put or recovery measurement.
-//! - The bench files are removed at the end (also after an error) unless `--keep`.
+//! - The bench files are removed at the end (also after an error) unless `--keep`; their
+//!   names carry the process id, so invocations sharing `--dir` leave each other alone.
 //! - Progress goes to stderr; the table or JSON alone to stdout.
 //! - The PMR is emulated (a file, ideally on tmpfs, plus injected latency) and every
 //!   output says so.
@@ -106,6 +107,9 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON document (every run's sample and IO counters) to this file.
+    #[arg(long)]
+    pub json_file: Option<PathBuf>,
     /// Keep the image, PMR and fjall files.
     #[arg(long)]
     pub keep: bool,
@@ -226,12 +230,13 @@ impl Paths {
                 args.pmr_dir.display()
             ));
         }
+        // Names carry the process id: two invocations sharing a directory never touch
+        // (or clean up) each other's files.
+        let pid = std::process::id();
         Ok(Paths {
-            image: args.dir.join("metadb.img"),
-            fjall: args.dir.join("fjall"),
-            pmr: args
-                .pmr_dir
-                .join(format!("augefs-bench-metadb-{}.pmr", std::process::id())),
+            image: args.dir.join(format!("metadb-{pid}.img")),
+            fjall: args.dir.join(format!("fjall-{pid}")),
+            pmr: args.pmr_dir.join(format!("augefs-bench-metadb-{pid}.pmr")),
             dir: args.dir.clone(),
             dir_fs: output::fs_type(&args.dir),
             pmr_dir_fs: output::fs_type(&args.pmr_dir),
@@ -253,8 +258,11 @@ impl Paths {
             failures.push(e);
         }
         if self.created_dir {
-            if let Err(e) = std::fs::remove_dir(&self.dir) {
-                failures.push(format!("{}: {e}", self.dir.display()));
+            match std::fs::remove_dir(&self.dir) {
+                // Another invocation still uses it; it removes what is left.
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {}
+                Err(e) => failures.push(format!("{}: {e}", self.dir.display())),
+                Ok(()) => {}
             }
         }
         for failure in failures {
@@ -310,8 +318,12 @@ pub fn run(args: Args) -> Result<(), String> {
         paths.remove();
     }
     let (report, env) = measured?;
+    let json = output::report_json(&args, &paths, &env, &report);
+    if let Some(file) = &args.json_file {
+        std::fs::write(file, &json).map_err(|e| format!("{}: {e}", file.display()))?;
+    }
     if args.json {
-        println!("{}", output::report_json(&args, &paths, &env, &report));
+        println!("{json}");
     } else {
         output::print_header(&args, &paths, &env);
         report.print_table(args.keys, args.pmr_latency_ns);

@@ -255,12 +255,18 @@ fn load_augefs(
     let io = || IoMark::Counted(Box::new(augefs.io()));
     load_rows(args, &augefs, System::Ssd, report, &io, || {
         let db = &augefs.db;
+        let loaded = db.stats();
         db.flush().map_err(|e| format!("MetaDB flush: {e}"))?;
         db.compact().map_err(|e| format!("MetaDB compact: {e}"))?;
-        let stats = db.stats();
+        let compacted = db.stats();
         Ok(json!({
-            "tables_per_level": stats.tables_per_level,
-            "bytes_per_level": stats.bytes_per_level,
+            "tables_per_level": compacted.tables_per_level,
+            "bytes_per_level": compacted.bytes_per_level,
+            "at_end_of_load": {
+                "immutables": loaded.immutables,
+                "tables_per_level": loaded.tables_per_level,
+                "bytes_per_level": loaded.bytes_per_level,
+            },
         }))
     })?;
     Ok(augefs)

@@ -4,8 +4,9 @@
 //!
 //! Invariants:
 //! - The ratio of a row is its median over the median of the fjall row of the same
-//!   figure and thread count, measured in the same invocation; rows without such a
-//!   baseline show none.
+//!   figure and thread count, measured in the same invocation; the paired ratio is the
+//!   median of run-by-run ratios (run i of both was measured back to back). Rows
+//!   without such a baseline show none.
 //! - Rows keep the order they were first measured in.
 
 use crate::stats::{spread, Spread};
@@ -237,16 +238,36 @@ impl Report {
         (theirs > 0.0).then(|| ours / theirs)
     }
 
+    /// The median over runs of this row's sample over fjall's sample of the same run
+    /// (measured back to back), which drift of the machine between runs does not move.
+    pub fn paired_ratio(&self, row: &Row) -> Option<f64> {
+        if row.system == System::Fjall {
+            return None;
+        }
+        let theirs = self.row(row.figure, row.threads, System::Fjall)?;
+        let ratios: Vec<f64> = row
+            .samples
+            .iter()
+            .zip(&theirs.samples)
+            .filter(|(_, t)| t.value > 0.0)
+            .map(|(o, t)| o.value / t.value)
+            .collect();
+        spread(&ratios).map(|s| s.median)
+    }
+
     pub fn print_table(&self, keys: u64, pmr_latency_ns_per_line: u64) {
         println!(
-            "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9}  bytes/put: total (wal + tables), flushes",
-            "figure", "threads", "mode", "median", "spread (min - max)", "vs fjall"
+            "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  bytes/put: total (wal + tables), flushes",
+            "figure", "threads", "mode", "median", "spread (min - max)", "vs fjall", "paired"
         );
         for row in &self.rows {
             let Some(s) = row.spread() else { continue };
             let render = |v| row.figure.render(v);
             let ratio = self
                 .ratio(row)
+                .map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
+            let paired = self
+                .paired_ratio(row)
                 .map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
             let bytes = match row.bytes_median() {
                 Some(PutBytes::Counted {
@@ -261,13 +282,14 @@ impl Report {
                 None => String::new(),
             };
             println!(
-                "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9}  {bytes}",
+                "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  {bytes}",
                 row.figure.label(keys),
                 row.threads,
                 row.system.label(pmr_latency_ns_per_line),
                 render(s.median),
                 format!("{} - {}", render(s.min), render(s.max)),
                 ratio,
+                paired,
             );
         }
     }
@@ -297,6 +319,7 @@ impl Report {
                     "min": s.map(|s| s.min),
                     "max": s.map(|s| s.max),
                     "ratio_to_fjall": self.ratio(row),
+                    "paired_ratio_to_fjall": self.paired_ratio(row),
                     "bytes_per_put_median": row.bytes_median().map(bytes_json),
                     "runs": samples,
                 })
@@ -351,6 +374,8 @@ mod tests {
         let pmr = r.row(Figure::PutSync, 2, System::Pmr).unwrap();
         assert_eq!(pmr.samples.len(), 3);
         assert_eq!(r.ratio(pmr), Some(5.0));
+        // Runs 10/4 only: the other runs have no fjall sample to pair with.
+        assert_eq!(r.paired_ratio(pmr), Some(2.5));
         assert_eq!(
             r.ratio(r.row(Figure::PutSync, 2, System::Fjall).unwrap()),
             None
