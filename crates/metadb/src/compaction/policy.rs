@@ -2,13 +2,15 @@
 //! [`CompactionConfig`] (docs/DESIGN.md "MetaDB"; leveled compaction as in LevelDB).
 //!
 //! Rules, in order:
-//! 1. Level 0 holds at least `level0_file_trigger` tables: compact the oldest level-0
-//!    tables (all of them unless the job bound bites) with the level-1 tables they
-//!    overlap.
-//! 2. Otherwise, among levels 1 to `levels_max - 2`, the one with the highest score
-//!    (bytes / target bytes, in thousandths; ties go to the lower level) if the score is
-//!    at least 1000: compact one of its tables, chosen round-robin after the level's
-//!    compaction cursor, with the next-level tables it overlaps.
+//! 1. Every level gets a score in thousandths: level 0 its table count over
+//!    `level0_file_trigger`, levels 1 to `levels_max - 2` their bytes over their target
+//!    bytes. The highest score wins if it is at least 1000; ties go to the lower level.
+//!    (Level 0 does not simply go first: when it did, a level 1 far over its target was
+//!    rewritten whole by every level-0 job, and write amplification ran away.)
+//! 2. Level 0 wins: compact the oldest level-0 tables (all of them unless the job bound
+//!    bites) with the level-1 tables they overlap.
+//! 3. Another level wins: compact one of its tables, chosen round-robin after the
+//!    level's compaction cursor, with the next-level tables it overlaps.
 //!
 //! Invariants:
 //! - Level-0 inputs are always the *oldest* k tables, so no level-0 table left behind is
@@ -217,9 +219,7 @@ pub fn pick(summary: &VersionSummary, config: &CompactionConfig) -> Option<Compa
         config.levels_max
     );
     let level0 = summary.level(0).len();
-    if level0 >= config.level0_file_trigger {
-        return Some(pick_level0(summary, config));
-    }
+    let level0_score = permille(level0 as u64, config.level0_file_trigger as u64);
     let mut best: Option<(usize, u64, u64, u64)> = None;
     for level in 1..config.levels_max {
         let Some(target) = config.level_target_bytes(level) else {
@@ -231,7 +231,11 @@ pub fn pick(summary: &VersionSummary, config: &CompactionConfig) -> Option<Compa
             best = Some((level, score, bytes, target));
         }
     }
-    let (level, score, bytes, target_bytes) = best.filter(|&(_, score, _, _)| score >= 1000)?;
+    let best = best.filter(|&(_, score, _, _)| score >= 1000);
+    if level0_score >= 1000 && best.is_none_or(|(_, score, _, _)| level0_score >= score) {
+        return Some(pick_level0(summary, config));
+    }
+    let (level, score, bytes, target_bytes) = best?;
     let mut pick = pick_in_level(summary, config, level);
     pick.score_permille = score;
     pick.reason = PickReason::LevelBytes {
@@ -437,13 +441,39 @@ mod tests {
                 Some((0, vec![4, 3, 2, 1], vec![10, 11], 1000)),
             ),
             case(
-                "level 0 goes before a level with a higher score",
+                "a level with a higher score goes before level 0",
                 vec![
                     (0, 4, 1, "a", "a"),
                     (0, 3, 1, "a", "a"),
                     (0, 2, 1, "a", "a"),
                     (0, 1, 1, "a", "a"),
                     (1, 10, 80, "x", "y"),
+                ],
+                Some((1, vec![10], vec![], 10000)),
+            ),
+            case(
+                "level 0 with a higher score goes before a level over its target",
+                vec![
+                    (0, 8, 1, "a", "a"),
+                    (0, 7, 1, "a", "a"),
+                    (0, 6, 1, "a", "a"),
+                    (0, 5, 1, "a", "a"),
+                    (0, 4, 1, "a", "a"),
+                    (0, 3, 1, "a", "a"),
+                    (0, 2, 1, "a", "a"),
+                    (0, 1, 1, "a", "a"),
+                    (1, 10, 10, "x", "y"),
+                ],
+                Some((0, (1..=8).rev().collect(), vec![], 2000)),
+            ),
+            case(
+                "level 0 wins a tie",
+                vec![
+                    (0, 4, 1, "a", "a"),
+                    (0, 3, 1, "a", "a"),
+                    (0, 2, 1, "a", "a"),
+                    (0, 1, 1, "a", "a"),
+                    (1, 10, 8, "x", "y"),
                 ],
                 Some((0, vec![4, 3, 2, 1], vec![], 1000)),
             ),
@@ -455,11 +485,11 @@ mod tests {
             case(
                 "level-1 overlap counts toward the level-0 bound",
                 vec![
-                    (0, 4, 10, "a", "b"),
-                    (0, 3, 10, "c", "d"),
-                    (0, 2, 10, "e", "f"),
-                    (0, 1, 10, "g", "h"),
-                    (1, 20, 15, "g", "h"),
+                    (0, 4, 13, "a", "b"),
+                    (0, 3, 13, "c", "d"),
+                    (0, 2, 13, "e", "f"),
+                    (0, 1, 13, "g", "h"),
+                    (1, 20, 7, "g", "h"),
                 ],
                 Some((0, vec![1], vec![20], 1000)),
             ),

@@ -229,7 +229,7 @@ impl Inner {
 
     /// Flushes the oldest immutable memtable to level 0. Returns false if there is none.
     pub(super) fn flush_oldest(&self) -> Result<bool, MetaDbError> {
-        let _job = self.job_lock.lock().expect("job lock");
+        let _job = self.flush_lock.lock().expect("flush lock");
         let Some(mem) = self.current.load().immutables.last().cloned() else {
             return Ok(false);
         };
@@ -259,7 +259,7 @@ impl Inner {
 
     /// Runs one compaction if the policy picks one. Returns false if none is due.
     pub(super) fn compact_once(&self) -> Result<bool, MetaDbError> {
-        let _job = self.job_lock.lock().expect("job lock");
+        let _job = self.compact_lock.lock().expect("compact lock");
         let sv = self.current.load_full();
         let summary = VersionSummary::of(&sv.version, &self.cursors.lock().expect("cursors lock"));
         let Some(pick) = pick(&summary, &self.config.compaction) else {

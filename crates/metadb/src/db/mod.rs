@@ -51,11 +51,14 @@ pub struct MetaDbConfig {
     pub memtable_bytes: usize,
     /// Immutable memtables waiting for flush before writers stall.
     pub immutables_max: usize,
+    /// Level-0 tables at which writers stall until compaction catches up (the bound on
+    /// compaction debt: without it a fast writer outruns compaction without limit).
+    pub level0_stop_tables: usize,
     pub block_cache_bytes: usize,
     pub table: TableOptions,
     pub compaction: CompactionConfig,
-    /// Run flush and compaction on a background thread. Tests that want determinism set
-    /// false and call `flush` / `compact`.
+    /// Run flush and compaction on background threads (one each). Tests that want
+    /// determinism set false and call `flush` / `compact`.
     pub background: bool,
     /// Batches being inserted at once (bounds the snapshot gate's slots).
     pub writer_slots: usize,
@@ -67,6 +70,7 @@ impl Default for MetaDbConfig {
             lanes: 8,
             memtable_bytes: 8 << 20,
             immutables_max: 4,
+            level0_stop_tables: 20,
             block_cache_bytes: 64 << 20,
             table: TableOptions::default(),
             compaction: CompactionConfig::default(),
@@ -132,9 +136,21 @@ impl SuperVersion {
 
 #[derive(Debug, Default)]
 struct Work {
-    /// Background work requested and not yet looked at.
-    pending: bool,
+    /// A memtable was switched and the flush thread has not looked since.
+    flush_pending: bool,
+    /// A flush or compaction changed the version and the compaction thread has not
+    /// looked since.
+    compact_pending: bool,
     shutdown: bool,
+}
+
+/// The two background jobs; each has its own thread and lock, so a long compaction never
+/// holds up a flush (writers stall on unflushed memtables) and a stream of flushes never
+/// starves compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Flush,
+    Compact,
 }
 
 #[derive(Debug)]
@@ -148,8 +164,12 @@ pub(crate) struct Inner {
     switch_lock: Mutex<()>,
     /// Serialises changes to `current`.
     install_lock: Mutex<()>,
-    /// One flush or compaction at a time (they edit the version).
-    job_lock: Mutex<()>,
+    /// One flush at a time (flushes add level-0 tables in memtable order).
+    flush_lock: Mutex<()>,
+    /// One compaction at a time (the policy does not know which tables a running job
+    /// holds). A flush and a compaction may run together: a flush only adds level-0
+    /// tables newer than any a compaction picked, so their edits commute.
+    compact_lock: Mutex<()>,
     manifest: Manifest,
     cache: Arc<BlockCache>,
     next_table_id: AtomicU64,
@@ -160,15 +180,15 @@ pub(crate) struct Inner {
     failure: OnceLock<String>,
     work: Mutex<Work>,
     work_cv: Condvar,
-    /// Signalled whenever a flush finishes (stalled writers wait on it).
-    flushed_cv: Condvar,
+    /// Signalled whenever a flush or compaction finishes (stalled writers wait on it).
+    progress_cv: Condvar,
 }
 
 /// MetaDB. Cheap to share by reference across threads.
 #[derive(Debug)]
 pub struct MetaDb {
     inner: Arc<Inner>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A consistent read view. Reads through it see exactly the writes whose sequence
@@ -239,16 +259,26 @@ impl MetaDb {
         let wal_bytes = env.geometry.wal.size_bytes() as usize;
         config.memtable_bytes = config.memtable_bytes.min(wal_bytes / 6).max(64 << 10);
         let inner = Arc::new(Inner::recover(env, config)?);
-        let worker = inner.config.background.then(|| {
-            let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("metadb-jobs".into())
-                .spawn(move || inner.background_loop())
-                .expect("spawn the MetaDB job thread")
-        });
+        let mut workers = Vec::new();
+        if inner.config.background {
+            for (job, name) in [
+                (Job::Flush, "metadb-flush"),
+                (Job::Compact, "metadb-compact"),
+            ] {
+                let inner = inner.clone();
+                workers.push(
+                    std::thread::Builder::new()
+                        .name(name.into())
+                        .spawn(move || inner.background_loop(job))
+                        .expect("spawn a MetaDB job thread"),
+                );
+            }
+            // Recovery may have left compaction due.
+            inner.request_work(Job::Compact);
+        }
         Ok(MetaDb {
             inner,
-            worker: Mutex::new(worker),
+            workers: Mutex::new(workers),
         })
     }
 
@@ -398,7 +428,8 @@ impl MetaDb {
             work.shutdown = true;
         }
         self.inner.work_cv.notify_all();
-        if let Some(handle) = self.worker.lock().expect("worker lock").take() {
+        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        for handle in workers {
             handle.join().expect("MetaDB job thread panicked");
         }
     }
@@ -509,7 +540,8 @@ impl Inner {
             }),
             switch_lock: Mutex::new(()),
             install_lock: Mutex::new(()),
-            job_lock: Mutex::new(()),
+            flush_lock: Mutex::new(()),
+            compact_lock: Mutex::new(()),
             next_table_id: AtomicU64::new(state.next_table_id()),
             last_flushed_seq: AtomicU64::new(state.last_seq()),
             snapshots: Mutex::new(BTreeMap::new()),
@@ -517,7 +549,7 @@ impl Inner {
             failure: OnceLock::new(),
             work: Mutex::new(Work::default()),
             work_cv: Condvar::new(),
-            flushed_cv: Condvar::new(),
+            progress_cv: Condvar::new(),
             manifest,
             cache,
             wal,
@@ -567,8 +599,8 @@ impl Inner {
             }
             if mem.approximate_bytes() >= self.config.memtable_bytes {
                 mem.gate().exit();
+                self.stall_while_behind(&mem)?;
                 self.switch_memtable(&mem)?;
-                self.stall_while_behind()?;
                 continue;
             }
             let ticket = self.seq.begin(batch.len() as u64, thread);
@@ -642,22 +674,34 @@ impl Inner {
                 tables: sv.tables.clone(),
             }));
         }
-        self.request_work();
+        self.request_work(Job::Flush);
         Ok(())
     }
 
-    fn request_work(&self) {
-        self.work.lock().expect("work lock").pending = true;
+    fn request_work(&self, job: Job) {
+        {
+            let mut work = self.work.lock().expect("work lock");
+            match job {
+                Job::Flush => work.flush_pending = true,
+                Job::Compact => work.compact_pending = true,
+            }
+        }
         self.work_cv.notify_all();
     }
 
-    /// Without a background thread, flush inline; with one, wait while too many
-    /// memtables wait for it.
-    fn stall_while_behind(&self) -> Result<(), MetaDbError> {
+    /// Before switching the full memtable `full`: with background jobs, wait while
+    /// `immutables_max` memtables already wait for flush or level 0 holds
+    /// `level0_stop_tables` tables (without background jobs, flush and compaction run
+    /// when the caller asks, so there is nothing to wait for).
+    fn stall_while_behind(&self, full: &Arc<Memtable>) -> Result<(), MetaDbError> {
         if !self.config.background {
             return Ok(());
         }
-        self.wait_for_jobs(|sv| sv.immutables.len() <= self.config.immutables_max)
+        self.wait_for_jobs(|sv| {
+            !Arc::ptr_eq(&sv.active, full)
+                || (sv.immutables.len() < self.config.immutables_max
+                    && sv.version.level(0).len() < self.config.level0_stop_tables)
+        })
     }
 
     /// Makes room after WalFull: flush inline, or wait for the background thread.
@@ -676,7 +720,7 @@ impl Inner {
         while !done(&self.current.load()) && !work.shutdown {
             self.check_writable()?;
             work = self
-                .flushed_cv
+                .progress_cv
                 .wait_timeout(work, std::time::Duration::from_millis(50))
                 .expect("work lock")
                 .0;
@@ -684,29 +728,49 @@ impl Inner {
         Ok(())
     }
 
-    fn background_loop(&self) {
+    /// The loop of `job`'s thread: wait for a request, then run the job until it has
+    /// nothing left to do, waking stalled writers after each step.
+    fn background_loop(&self, job: Job) {
         loop {
             {
                 let mut work = self.work.lock().expect("work lock");
-                while !work.pending && !work.shutdown {
+                loop {
+                    if work.shutdown {
+                        return;
+                    }
+                    let pending = match job {
+                        Job::Flush => &mut work.flush_pending,
+                        Job::Compact => &mut work.compact_pending,
+                    };
+                    if *pending {
+                        *pending = false;
+                        break;
+                    }
                     work = self.work_cv.wait(work).expect("work lock");
                 }
-                if work.shutdown {
-                    return;
-                }
-                work.pending = false;
             }
             let result = (|| -> Result<(), MetaDbError> {
-                while self.flush_oldest()? {
-                    self.flushed_cv.notify_all();
+                loop {
+                    let progressed = match job {
+                        Job::Flush => self.flush_oldest()?,
+                        Job::Compact => self.compact_once()?,
+                    };
+                    if !progressed {
+                        return Ok(());
+                    }
+                    if job == Job::Flush {
+                        self.request_work(Job::Compact);
+                    }
+                    self.progress_cv.notify_all();
+                    if self.work.lock().expect("work lock").shutdown {
+                        return Ok(());
+                    }
                 }
-                while self.current.load().immutables.is_empty() && self.compact_once()? {}
-                Ok(())
             })();
             if let Err(e) = result {
                 self.fail(&e);
             }
-            self.flushed_cv.notify_all();
+            self.progress_cv.notify_all();
         }
     }
 
