@@ -76,6 +76,10 @@ pub struct Args {
     /// Puts per thread per run at most (a run ends at --seconds or here).
     #[arg(long)]
     pub ops: Option<u64>,
+    /// Block cache of both stores, e.g. 1G (fjall also reads through the kernel's page
+    /// cache; MetaDB reads with O_DIRECT, so this is all the caching it gets).
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    pub cache: u64,
     /// Keys loaded for the get figure, e.g. 10M.
     #[arg(long, value_parser = parse_count, default_value = "10M")]
     pub keys: u64,
@@ -200,9 +204,14 @@ fn validate(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The block cache of both stores: MetaDB's default, and fjall's set to match.
-fn cache_bytes() -> u64 {
-    MetaDbConfig::default().block_cache_bytes as u64
+impl Args {
+    /// MetaDB's configuration in this run: the defaults with the `--cache` block cache.
+    fn metadb_config(&self) -> MetaDbConfig {
+        MetaDbConfig {
+            block_cache_bytes: usize::try_from(self.cache).expect("cache size fits memory"),
+            ..MetaDbConfig::default()
+        }
+    }
 }
 
 /// The files of one invocation.

@@ -40,19 +40,20 @@ pub struct CompactionConfig {
     pub level_size_multiplier: u64,
     /// Levels in use (at most `version::LEVEL_COUNT`); the last is the bottom.
     pub levels_max: usize,
-    /// Bound on the input bytes of one job where the policy has a choice (32 MiB: one
-    /// 2 MiB table and ten times that below it, with headroom).
+    /// Bound on the input bytes of one job where the policy has a choice (64 MiB: all of
+    /// level 0 at its trigger with the level-1 tables below, or one table and ten times
+    /// that below it, with headroom).
     pub job_input_bytes_max: u64,
 }
 
 impl Default for CompactionConfig {
     fn default() -> Self {
         CompactionConfig {
-            level0_file_trigger: 4,
-            level_base_bytes: 8 << 20,
+            level0_file_trigger: 8,
+            level_base_bytes: 16 << 20,
             level_size_multiplier: 10,
             levels_max: LEVEL_COUNT,
-            job_input_bytes_max: 32 << 20,
+            job_input_bytes_max: 64 << 20,
         }
     }
 }
@@ -348,6 +349,18 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// The configuration the cases were written for (LevelDB's shape: trigger 4, level
+    /// 1 of 8 MiB, 32 MiB jobs), independent of the tuned defaults.
+    fn classic() -> CompactionConfig {
+        CompactionConfig {
+            level0_file_trigger: 4,
+            level_base_bytes: 8 << 20,
+            level_size_multiplier: 10,
+            levels_max: LEVEL_COUNT,
+            job_input_bytes_max: 32 << 20,
+        }
+    }
+
     /// (level, id, MiB, smallest, largest); level 0 listed newest first.
     type Spec = (u32, u64, u64, &'static str, &'static str);
 
@@ -394,7 +407,7 @@ mod tests {
             name,
             tables,
             cursors: Vec::new(),
-            config: CompactionConfig::default(),
+            config: classic(),
             expect,
         }
     }
@@ -555,7 +568,7 @@ mod tests {
             Case {
                 config: CompactionConfig {
                     levels_max: 3,
-                    ..CompactionConfig::default()
+                    ..classic()
                 },
                 ..case(
                     "the last level is never compacted out of",
@@ -590,7 +603,7 @@ mod tests {
             Case {
                 config: CompactionConfig {
                     level0_file_trigger: 2,
-                    ..CompactionConfig::default()
+                    ..classic()
                 },
                 ..case(
                     "the trigger is configurable",
@@ -642,7 +655,7 @@ mod tests {
     #[test]
     fn reasons_cursors_and_trivial_moves() {
         let s = summary(&level1_over_target(), &[(1, "h")]);
-        let p = pick(&s, &CompactionConfig::default()).unwrap();
+        let p = pick(&s, &classic()).unwrap();
         assert_eq!(
             p.reason,
             PickReason::LevelBytes {
@@ -657,7 +670,7 @@ mod tests {
         );
         assert!(!p.is_trivial_move());
         let alone = summary(&[(1, 10, 9, "a", "b"), (2, 20, 1, "c", "d")], &[]);
-        let p = pick(&alone, &CompactionConfig::default()).unwrap();
+        let p = pick(&alone, &classic()).unwrap();
         assert!(p.is_trivial_move());
         let l0 = summary(
             &[
@@ -668,7 +681,7 @@ mod tests {
             ],
             &[],
         );
-        let p = pick(&l0, &CompactionConfig::default()).unwrap();
+        let p = pick(&l0, &classic()).unwrap();
         assert_eq!(
             p.reason,
             PickReason::Level0Files {
@@ -681,7 +694,7 @@ mod tests {
 
     #[test]
     fn level_targets_grow_by_the_multiplier() {
-        let c = CompactionConfig::default();
+        let c = classic();
         let targets: Vec<Option<u64>> = (0..LEVEL_COUNT).map(|l| c.level_target_bytes(l)).collect();
         assert_eq!(
             targets,

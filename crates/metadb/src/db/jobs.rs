@@ -15,17 +15,52 @@ use crate::table::builder::TableBuilder;
 use crate::table::reader::{ReadOptions, Table};
 use crate::table::{TableId, TableMeta};
 use crate::types::{Seq, ValueKind};
-use device::{IoCause, IoRequest};
+use device::{DeviceError, IoCause, IoRequest, Queue};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Output tables being built: the open builder, finished tables' metadata, and their
-/// writes (issued together, then one device flush).
-struct TableSink {
+/// Output tables being built: the open builder, finished tables' metadata, and a queue
+/// on which each finished table's write is submitted at once, so the device writes one
+/// table while the merge builds the next (one device flush at the end covers them all).
+struct TableSink<'d> {
     builder: Option<TableBuilder>,
     outputs: Vec<TableMeta>,
-    requests: Vec<IoRequest>,
+    queue: Queue<'d>,
+    /// The first failed write; later completions are still collected.
+    failed: Option<DeviceError>,
+}
+
+impl TableSink<'_> {
+    /// Submits `request` (waiting for a completion first if the queue is full).
+    fn write(&mut self, request: IoRequest) -> Result<(), DeviceError> {
+        let mut request = request;
+        while let Err(back) = self.queue.push(request) {
+            request = back;
+            self.queue.submit(1)?;
+            self.collect();
+        }
+        self.queue.submit(0)?;
+        self.collect();
+        Ok(())
+    }
+
+    fn collect(&mut self) {
+        while let Some(c) = self.queue.pop() {
+            if let Err(e) = c.result {
+                self.failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Waits for every submitted write; the first failure, if any.
+    fn finish(&mut self) -> Result<(), DeviceError> {
+        while self.queue.outstanding() > 0 {
+            self.queue.submit(1)?;
+            self.collect();
+        }
+        self.failed.take().map_or(Ok(()), Err)
+    }
 }
 
 /// Which versions a merge keeps.
@@ -58,8 +93,51 @@ impl Inner {
         let mut out = TableSink {
             builder: None,
             outputs: Vec::new(),
-            requests: Vec::new(),
+            queue: self.env.device.queue()?,
+            failed: None,
         };
+        let result = self.write_tables_into(&mut out, input, rule, cause);
+        // Every submitted write completes before its segment can be given back.
+        let written = out.finish();
+        let result = result.and_then(|()| {
+            written?;
+            if !out.outputs.is_empty() {
+                self.env.device.flush(cause)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            for meta in &out.outputs {
+                self.env.table_store.release(meta.segment);
+            }
+            return Err(e);
+        }
+        out.outputs
+            .into_iter()
+            .map(|meta| {
+                let offset = self.env.table_store.offset(meta.segment);
+                let segment = meta.segment;
+                let table = Table::open(self.env.device.clone(), offset, meta, self.cache.clone())?;
+                Ok(Arc::new(TableHandle {
+                    table: Arc::new(table),
+                    segment,
+                    obsolete: AtomicBool::new(false),
+                    store: self.env.table_store.clone(),
+                    cache: self.cache.clone(),
+                }))
+            })
+            .collect()
+    }
+
+    /// The merge loop of [`Inner::write_tables`]: feeds kept versions to `out`, which
+    /// writes each table as it fills.
+    fn write_tables_into(
+        &self,
+        out: &mut TableSink<'_>,
+        input: &mut dyn InternalIterator,
+        rule: Option<DropRule>,
+        cause: IoCause,
+    ) -> Result<(), MetaDbError> {
         // Versions of the current user key that survive the drop rule.
         let mut key: Vec<u8> = Vec::new();
         let mut versions: Vec<(Seq, ValueKind, Vec<u8>)> = Vec::new();
@@ -70,7 +148,7 @@ impl Inner {
         while input.valid() {
             let (seq, kind) = (input.seq(), input.kind());
             if !have_key || key.as_slice() != input.user_key() {
-                self.emit_key(&mut out, &key, &mut versions, cause)?;
+                self.emit_key(out, &key, &mut versions, cause)?;
                 key.clear();
                 key.extend_from_slice(input.user_key());
                 have_key = true;
@@ -93,49 +171,18 @@ impl Inner {
             }
             input.next()?;
         }
-        self.emit_key(&mut out, &key, &mut versions, cause)?;
+        self.emit_key(out, &key, &mut versions, cause)?;
         if let Some(b) = out.builder.take().filter(|b| !b.is_empty()) {
-            out.outputs
-                .push(self.finish_table(b, cause, &mut out.requests)?);
+            self.finish_table(out, b, cause)?;
         }
-        let TableSink {
-            outputs,
-            mut requests,
-            ..
-        } = out;
-        if outputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        requests.push(IoRequest::flush(cause));
-        let result = self.env.device.run(requests);
-        if let Err(e) = result {
-            for meta in &outputs {
-                self.env.table_store.release(meta.segment);
-            }
-            return Err(e.into());
-        }
-        outputs
-            .into_iter()
-            .map(|meta| {
-                let offset = self.env.table_store.offset(meta.segment);
-                let segment = meta.segment;
-                let table = Table::open(self.env.device.clone(), offset, meta, self.cache.clone())?;
-                Ok(Arc::new(TableHandle {
-                    table: Arc::new(table),
-                    segment,
-                    obsolete: AtomicBool::new(false),
-                    store: self.env.table_store.clone(),
-                    cache: self.cache.clone(),
-                }))
-            })
-            .collect()
+        Ok(())
     }
 
     /// Adds every kept version of `key` to the current table, starting a new table first
     /// if they might not all fit.
     fn emit_key(
         &self,
-        out: &mut TableSink,
+        out: &mut TableSink<'_>,
         key: &[u8],
         versions: &mut Vec<(Seq, ValueKind, Vec<u8>)>,
         cause: IoCause,
@@ -157,8 +204,7 @@ impl Inner {
         });
         if full {
             let b = out.builder.take().expect("builder present");
-            out.outputs
-                .push(self.finish_table(b, cause, &mut out.requests)?);
+            self.finish_table(out, b, cause)?;
         }
         let first_in_table = out.builder.as_ref().is_none_or(|b| b.is_empty());
         let b = out.builder.get_or_insert_with(|| self.new_builder());
@@ -176,17 +222,19 @@ impl Inner {
         TableBuilder::new(id, self.config.table)
     }
 
+    /// Allocates a segment for `builder`'s table and submits its write.
     fn finish_table(
         &self,
+        out: &mut TableSink<'_>,
         builder: TableBuilder,
         cause: IoCause,
-        requests: &mut Vec<IoRequest>,
-    ) -> Result<TableMeta, MetaDbError> {
+    ) -> Result<(), MetaDbError> {
         let (buf, built) = builder.finish();
         let segment = self.env.table_store.allocate()?;
         let offset = self.env.table_store.offset(segment);
-        requests.push(IoRequest::write(offset, buf, cause));
-        Ok(built.meta(segment))
+        out.outputs.push(built.meta(segment));
+        out.write(IoRequest::write(offset, buf, cause))?;
+        Ok(())
     }
 
     /// Publishes `edit` (already durable in the manifest) with `added` tables open.
@@ -285,11 +333,23 @@ impl Inner {
             let meta = sv.table(pick.inputs[0]).table.meta().clone();
             edit.added.push((pick.output_level, meta));
         } else {
+            // Every input in one concurrent batch (at most `job_input_bytes_max` bytes,
+            // where the policy had a choice), then merge from memory.
+            let reads = inputs
+                .iter()
+                .map(|(_, id)| sv.table(*id).table.data_read(IoCause::Compaction))
+                .collect();
+            let completions = self.env.device.run(reads)?;
             let children: Vec<Box<dyn InternalIterator + Send>> = inputs
                 .iter()
-                .map(|(_, id)| {
-                    Box::new(sv.table(*id).table.iter_with(ReadOptions::COMPACTION))
-                        as Box<dyn InternalIterator + Send>
+                .zip(completions)
+                .map(|((_, id), c)| {
+                    let data = c.request.into_buf().expect("a read returns its buffer");
+                    Box::new(
+                        sv.table(*id)
+                            .table
+                            .iter_preloaded(ReadOptions::COMPACTION, data),
+                    ) as Box<dyn InternalIterator + Send>
                 })
                 .collect();
             let (smallest, largest) = inputs

@@ -70,7 +70,7 @@ impl Default for MetaDbConfig {
             lanes: 8,
             memtable_bytes: 8 << 20,
             immutables_max: 4,
-            level0_stop_tables: 20,
+            level0_stop_tables: 32,
             block_cache_bytes: 64 << 20,
             table: TableOptions::default(),
             compaction: CompactionConfig::default(),

@@ -24,7 +24,7 @@ use crate::table::layout::{
 };
 use crate::table::{TableId, TableMeta};
 use crate::types::{compare_internal, InternalKey, Seq, ValueKind};
-use device::{AlignedBuf, Device, IoCause};
+use device::{AlignedBuf, Device, IoCause, IoRequest};
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -359,6 +359,26 @@ impl Table {
             block_index: 0,
             block: None,
             window: None,
+        }
+    }
+
+    /// One read of every data block (sector-aligned), so that a compaction can fetch
+    /// all of its inputs in one concurrent batch and merge from memory
+    /// ([`Table::iter_preloaded`]).
+    pub fn data_read(&self, cause: IoCause) -> IoRequest {
+        let lbs = self.device.info().logical_block_bytes as u64;
+        let start = align_down(self.base_offset, lbs);
+        let end = align_up(self.base_offset + self.footer.index.offset as u64, lbs);
+        IoRequest::read(start, AlignedBuf::zeroed((end - start) as usize), cause)
+    }
+
+    /// A cursor whose blocks come from `data`, the buffer of a completed
+    /// [`Table::data_read`] (blocks are still checksum-verified as they are used).
+    pub fn iter_preloaded(self: &Arc<Self>, options: ReadOptions, data: AlignedBuf) -> TableIterator {
+        let start = align_down(self.base_offset, self.device.info().logical_block_bytes as u64);
+        TableIterator {
+            window: Some(Window { start, buf: data }),
+            ..self.iter_with(options)
         }
     }
 }

@@ -13,7 +13,7 @@ use super::keys;
 use super::report::{count, Figure, PutBytes, Report, Sample, System};
 use super::subject::{Augefs, IoMark, Setup, WalMode};
 use super::workload::{self, Getter, PutLimit, Store};
-use super::{cache_bytes, Args, Environment, ModeArg, Paths};
+use super::{Args, Environment, ModeArg, Paths};
 use metadb::MetaDbConfig;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -60,8 +60,8 @@ pub(super) fn put_figures(
             for run in 0..args.runs {
                 for system in turn_order(&args.modes, run) {
                     let sample = match system {
-                        System::Fjall => put_fjall(paths, threads, sync, limit)?,
-                        _ => put_augefs(setup, wal_mode(system), threads, sync, limit, env)?,
+                        System::Fjall => put_fjall(args, paths, threads, sync, limit)?,
+                        _ => put_augefs(args, setup, wal_mode(system), threads, sync, limit, env)?,
                     };
                     eprintln!(
                         "augefs: {} x{threads}, run {}/{}, {}: {:.0} ops/s",
@@ -80,6 +80,7 @@ pub(super) fn put_figures(
 }
 
 fn put_augefs(
+    args: &Args,
     setup: &Setup,
     mode: WalMode,
     threads: usize,
@@ -87,7 +88,7 @@ fn put_augefs(
     limit: PutLimit,
     env: &mut Environment,
 ) -> Result<Sample, String> {
-    let augefs = setup.create(mode, MetaDbConfig::default())?;
+    let augefs = setup.create(mode, args.metadb_config())?;
     env.note(&augefs);
     let before = augefs.io();
     let run = workload::put_throughput(&augefs, threads, sync, limit)?;
@@ -119,8 +120,14 @@ fn put_augefs(
     })
 }
 
-fn put_fjall(paths: &Paths, threads: usize, sync: bool, limit: PutLimit) -> Result<Sample, String> {
-    let fjall = Fjall::create(&paths.fjall, cache_bytes())?;
+fn put_fjall(
+    args: &Args,
+    paths: &Paths,
+    threads: usize,
+    sync: bool,
+    limit: PutLimit,
+) -> Result<Sample, String> {
+    let fjall = Fjall::create(&paths.fjall, args.cache)?;
     let before = process_write_bytes();
     let run = workload::put_throughput(&fjall, threads, sync, limit)?;
     fjall.persist()?;
@@ -250,7 +257,7 @@ fn load_augefs(
     report: &mut Report,
     env: &mut Environment,
 ) -> Result<Augefs, String> {
-    let augefs = setup.create(WalMode::Ssd, MetaDbConfig::default())?;
+    let augefs = setup.create(WalMode::Ssd, args.metadb_config())?;
     env.note(&augefs);
     let io = || IoMark::Counted(Box::new(augefs.io()));
     load_rows(args, &augefs, System::Ssd, report, &io, || {
@@ -274,7 +281,7 @@ fn load_augefs(
 
 /// fjall, loaded, flushed and compacted.
 fn load_fjall(args: &Args, paths: &Paths, report: &mut Report) -> Result<Fjall, String> {
-    let fjall = Fjall::create(&paths.fjall, cache_bytes())?;
+    let fjall = Fjall::create(&paths.fjall, args.cache)?;
     let io = || IoMark::Process(process_write_bytes());
     load_rows(args, &fjall, System::Fjall, report, &io, || {
         fjall.flush_and_compact()?;
@@ -412,15 +419,15 @@ fn recover_augefs(
     Ok((sample, shape))
 }
 
-fn recover_fjall(paths: &Paths, shape: RecoveryShape) -> Result<Sample, String> {
-    let fjall = Fjall::create(&paths.fjall, cache_bytes())?;
+fn recover_fjall(args: &Args, paths: &Paths, shape: RecoveryShape) -> Result<Sample, String> {
+    let fjall = Fjall::create(&paths.fjall, args.cache)?;
     put_range(&fjall, 0..shape.flushed)?;
     fjall.flush()?;
     let end = shape.flushed + shape.unflushed;
     put_range(&fjall, shape.flushed..end)?;
     fjall.persist()?;
     fjall.close();
-    let (fjall, open_ns) = Fjall::reopen(&paths.fjall, cache_bytes())?;
+    let (fjall, open_ns) = Fjall::reopen(&paths.fjall, args.cache)?;
     check_recovered(&|k| fjall.get(k), &[0, shape.flushed, end - 1])?;
     fjall.close();
     baseline::remove_dir(&paths.fjall)?;
@@ -464,7 +471,7 @@ pub(super) fn recovery_figures(
         // fjall needs the shape of an augefs run: it goes last in the first run.
         for system in turn_order(&args.modes, run) {
             let sample = match (system, shape) {
-                (System::Fjall, Some(shape)) => recover_fjall(paths, shape)?,
+                (System::Fjall, Some(shape)) => recover_fjall(args, paths, shape)?,
                 (System::Fjall, None) => unreachable!("fjall is last in the first run"),
                 _ => {
                     let (sample, measured) = recover_augefs(setup, wal_mode(system), env)?;

@@ -6,9 +6,8 @@
 //! "not measured", never as met.
 
 use super::report::{count, Figure, Report, System};
-use super::{cache_bytes, Args, Environment, Paths};
+use super::{Args, Environment, Paths};
 use crate::size::human;
-use metadb::MetaDbConfig;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -129,7 +128,7 @@ pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
             .unwrap_or_else(|| "(no pmr store opened)".to_string()),
         args.pmr_latency_ns,
     );
-    let config = MetaDbConfig::default();
+    let config = args.metadb_config();
     println!(
         "ssd mode: WAL in the image's {} WAL region; MetaDB defaults: {} lanes, {} memtables, {} block cache, background flush and compaction",
         env.wal_region_bytes.map_or_else(unknown, human),
@@ -140,7 +139,7 @@ pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
     println!(
         "fjall 3 in {}: sync put = 1-item batch with PersistMode::SyncData (fdatasync per write), buffered = Keyspace::insert; {} cache; bytes/put from /proc/self/io",
         paths.fjall.display(),
-        human(cache_bytes()),
+        human(args.cache),
     );
     println!(
         "keys m:<parent>:<name> (24 B), values 100 random B; load and gets: 1 thread, ssd mode, {} keys, {} gets per round",
@@ -178,7 +177,7 @@ pub(super) fn report_json(
             "runs": args.runs,
             "fjall_sync": "write batch with PersistMode::SyncData",
             "fjall_buffered": "Keyspace::insert (default: write to the OS, no sync)",
-            "cache_bytes": cache_bytes(),
+            "cache_bytes": args.cache,
         },
         "environment": {
             "backend": env.backend,
