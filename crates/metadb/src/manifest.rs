@@ -997,10 +997,23 @@ impl Manifest {
     /// edit does not fit a half (nothing is written then), and with the device's error
     /// if a write or flush fails, after which every call fails with `ReadOnly`.
     pub fn apply(&self, edit: &VersionEdit) -> Result<(), MetaDbError> {
+        self.apply_completed(&mut edit.clone(), |_| {})
+    }
+
+    /// [`Manifest::apply`] after `complete` has filled in what must be read under the
+    /// manifest lock: counters that concurrent jobs advance (`next_table_id`), so that
+    /// an edit appended later never carries an older value than one appended before it.
+    pub fn apply_completed(
+        &self,
+        edit: &mut VersionEdit,
+        complete: impl FnOnce(&mut VersionEdit),
+    ) -> Result<(), MetaDbError> {
         let mut inner = self
             .inner
             .lock()
             .expect("manifest lock poisoned by a panic");
+        complete(edit);
+        let edit = &*edit;
         if let Some(reason) = &inner.failed {
             return Err(MetaDbError::ReadOnly(reason.clone()));
         }

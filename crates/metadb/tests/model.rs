@@ -33,6 +33,7 @@ fn small_config() -> MetaDbConfig {
             ..TableOptions::default()
         },
         compaction: CompactionConfig {
+            level0_file_trigger: 4,
             level_base_bytes: 32 << 10,
             level_size_multiplier: 4,
             ..CompactionConfig::default()

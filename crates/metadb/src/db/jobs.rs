@@ -237,6 +237,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Makes `edit` durable in the manifest, stamped with the table-id counter read
+    /// under the manifest lock (a flush and a compaction log edits concurrently, and
+    /// the manifest's counters may only grow).
+    fn log_edit(&self, edit: &mut VersionEdit) -> Result<(), MetaDbError> {
+        self.manifest.apply_completed(edit, |edit| {
+            edit.next_table_id = Some(self.next_table_id.load(Ordering::SeqCst));
+        })
+    }
+
     /// Publishes `edit` (already durable in the manifest) with `added` tables open.
     fn install(
         &self,
@@ -291,14 +300,13 @@ impl Inner {
             }
         }
         let added = self.write_tables(&mut iter, None, IoCause::Table)?;
-        let edit = VersionEdit {
+        let mut edit = VersionEdit {
             added: added.iter().map(|h| (0, h.table.meta().clone())).collect(),
             flushed_generation: Some(mem.generation()),
             last_seq: Some(max_seq),
-            next_table_id: Some(self.next_table_id.load(Ordering::SeqCst)),
             ..VersionEdit::default()
         };
-        self.manifest.apply(&edit)?;
+        self.log_edit(&mut edit)?;
         self.last_flushed_seq.store(max_seq, Ordering::SeqCst);
         self.install(&edit, &added, Some(&mem));
         self.wal.release_through(mem.generation())?;
@@ -376,8 +384,7 @@ impl Inner {
                 .map(|h| (pick.output_level, h.table.meta().clone()))
                 .collect();
         }
-        edit.next_table_id = Some(self.next_table_id.load(Ordering::SeqCst));
-        self.manifest.apply(&edit)?;
+        self.log_edit(&mut edit)?;
         if let Some(cursor) = &pick.cursor {
             self.cursors
                 .lock()

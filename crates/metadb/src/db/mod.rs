@@ -731,6 +731,17 @@ impl Inner {
     /// The loop of `job`'s thread: wait for a request, then run the job until it has
     /// nothing left to do, waking stalled writers after each step.
     fn background_loop(&self, job: Job) {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.job_loop(job)));
+        if let Err(payload) = run {
+            // A bug: make writers stalled on this job fail instead of waiting forever,
+            // then let the panic reach `close` (which joins the thread).
+            let _ = self.failure.set(format!("MetaDB {job:?} job panicked"));
+            self.progress_cv.notify_all();
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    fn job_loop(&self, job: Job) {
         loop {
             {
                 let mut work = self.work.lock().expect("work lock");

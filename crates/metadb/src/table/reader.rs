@@ -374,8 +374,15 @@ impl Table {
 
     /// A cursor whose blocks come from `data`, the buffer of a completed
     /// [`Table::data_read`] (blocks are still checksum-verified as they are used).
-    pub fn iter_preloaded(self: &Arc<Self>, options: ReadOptions, data: AlignedBuf) -> TableIterator {
-        let start = align_down(self.base_offset, self.device.info().logical_block_bytes as u64);
+    pub fn iter_preloaded(
+        self: &Arc<Self>,
+        options: ReadOptions,
+        data: AlignedBuf,
+    ) -> TableIterator {
+        let start = align_down(
+            self.base_offset,
+            self.device.info().logical_block_bytes as u64,
+        );
         TableIterator {
             window: Some(Window { start, buf: data }),
             ..self.iter_with(options)

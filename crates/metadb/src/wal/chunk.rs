@@ -441,9 +441,20 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// Announces a write a flush will follow ([`FlushCombiner::begin_write`]).
+    pub fn begin_write(&self) -> super::flush::Writing<'_> {
+        self.flusher.begin_write()
+    }
+
     /// Returns once every write that completed before the call is durable.
     pub fn flush(&self) -> Result<(), MetaDbError> {
         self.flusher.flush(&self.device, &self.health)
+    }
+
+    /// Returns once flush ticket `need` has succeeded ([`super::flush::Writing::done`]).
+    pub fn flush_covering(&self, need: super::flush::FlushNeed) -> Result<(), MetaDbError> {
+        self.flusher
+            .flush_covering(need, &self.device, &self.health)
     }
 }
 

@@ -257,12 +257,20 @@ impl SsdWal {
         }
     }
 
-    /// Flushes, then records that lanes' written counts are durable.
-    fn flush_lanes(&self, written: &[(usize, u64, u64)]) -> Result<(), MetaDbError> {
+    /// Flushes (at least flush ticket `need`, if given: the caller's writes completed
+    /// before it was taken), then records that lanes' written counts are durable.
+    fn flush_lanes(
+        &self,
+        written: &[(usize, u64, u64)],
+        need: Option<super::flush::FlushNeed>,
+    ) -> Result<(), MetaDbError> {
         if written.is_empty() {
             return Ok(());
         }
-        self.store.flush()?;
+        match need {
+            Some(need) => self.store.flush_covering(need)?,
+            None => self.store.flush()?,
+        }
         for &(lane, generation, count) in written {
             let mut state = self.lanes[lane].lock();
             if state.generation == generation {
@@ -281,7 +289,7 @@ impl SsdWal {
                 written.push((lane, generation, w));
             }
         }
-        self.flush_lanes(&written)
+        self.flush_lanes(&written, None)
     }
 
     /// Units of the region not holding unreleased chunks (for tests and inspection).
@@ -391,13 +399,15 @@ impl Wal for SsdWal {
             }
         }
         let mut written = Vec::with_capacity(targets.len());
+        let writing = self.store.begin_write();
         for t in &targets {
             let lane = usize::from(t.lane);
             if let Some(w) = self.ensure_written(lane, t.generation, t.lane_seq + 1)? {
                 written.push((lane, t.generation, w));
             }
         }
-        self.flush_lanes(&written)
+        let need = writing.done();
+        self.flush_lanes(&written, Some(need))
     }
 
     fn persist_all(&self) -> Result<(), MetaDbError> {

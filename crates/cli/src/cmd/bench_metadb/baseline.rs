@@ -126,6 +126,10 @@ impl Store for Fjall {
             self.keyspace.insert(key, value).map_err(|e| self.err(e))
         }
     }
+
+    fn settle(&self) -> Result<(), String> {
+        self.flush_and_compact()
+    }
 }
 
 /// Removes `dir` and everything in it, if it exists.

@@ -91,7 +91,7 @@ fn put_augefs(
     let augefs = setup.create(mode, args.metadb_config())?;
     env.note(&augefs);
     let before = augefs.io();
-    let run = workload::put_throughput(&augefs, threads, sync, limit)?;
+    let run = workload::put_throughput(&augefs, threads, sync, limit, 0)?;
     // Not timed: buffered puts' WAL records count in bytes per put too.
     augefs.db.sync().map_err(|e| format!("MetaDB sync: {e}"))?;
     let written = augefs.io().written_since(&before);
@@ -129,7 +129,7 @@ fn put_fjall(
 ) -> Result<Sample, String> {
     let fjall = Fjall::create(&paths.fjall, args.cache)?;
     let before = process_write_bytes();
-    let run = workload::put_throughput(&fjall, threads, sync, limit)?;
+    let run = workload::put_throughput(&fjall, threads, sync, limit, 0)?;
     fjall.persist()?;
     let after = process_write_bytes();
     fjall.close();
@@ -263,8 +263,7 @@ fn load_augefs(
     load_rows(args, &augefs, System::Ssd, report, &io, || {
         let db = &augefs.db;
         let loaded = db.stats();
-        db.flush().map_err(|e| format!("MetaDB flush: {e}"))?;
-        db.compact().map_err(|e| format!("MetaDB compact: {e}"))?;
+        augefs.settle()?;
         let compacted = db.stats();
         Ok(json!({
             "tables_per_level": compacted.tables_per_level,
@@ -284,10 +283,104 @@ fn load_fjall(args: &Args, paths: &Paths, report: &mut Report) -> Result<Fjall, 
     let fjall = Fjall::create(&paths.fjall, args.cache)?;
     let io = || IoMark::Process(process_write_bytes());
     load_rows(args, &fjall, System::Fjall, report, &io, || {
-        fjall.flush_and_compact()?;
+        fjall.settle()?;
         Ok(json!({ "disk_bytes": fjall.disk_bytes()? }))
     })?;
     Ok(fjall)
+}
+
+/// Writer threads of the aged-put figure.
+pub(super) const AGED_THREADS: usize = 4;
+
+/// The aged-put figure on one loaded, settled store (`large`: `args.keys` keys, else a
+/// tenth): `args.runs` runs of sync puts and of buffered puts from [`AGED_THREADS`]
+/// threads, each run on new keys above the loaded ones. Returns (sync, buffered) per run.
+fn aged_puts(
+    args: &Args,
+    store: &dyn Store,
+    system: System,
+    large: bool,
+    report: &mut Report,
+) -> Result<Vec<(f64, f64)>, String> {
+    let limit = PutLimit {
+        duration: Duration::from_secs_f64(args.seconds),
+        ops_per_thread: args.ops,
+    };
+    let mut runs = Vec::new();
+    for run in 0..u64::from(args.runs) {
+        let mut pair = [0.0; 2];
+        for (i, sync) in [true, false].into_iter().enumerate() {
+            // Above every loaded index, distinct per run and kind.
+            let first_index = keys::AGED_FIRST_INDEX * (1 + 2 * run + i as u64);
+            store.settle()?;
+            let done = workload::put_throughput(store, AGED_THREADS, sync, limit, first_index)?;
+            eprintln!(
+                "augefs: {}: aged put ({} keys, {}), run {}: {:.0} puts/s",
+                system.name(),
+                count(if large { args.keys } else { args.keys / 10 }),
+                if sync { "sync" } else { "buffered" },
+                run + 1,
+                done.ops_per_sec()
+            );
+            pair[i] = done.ops_per_sec();
+            let sample = Sample {
+                value: done.ops_per_sec(),
+                bytes: None,
+                detail: json!({ "ops": done.ops, "elapsed_ns": done.elapsed_ns, "first_index": first_index }),
+            };
+            report.add(
+                Figure::AgedPut { sync, large },
+                AGED_THREADS,
+                system,
+                sample,
+            );
+        }
+        runs.push((pair[0], pair[1]));
+    }
+    Ok(runs)
+}
+
+/// Adds the large-over-small rows of the aged-put figure, run by run.
+fn aged_kept(system: System, small: &[(f64, f64)], large: &[(f64, f64)], report: &mut Report) {
+    for (s, l) in small.iter().zip(large) {
+        for (sync, small, large) in [(true, s.0, l.0), (false, s.1, l.1)] {
+            let sample = Sample {
+                value: large / small.max(f64::MIN_POSITIVE),
+                bytes: None,
+                detail: json!({ "small": small, "large": large }),
+            };
+            report.add(Figure::AgedKept { sync }, AGED_THREADS, system, sample);
+        }
+    }
+}
+
+/// The small store of the aged-put figure: a tenth of the keys, loaded, settled, put to.
+fn aged_small(
+    args: &Args,
+    setup: &Setup,
+    paths: &Paths,
+    system: System,
+    report: &mut Report,
+) -> Result<Vec<(f64, f64)>, String> {
+    let keys = args.keys / 10;
+    let progress = |_, _| {};
+    match system {
+        System::Fjall => {
+            let fjall = Fjall::create(&paths.fjall, args.cache)?;
+            workload::load(&fjall, keys, progress)?;
+            let runs = aged_puts(args, &fjall, system, false, report)?;
+            fjall.close();
+            baseline::remove_dir(&paths.fjall)?;
+            Ok(runs)
+        }
+        _ => {
+            let augefs = setup.create(wal_mode(system), args.metadb_config())?;
+            workload::load(&augefs, keys, progress)?;
+            let runs = aged_puts(args, &augefs, system, false, report)?;
+            augefs.close()?;
+            Ok(runs)
+        }
+    }
 }
 
 /// One warm-up round per side (not reported: caches filled, code paged in), then
@@ -312,6 +405,13 @@ pub(super) fn get_figures(
     report: &mut Report,
     env: &mut Environment,
 ) -> Result<(), String> {
+    // The aged-put figure's small stores first, one at a time.
+    let mut small_runs = Vec::new();
+    for (mode, system) in [(ModeArg::Ssd, System::Ssd), (ModeArg::Fjall, System::Fjall)] {
+        if args.modes.contains(&mode) {
+            small_runs.push((system, aged_small(args, setup, paths, system, report)?));
+        }
+    }
     let mut augefs = None;
     if args.modes.contains(&ModeArg::Ssd) {
         augefs = Some(load_augefs(args, setup, report, env)?);
@@ -337,6 +437,21 @@ pub(super) fn get_figures(
     }
     get_rounds(args, &sides, report)?;
     drop(sides);
+    // The aged-put figure's large stores: after the gets, which its new keys would not
+    // disturb anyway (gets draw from the loaded indexes only).
+    for (system, small) in &small_runs {
+        let large = match system {
+            System::Fjall => fjall
+                .as_ref()
+                .map(|f| aged_puts(args, f, *system, true, report)),
+            _ => augefs
+                .as_ref()
+                .map(|a| aged_puts(args, a, *system, true, report)),
+        };
+        if let Some(large) = large {
+            aged_kept(*system, small, &large?, report);
+        }
+    }
     if let Some(fjall) = fjall {
         fjall.close();
         baseline::remove_dir(&paths.fjall)?;

@@ -17,6 +17,9 @@ pub const VALUE_BYTES: usize = 100;
 const PARENTS: u64 = 1 << 16;
 /// Index space of one writer thread: thread `t` writes indexes from `t * THREAD_STRIDE`.
 pub const THREAD_STRIDE: u64 = 100_000_000_000;
+/// The aged-put figure's runs write indexes from multiples of this (above any load:
+/// `--keys` is checked to stay below it).
+pub const AGED_FIRST_INDEX: u64 = 1_000_000_000;
 
 /// The splitmix64 finaliser: a cheap bijective mix of 64 bits.
 fn mix(mut x: u64) -> u64 {

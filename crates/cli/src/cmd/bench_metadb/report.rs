@@ -59,6 +59,16 @@ pub enum Figure {
     Get,
     /// `MetaDb::open` (or fjall's open) after a crash with a memtable's worth of WAL.
     Recovery,
+    /// Puts from several threads on a loaded and settled store of a tenth of the keys
+    /// (`large`: of all the keys), new keys each run.
+    AgedPut {
+        sync: bool,
+        large: bool,
+    },
+    /// AgedPut on the large store over AgedPut on the small one, run by run.
+    AgedKept {
+        sync: bool,
+    },
 }
 
 impl Figure {
@@ -74,6 +84,14 @@ impl Figure {
             Figure::GetP99 => "get_p99_us",
             Figure::Get => "get_ops_per_sec",
             Figure::Recovery => "recovery_ms",
+            Figure::AgedPut { sync, large } => match (sync, large) {
+                (true, false) => "aged_put_sync_small_ops_per_sec",
+                (true, true) => "aged_put_sync_large_ops_per_sec",
+                (false, false) => "aged_put_buffered_small_ops_per_sec",
+                (false, true) => "aged_put_buffered_large_ops_per_sec",
+            },
+            Figure::AgedKept { sync: true } => "aged_put_sync_large_over_small",
+            Figure::AgedKept { sync: false } => "aged_put_buffered_large_over_small",
         }
     }
 
@@ -92,13 +110,24 @@ impl Figure {
             Figure::GetP99 => format!("get p99, {} keys (us)", count(keys)),
             Figure::Get => format!("get, {} keys (ops/s)", count(keys)),
             Figure::Recovery => "recovery open (ms)".to_string(),
+            Figure::AgedPut { sync, large } => format!(
+                "put {}, {}-key store (ops/s)",
+                if sync { "sync" } else { "buffered" },
+                count(if large { keys } else { tenth })
+            ),
+            Figure::AgedKept { sync } => format!(
+                "put {} at {} / at {}",
+                if sync { "sync" } else { "buffered" },
+                count(keys),
+                count(tenth)
+            ),
         }
     }
 
     fn render(self, value: f64) -> String {
         match self {
             Figure::GetP50 | Figure::GetP99 | Figure::Recovery => format!("{value:.1}"),
-            Figure::LoadKept => format!("{value:.3}"),
+            Figure::LoadKept | Figure::AgedKept { .. } => format!("{value:.3}"),
             _ => format!("{value:.0}"),
         }
     }
@@ -257,7 +286,7 @@ impl Report {
 
     pub fn print_table(&self, keys: u64, pmr_latency_ns_per_line: u64) {
         println!(
-            "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  bytes/put: total (wal + tables), flushes",
+            "{:<38} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  bytes/put: total (wal + tables), flushes",
             "figure", "threads", "mode", "median", "spread (min - max)", "vs fjall", "paired"
         );
         for row in &self.rows {
@@ -282,7 +311,7 @@ impl Report {
                 None => String::new(),
             };
             println!(
-                "{:<30} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  {bytes}",
+                "{:<38} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  {bytes}",
                 row.figure.label(keys),
                 row.threads,
                 row.system.label(pmr_latency_ns_per_line),

@@ -166,6 +166,13 @@ impl Store for Augefs {
             .map(|_| ())
             .map_err(|e| format!("MetaDB put: {e}"))
     }
+
+    fn settle(&self) -> Result<(), String> {
+        self.db.flush().map_err(|e| format!("MetaDB flush: {e}"))?;
+        self.db
+            .compact()
+            .map_err(|e| format!("MetaDB compact: {e}"))
+    }
 }
 
 impl Setup {

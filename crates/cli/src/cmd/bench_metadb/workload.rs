@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 pub trait Store: Sync {
     /// One put; `sync`: durable when the call returns.
     fn put(&self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String>;
+    /// Brings background work up to date (memtables flushed, compaction done), untimed,
+    /// so that one run's debt does not slow the next.
+    fn settle(&self) -> Result<(), String>;
 }
 
 /// When a put run stops: at the deadline or after `ops_per_thread` puts per thread,
@@ -49,11 +52,14 @@ impl PutRun {
 const DEADLINE_CHECK_PUTS: u64 = 16;
 
 /// `threads` threads putting unique keys with 100-byte values until `limit`.
+/// Puts from `threads` threads until `limit`; thread `t` writes key indexes from
+/// `t * THREAD_STRIDE + first_index` on.
 pub fn put_throughput(
     store: &dyn Store,
     threads: usize,
     sync: bool,
     limit: PutLimit,
+    first_index: u64,
 ) -> Result<PutRun, String> {
     assert!(threads >= 1, "at least one thread");
     let barrier = Barrier::new(threads + 1);
@@ -63,7 +69,12 @@ pub fn put_throughput(
                 let barrier = &barrier;
                 scope.spawn(move || {
                     barrier.wait();
-                    put_loop(store, thread as u64, sync, limit)
+                    put_loop(
+                        store,
+                        thread as u64 * THREAD_STRIDE + first_index,
+                        sync,
+                        limit,
+                    )
                 })
             })
             .collect();
@@ -106,7 +117,7 @@ struct ThreadPuts {
 
 fn put_loop(
     store: &dyn Store,
-    thread: u64,
+    base: u64,
     sync: bool,
     limit: PutLimit,
 ) -> Result<ThreadPuts, String> {
@@ -115,9 +126,8 @@ fn put_loop(
     // No thread comes near 10^11 puts in a run; the cap keeps key ranges disjoint.
     let cap = limit
         .ops_per_thread
-        .unwrap_or(THREAD_STRIDE)
-        .min(THREAD_STRIDE);
-    let base = thread * THREAD_STRIDE;
+        .unwrap_or(u64::MAX)
+        .min(THREAD_STRIDE - base % THREAD_STRIDE);
     let mut key = Vec::with_capacity(32);
     let mut value = [0u8; VALUE_BYTES];
     let mut done = 0;
@@ -272,6 +282,10 @@ mod tests {
             assert!(old.is_none(), "a key was written twice");
             Ok(())
         }
+
+        fn settle(&self) -> Result<(), String> {
+            Ok(())
+        }
     }
 
     #[test]
@@ -281,7 +295,7 @@ mod tests {
             duration: Duration::from_secs(60),
             ops_per_thread: Some(500),
         };
-        let run = put_throughput(&store, 4, true, limit).unwrap();
+        let run = put_throughput(&store, 4, true, limit, 0).unwrap();
         assert_eq!(run.ops, 2000);
         assert_eq!(store.map.lock().unwrap().len(), 2000);
         assert!(run.ops_per_sec() > 0.0);
