@@ -1,5 +1,6 @@
 //! Engine errors: typed, with corruption kept structured (it comes from `format`).
 
+use crate::space::SpaceError;
 use device::DeviceError;
 use format::FormatError;
 use pmr::PmrError;
@@ -14,6 +15,8 @@ pub enum EngineError {
     Format(#[from] FormatError),
     #[error(transparent)]
     Pmr(#[from] PmrError),
+    #[error(transparent)]
+    Space(#[from] SpaceError),
     #[error("the device already holds {what}; refusing to format it without --force")]
     ExistingFileSystem { what: String },
     #[error(
@@ -39,6 +42,7 @@ impl EngineError {
             EngineError::Format(FormatError::NotAugefs { .. }) => 22, // EINVAL
             EngineError::Format(_) => 117, // EUCLEAN: structure needs cleaning
             EngineError::Pmr(_) => 5,
+            EngineError::Space(e) => e.errno(),
             EngineError::ExistingFileSystem { .. } => 17, // EEXIST
             EngineError::PmrMismatch { .. }
             | EngineError::PmrSizeMismatch { .. }

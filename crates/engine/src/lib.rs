@@ -6,6 +6,10 @@
 //! - [`image`]: reads and validates superblocks and checkpoint slots;
 //! - [`inspect`]: a structured report of an image for `augefs inspect`.
 //!
+//! and the space-management layer the log will run on:
+//! - [`space`]: the shared segment pool (also MetaDB's table store), per-domain segment
+//!   information, and the GC victim policy.
+//!
 //! Invariants:
 //! - A device is formatted only through [`mkfs::format`], which invalidates old
 //!   superblocks first and writes the new ones last, so an interrupted mkfs never leaves
@@ -17,5 +21,6 @@ pub mod image;
 pub mod inspect;
 pub mod mkfs;
 pub mod progress;
+pub mod space;
 
 pub use error::EngineError;
