@@ -14,8 +14,13 @@
 //!   `depth` entries and the completion ring twice that, so neither can overflow.
 //! - Short transfers are continued and `EINTR`/`EAGAIN` resubmitted (bounded by
 //!   [`RETRIES_MAX`]); any other failure completes the request with the errno.
-//! - Flush is `IORING_OP_FSYNC` with `DATASYNC`. Discard runs synchronously at `submit`
-//!   (a hole punch or `BLKDISCARD`): it is rare (segment reclaim) and not latency-bound.
+//! - Flush and discard run synchronously at `submit`, in the submitting thread, before
+//!   the ring is entered: flush is `fdatasync` (a flush covers only writes that completed
+//!   before it was submitted, so running it before writes pushed alongside it is within
+//!   its contract), discard a hole punch or `BLKDISCARD`. `IORING_OP_FSYNC` always runs
+//!   on an io-wq worker, and the hand-off to it and back cost a sync WAL append (write
+//!   plus flush) about a fifth of its latency on the development VM; discard is rare
+//!   (segment reclaim) and not latency-bound.
 //! - A ring that cannot be set up, or lacks the opcodes used here, is
 //!   [`DeviceError::UringUnavailable`], so `file::open` can fall back to pread.
 //!
@@ -117,11 +122,7 @@ fn setup_ring(depth: u32) -> Result<IoUring, DeviceError> {
     ring.submitter()
         .register_probe(&mut probe)
         .map_err(|e| unavailable("probe", e))?;
-    for (name, code) in [
-        ("read", opcode::Read::CODE),
-        ("write", opcode::Write::CODE),
-        ("fsync", opcode::Fsync::CODE),
-    ] {
+    for (name, code) in [("read", opcode::Read::CODE), ("write", opcode::Write::CODE)] {
         if !probe.is_supported(code) {
             return Err(DeviceError::UringUnavailable {
                 reason: format!("the kernel lacks the {name} opcode"),
@@ -288,7 +289,7 @@ impl<'b> UringQueue<'b> {
         });
     }
 
-    /// Runs the deferred discards, in push order.
+    /// Runs the deferred flushes and discards, in push order.
     fn run_deferred(&mut self) {
         let fd = self.backend.file.as_raw_fd();
         let is_block_device = self.backend.info.is_block_device;
@@ -297,15 +298,20 @@ impl<'b> UringQueue<'b> {
             let slot = self.slots[index as usize]
                 .as_ref()
                 .expect("deferred slot is occupied");
-            let IoOp::Discard { offset, len } = slot.request.op else {
-                unreachable!("only discards are deferred")
-            };
-            let result =
-                sync::discard(fd, is_block_device, offset, len).map_err(|source| DeviceError::Io {
-                    op: "discard",
-                    offset,
+            let result = match slot.request.op {
+                IoOp::Discard { offset, len } => sync::discard(fd, is_block_device, offset, len)
+                    .map_err(|source| DeviceError::Io {
+                        op: "discard",
+                        offset,
+                        source,
+                    }),
+                IoOp::Flush => sync::fdatasync(fd).map_err(|source| DeviceError::Io {
+                    op: "flush",
+                    offset: 0,
                     source,
-                });
+                }),
+                _ => unreachable!("only flushes and discards are deferred"),
+            };
             self.finish(index, result);
         }
         self.deferred.clear();
@@ -330,10 +336,9 @@ fn entry_for(fd: types::Fd, slot: &mut Slot) -> squeue::Entry {
                 .offset(*offset + done as u64)
                 .build()
         }
-        IoOp::Flush => opcode::Fsync::new(fd)
-            .flags(types::FsyncFlags::DATASYNC)
-            .build(),
-        IoOp::Discard { .. } => unreachable!("discards run synchronously"),
+        IoOp::Flush | IoOp::Discard { .. } => {
+            unreachable!("flushes and discards run synchronously")
+        }
     }
 }
 
@@ -347,7 +352,7 @@ impl BackendQueue for UringQueue<'_> {
             return Err(request);
         }
         let index = self.free.pop().expect("a free slot below depth");
-        let deferred = matches!(request.op, IoOp::Discard { .. });
+        let deferred = matches!(request.op, IoOp::Discard { .. } | IoOp::Flush);
         self.slots[index as usize] = Some(Slot {
             request,
             done_bytes: 0,

@@ -62,7 +62,8 @@ struct FlushState {
 }
 
 /// A synchronous writer's announcement that its device write is under way. [`done`]
-/// when the write has completed (dropping it, on an error path, just withdraws it).
+/// when the write has completed and the writer goes on to flush; dropping it (nothing to
+/// flush, or an error) withdraws it and wakes lingering flushes.
 ///
 /// [`done`]: Writing::done
 #[derive(Debug)]
@@ -77,9 +78,12 @@ pub(super) struct Writing<'a> {
 pub(super) struct FlushNeed(u64);
 
 impl Writing<'_> {
-    /// The write has completed: withdraws the announcement and returns the first ticket
-    /// that covers the write (read in the same critical section, so a lingering flush
-    /// woken by this very call counts).
+    /// The write has completed and the caller flushes next: withdraws the
+    /// announcement and returns the first ticket that covers the write (read in the same
+    /// critical section as the withdrawal). Lingering flushes are not woken: the caller,
+    /// the last writer they wait for or not, starts the flush itself when it finds none
+    /// in flight, which saves a thread wake-up on the path of every shared flush; the
+    /// lingerers wake when that flush completes.
     pub fn done(mut self) -> FlushNeed {
         let mut state = self.combiner.lock();
         let need = FlushNeed(state.started + 1);
@@ -88,11 +92,9 @@ impl Writing<'_> {
     }
 
     fn withdraw(&mut self, state: &mut FlushState) {
-        if std::mem::take(&mut self.counted) {
-            assert!(state.writers > 0, "writer count underflow");
-            state.writers -= 1;
-            self.combiner.finished.notify_all();
-        }
+        assert!(state.writers > 0, "writer count underflow");
+        state.writers -= 1;
+        self.counted = false;
     }
 }
 
@@ -102,6 +104,8 @@ impl Drop for Writing<'_> {
             let combiner = self.combiner;
             let mut state = combiner.lock();
             self.withdraw(&mut state);
+            drop(state);
+            combiner.finished.notify_all();
         }
     }
 }

@@ -406,6 +406,9 @@ impl Wal for SsdWal {
                 written.push((lane, t.generation, w));
             }
         }
+        if written.is_empty() {
+            return Ok(()); // Dropping `writing` wakes flushes lingering for it.
+        }
         let need = writing.done();
         self.flush_lanes(&written, Some(need))
     }
