@@ -13,10 +13,12 @@
 //! - **get**: one thread loads `--keys` keys (buffered; MetaDB in ssd mode, as the WAL
 //!   does not serve reads), noting the pace of the first and last tenth; flush and
 //!   compaction; then timed random gets (p50, p99, throughput), rounds of MetaDB and
-//!   fjall alternating after one warm-up round each. Around it, the aged-put figure:
-//!   a store of a tenth of the keys is loaded and settled (flush and compaction) and
-//!   takes `--runs` runs of sync and of buffered puts from 4 threads on new keys; after
-//!   the gets the full store takes the same runs. Large over small, run by run, is the
+//!   fjall alternating after one warm-up round each. Then the aged-put figure: beside
+//!   each full store a store of a tenth of the keys (MetaDB on a second, smaller image)
+//!   was loaded and settled first; in each of `--runs` rounds every store, in rotating
+//!   order, settles and takes a run of sync and a run of buffered puts from 4 threads on
+//!   new keys, so small and large are measured minutes apart at most. Large over small,
+//!   run by run, is the
 //!   throughput kept as the store grows tenfold (the "under 10% loss"; the
 //!   paper's Fig. 15(c) ages the store the same way). The load's own pace (first
 //!   tenth against last) is shown too, but its first tenth is absorbed by memtables and
@@ -237,6 +239,9 @@ struct Paths {
     image: PathBuf,
     pmr: PathBuf,
     fjall: PathBuf,
+    /// The aged-put figure's small stores (a tenth of the keys), open beside the large.
+    small_image: PathBuf,
+    small_fjall: PathBuf,
 }
 
 impl Paths {
@@ -256,6 +261,8 @@ impl Paths {
         Ok(Paths {
             image: args.dir.join(format!("metadb-{pid}.img")),
             fjall: args.dir.join(format!("fjall-{pid}")),
+            small_image: args.dir.join(format!("metadb-{pid}-small.img")),
+            small_fjall: args.dir.join(format!("fjall-{pid}-small")),
             pmr: args.pmr_dir.join(format!("augefs-bench-metadb-{pid}.pmr")),
             dir: args.dir.clone(),
             dir_fs: output::fs_type(&args.dir),
@@ -266,7 +273,7 @@ impl Paths {
 
     fn remove(&self) {
         let mut failures = Vec::new();
-        for file in [&self.image, &self.pmr] {
+        for file in [&self.image, &self.small_image, &self.pmr] {
             match std::fs::remove_file(file) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     failures.push(format!("{}: {e}", file.display()))
@@ -274,8 +281,10 @@ impl Paths {
                 _ => {}
             }
         }
-        if let Err(e) = baseline::remove_dir(&self.fjall) {
-            failures.push(e);
+        for dir in [&self.fjall, &self.small_fjall] {
+            if let Err(e) = baseline::remove_dir(dir) {
+                failures.push(e);
+            }
         }
         if self.created_dir {
             match std::fs::remove_dir(&self.dir) {

@@ -292,95 +292,119 @@ fn load_fjall(args: &Args, paths: &Paths, report: &mut Report) -> Result<Fjall, 
 /// Writer threads of the aged-put figure.
 pub(super) const AGED_THREADS: usize = 4;
 
-/// The aged-put figure on one loaded, settled store (`large`: `args.keys` keys, else a
-/// tenth): `args.runs` runs of sync puts and of buffered puts from [`AGED_THREADS`]
-/// threads, each run on new keys above the loaded ones. Returns (sync, buffered) per run.
-fn aged_puts(
+/// One run of the aged-put figure on one loaded store (`large`: `args.keys` keys, else
+/// a tenth): sync puts, then buffered puts, from [`AGED_THREADS`] threads on new keys
+/// above the loaded ones, each after the store has settled. Returns (sync, buffered).
+fn aged_run(
     args: &Args,
-    store: &dyn Store,
-    system: System,
-    large: bool,
+    side: &AgedSide<'_>,
+    run: u64,
     report: &mut Report,
-) -> Result<Vec<(f64, f64)>, String> {
+) -> Result<(f64, f64), String> {
     let limit = PutLimit {
         duration: Duration::from_secs_f64(args.seconds),
         ops_per_thread: args.ops,
     };
-    let mut runs = Vec::new();
-    for run in 0..u64::from(args.runs) {
-        let mut pair = [0.0; 2];
-        for (i, sync) in [true, false].into_iter().enumerate() {
-            // Above every loaded index, distinct per run and kind.
-            let first_index = keys::AGED_FIRST_INDEX * (1 + 2 * run + i as u64);
-            store.settle()?;
-            let done = workload::put_throughput(store, AGED_THREADS, sync, limit, first_index)?;
-            eprintln!(
-                "augefs: {}: aged put ({} keys, {}), run {}: {:.0} puts/s",
-                system.name(),
-                count(if large { args.keys } else { args.keys / 10 }),
-                if sync { "sync" } else { "buffered" },
-                run + 1,
-                done.ops_per_sec()
-            );
-            pair[i] = done.ops_per_sec();
-            let sample = Sample {
-                value: done.ops_per_sec(),
-                bytes: None,
-                detail: json!({ "ops": done.ops, "elapsed_ns": done.elapsed_ns, "first_index": first_index }),
-            };
-            report.add(
-                Figure::AgedPut { sync, large },
-                AGED_THREADS,
-                system,
-                sample,
-            );
-        }
-        runs.push((pair[0], pair[1]));
+    let mut pair = [0.0; 2];
+    for (i, sync) in [true, false].into_iter().enumerate() {
+        // Above every loaded index, distinct per run and kind.
+        let first_index = keys::AGED_FIRST_INDEX * (1 + 2 * run + i as u64);
+        side.store.settle()?;
+        let done = workload::put_throughput(side.store, AGED_THREADS, sync, limit, first_index)?;
+        eprintln!(
+            "augefs: {}: aged put ({} keys, {}), run {}: {:.0} puts/s",
+            side.system.name(),
+            count(if side.large {
+                args.keys
+            } else {
+                args.keys / 10
+            }),
+            if sync { "sync" } else { "buffered" },
+            run + 1,
+            done.ops_per_sec()
+        );
+        pair[i] = done.ops_per_sec();
+        let sample = Sample {
+            value: done.ops_per_sec(),
+            bytes: None,
+            detail: json!({ "ops": done.ops, "elapsed_ns": done.elapsed_ns, "first_index": first_index }),
+        };
+        let figure = Figure::AgedPut {
+            sync,
+            large: side.large,
+        };
+        report.add(figure, AGED_THREADS, side.system, sample);
     }
-    Ok(runs)
+    Ok((pair[0], pair[1]))
 }
 
-/// Adds the large-over-small rows of the aged-put figure, run by run.
-fn aged_kept(system: System, small: &[(f64, f64)], large: &[(f64, f64)], report: &mut Report) {
-    for (s, l) in small.iter().zip(large) {
-        for (sync, small, large) in [(true, s.0, l.0), (false, s.1, l.1)] {
-            let sample = Sample {
-                value: large / small.max(f64::MIN_POSITIVE),
-                bytes: None,
-                detail: json!({ "small": small, "large": large }),
-            };
-            report.add(Figure::AgedKept { sync }, AGED_THREADS, system, sample);
-        }
-    }
-}
-
-/// The small store of the aged-put figure: a tenth of the keys, loaded, settled, put to.
-fn aged_small(
-    args: &Args,
-    setup: &Setup,
-    paths: &Paths,
+/// A loaded, settled store of the aged-put figure.
+struct AgedSide<'a> {
     system: System,
-    report: &mut Report,
-) -> Result<Vec<(f64, f64)>, String> {
-    let keys = args.keys / 10;
-    let progress = |_, _| {};
-    match system {
-        System::Fjall => {
-            let fjall = Fjall::create(&paths.fjall, args.cache)?;
-            workload::load(&fjall, keys, progress)?;
-            let runs = aged_puts(args, &fjall, system, false, report)?;
-            fjall.close();
-            baseline::remove_dir(&paths.fjall)?;
-            Ok(runs)
-        }
-        _ => {
-            let augefs = setup.create(wal_mode(system), args.metadb_config())?;
-            workload::load(&augefs, keys, progress)?;
-            let runs = aged_puts(args, &augefs, system, false, report)?;
-            augefs.close()?;
-            Ok(runs)
+    large: bool,
+    store: &'a dyn Store,
+}
+
+/// `args.runs` rounds of the aged-put figure; in each, every side takes a run, the
+/// first side rotating, so the small and the large store of a system are measured close
+/// together in time (the disk's pace drifts over minutes). Then the large-over-small
+/// rows, run by run.
+fn aged_rounds(args: &Args, sides: &[AgedSide<'_>], report: &mut Report) -> Result<(), String> {
+    let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); sides.len()];
+    for run in 0..u64::from(args.runs) {
+        for k in 0..sides.len() {
+            let i = (k + run as usize) % sides.len();
+            results[i].push(aged_run(args, &sides[i], run, report)?);
         }
     }
+    for (i, small) in sides.iter().enumerate().filter(|(_, s)| !s.large) {
+        let Some(j) = sides
+            .iter()
+            .position(|s| s.large && s.system == small.system)
+        else {
+            continue;
+        };
+        for (s, l) in results[i].iter().zip(&results[j]) {
+            for (sync, small_ops, large_ops) in [(true, s.0, l.0), (false, s.1, l.1)] {
+                let sample = Sample {
+                    value: large_ops / small_ops.max(f64::MIN_POSITIVE),
+                    bytes: None,
+                    detail: json!({ "small": small_ops, "large": large_ops }),
+                };
+                report.add(
+                    Figure::AgedKept { sync },
+                    AGED_THREADS,
+                    small.system,
+                    sample,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The small store's image: a quarter of the large one's (validation checked that the
+/// large image holds `--keys` keys twice over, so a quarter holds a tenth of them), at
+/// least 512 MiB, whole MiB.
+fn small_image_bytes(image_bytes: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    (image_bytes / 4).max(512 * MIB) / MIB * MIB
+}
+
+/// The aged-put figure's small store of MetaDB (on its own image) or fjall: a tenth of
+/// the keys, loaded and settled.
+fn load_small_augefs(args: &Args, setup: &Setup) -> Result<Augefs, String> {
+    let augefs = setup.create(WalMode::Ssd, args.metadb_config())?;
+    workload::load(&augefs, args.keys / 10, |_, _| {})?;
+    augefs.settle()?;
+    Ok(augefs)
+}
+
+fn load_small_fjall(args: &Args, paths: &Paths) -> Result<Fjall, String> {
+    let fjall = Fjall::create(&paths.small_fjall, args.cache)?;
+    workload::load(&fjall, args.keys / 10, |_, _| {})?;
+    fjall.settle()?;
+    Ok(fjall)
 }
 
 /// One warm-up round per side (not reported: caches filled, code paged in), then
@@ -405,12 +429,20 @@ pub(super) fn get_figures(
     report: &mut Report,
     env: &mut Environment,
 ) -> Result<(), String> {
-    // The aged-put figure's small stores first, one at a time.
-    let mut small_runs = Vec::new();
-    for (mode, system) in [(ModeArg::Ssd, System::Ssd), (ModeArg::Fjall, System::Fjall)] {
-        if args.modes.contains(&mode) {
-            small_runs.push((system, aged_small(args, setup, paths, system, report)?));
-        }
+    // The aged-put figure's small stores, kept open (idle, settled) beside the large.
+    let small_setup = Setup {
+        image: paths.small_image.clone(),
+        image_bytes: small_image_bytes(args.image_size),
+        ..setup.clone()
+    };
+    let mut small_augefs = None;
+    if args.modes.contains(&ModeArg::Ssd) {
+        small_setup.prepare_image()?;
+        small_augefs = Some(load_small_augefs(args, &small_setup)?);
+    }
+    let mut small_fjall = None;
+    if args.modes.contains(&ModeArg::Fjall) {
+        small_fjall = Some(load_small_fjall(args, paths)?);
     }
     let mut augefs = None;
     if args.modes.contains(&ModeArg::Ssd) {
@@ -437,20 +469,44 @@ pub(super) fn get_figures(
     }
     get_rounds(args, &sides, report)?;
     drop(sides);
-    // The aged-put figure's large stores: after the gets, which its new keys would not
-    // disturb anyway (gets draw from the loaded indexes only).
-    for (system, small) in &small_runs {
-        let large = match system {
-            System::Fjall => fjall
-                .as_ref()
-                .map(|f| aged_puts(args, f, *system, true, report)),
-            _ => augefs
-                .as_ref()
-                .map(|a| aged_puts(args, a, *system, true, report)),
-        };
-        if let Some(large) = large {
-            aged_kept(*system, small, &large?, report);
+    // The aged-put figure: after the gets, which its new keys would not disturb anyway
+    // (gets draw from the loaded indexes only).
+    let mut aged: Vec<AgedSide<'_>> = Vec::new();
+    for (system, small, large) in [
+        (
+            System::Ssd,
+            small_augefs.as_ref().map(|s| s as &dyn Store),
+            augefs.as_ref().map(|s| s as &dyn Store),
+        ),
+        (
+            System::Fjall,
+            small_fjall.as_ref().map(|s| s as &dyn Store),
+            fjall.as_ref().map(|s| s as &dyn Store),
+        ),
+    ] {
+        if let (Some(small), Some(large)) = (small, large) {
+            aged.push(AgedSide {
+                system,
+                large: false,
+                store: small,
+            });
+            aged.push(AgedSide {
+                system,
+                large: true,
+                store: large,
+            });
         }
+    }
+    aged_rounds(args, &aged, report)?;
+    drop(aged);
+    if let Some(small) = small_fjall {
+        small.close();
+        baseline::remove_dir(&paths.small_fjall)?;
+    }
+    if let Some(small) = small_augefs {
+        small.close()?;
+        std::fs::remove_file(&paths.small_image)
+            .map_err(|e| format!("{}: {e}", paths.small_image.display()))?;
     }
     if let Some(fjall) = fjall {
         fjall.close();
