@@ -197,12 +197,7 @@ fn load_rows(
             load.keys as f64 * 1e9 / (load.elapsed_ns + compact_ns) as f64,
         ),
     ] {
-        let sample = Sample {
-            value,
-            bytes: None,
-            detail: detail.clone(),
-        };
-        report.add(figure, 1, system, sample);
+        report.add(figure, 1, system, Sample::of(value, detail.clone()));
     }
     Ok(())
 }
@@ -233,12 +228,7 @@ fn get_rows(
         (Figure::GetP99, p99),
         (Figure::Get, run.ops_per_sec()),
     ] {
-        let sample = Sample {
-            value,
-            bytes: None,
-            detail: detail.clone(),
-        };
-        report.add(figure, 1, system, sample);
+        report.add(figure, 1, system, Sample::of(value, detail.clone()));
     }
     Ok(())
 }
@@ -325,11 +315,9 @@ fn aged_run(
             done.ops_per_sec()
         );
         pair[i] = done.ops_per_sec();
-        let sample = Sample {
-            value: done.ops_per_sec(),
-            bytes: None,
-            detail: json!({ "ops": done.ops, "elapsed_ns": done.elapsed_ns, "first_index": first_index }),
-        };
+        let detail =
+            json!({ "ops": done.ops, "elapsed_ns": done.elapsed_ns, "first_index": first_index });
+        let sample = Sample::of(done.ops_per_sec(), detail);
         let figure = Figure::AgedPut {
             sync,
             large: side.large,
@@ -369,11 +357,8 @@ fn aged_rounds(args: &Args, sides: &[AgedSide<'_>], report: &mut Report) -> Resu
         };
         for (s, l) in results[i].iter().zip(&results[j]) {
             for (sync, small_ops, large_ops) in [(true, s.0, l.0), (false, s.1, l.1)] {
-                let sample = Sample {
-                    value: large_ops / small_ops.max(f64::MIN_POSITIVE),
-                    bytes: None,
-                    detail: json!({ "small": small_ops, "large": large_ops }),
-                };
+                let detail = json!({ "small": small_ops, "large": large_ops });
+                let sample = Sample::of(large_ops / small_ops.max(f64::MIN_POSITIVE), detail);
                 report.add(
                     Figure::AgedKept { sync },
                     AGED_THREADS,
@@ -578,18 +563,15 @@ fn recover_augefs(
     let stats_after = augefs.db.stats();
     augefs.close()?;
     let shape = RecoveryShape { flushed, unflushed };
-    let sample = Sample {
-        value: open_ns as f64 / 1e6,
-        bytes: None,
-        detail: json!({
-            "keys_in_tables": flushed,
-            "records_in_wal": unflushed,
-            "open_ns": open_ns,
-            "open_io": open_io,
-            "tables_per_level_before": stats_before.tables_per_level,
-            "tables_per_level_after": stats_after.tables_per_level,
-        }),
-    };
+    let detail = json!({
+        "keys_in_tables": flushed,
+        "records_in_wal": unflushed,
+        "open_ns": open_ns,
+        "open_io": open_io,
+        "tables_per_level_before": stats_before.tables_per_level,
+        "tables_per_level_after": stats_after.tables_per_level,
+    });
+    let sample = Sample::of(open_ns as f64 / 1e6, detail);
     Ok((sample, shape))
 }
 
@@ -605,15 +587,12 @@ fn recover_fjall(args: &Args, paths: &Paths, shape: RecoveryShape) -> Result<Sam
     check_recovered(&|k| fjall.get(k), &[0, shape.flushed, end - 1])?;
     fjall.close();
     baseline::remove_dir(&paths.fjall)?;
-    Ok(Sample {
-        value: open_ns as f64 / 1e6,
-        bytes: None,
-        detail: json!({
-            "keys_in_tables": shape.flushed,
-            "records_in_journal": shape.unflushed,
-            "open_ns": open_ns,
-        }),
-    })
+    let detail = json!({
+        "keys_in_tables": shape.flushed,
+        "records_in_journal": shape.unflushed,
+        "open_ns": open_ns,
+    });
+    Ok(Sample::of(open_ns as f64 / 1e6, detail))
 }
 
 /// Every key of `indexes` must hold its value after recovery.

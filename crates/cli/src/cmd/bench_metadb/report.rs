@@ -168,6 +168,17 @@ pub struct Sample {
     pub detail: Value,
 }
 
+impl Sample {
+    /// A sample with no bytes-per-put figure.
+    pub fn of(value: f64, detail: Value) -> Sample {
+        Sample {
+            value,
+            bytes: None,
+            detail,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Row {
     pub figure: Figure,
