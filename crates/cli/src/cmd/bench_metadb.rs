@@ -218,6 +218,14 @@ fn validate(args: &Args) -> Result<(), String> {
 }
 
 impl Args {
+    /// When one put run stops: `--seconds`, or `--ops` puts per thread.
+    fn put_limit(&self) -> workload::PutLimit {
+        workload::PutLimit {
+            duration: std::time::Duration::from_secs_f64(self.seconds),
+            ops_per_thread: self.ops,
+        }
+    }
+
     /// MetaDB's configuration in this run: the defaults with the `--cache` block cache.
     fn metadb_config(&self) -> MetaDbConfig {
         MetaDbConfig {

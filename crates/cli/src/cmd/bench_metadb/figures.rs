@@ -16,7 +16,7 @@ use super::workload::{self, Getter, PutLimit, Store};
 use super::{Args, Environment, ModeArg, Paths};
 use metadb::MetaDbConfig;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The order the selected stores take in run `run`: pmr, ssd, fjall rotated by `run`,
 /// so each goes first in turn; fjall is last in run 0.
@@ -46,10 +46,7 @@ pub(super) fn put_figures(
     report: &mut Report,
     env: &mut Environment,
 ) -> Result<(), String> {
-    let limit = PutLimit {
-        duration: Duration::from_secs_f64(args.seconds),
-        ops_per_thread: args.ops,
-    };
+    let limit = args.put_limit();
     for &threads in &args.threads {
         for sync in [true, false] {
             let figure = if sync {
@@ -292,10 +289,7 @@ fn aged_run(
     run: u64,
     report: &mut Report,
 ) -> Result<(f64, f64), String> {
-    let limit = PutLimit {
-        duration: Duration::from_secs_f64(args.seconds),
-        ops_per_thread: args.ops,
-    };
+    let limit = args.put_limit();
     let mut pair = [0.0; 2];
     for (i, sync) in [true, false].into_iter().enumerate() {
         // Above every loaded index, distinct per run and kind.
