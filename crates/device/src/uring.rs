@@ -240,8 +240,6 @@ impl<'b> UringQueue<'b> {
                     source: io::Error::from_raw_os_error(errno),
                 }))
             }
-        } else if matches!(slot.request.op, IoOp::Flush) {
-            Some(Ok(()))
         } else if result == 0 {
             let kind = if op == "read" {
                 io::ErrorKind::UnexpectedEof
