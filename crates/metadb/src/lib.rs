@@ -10,6 +10,10 @@
 //!   persists only its own lane's records ([`wal`]).
 //! - Sorted tables in 2 MiB segments lent by the layer above ([`table_store`]), with bloom
 //!   filters and a block cache; background flush and leveled compaction; a manifest.
+//! - For the engine, which stores block mappings that name its own data writes: pinned
+//!   WAL lanes (`MetaDb::write_pinned`), one device flush for WAL and data
+//!   (`MetaDb::persist_covering`), a barrier before memtable flushes and a replay filter
+//!   at recovery ([`hooks`]).
 //!
 //! Invariants:
 //! - A write acknowledged with `Durability::Sync` survives any crash.
@@ -23,6 +27,7 @@ pub mod compaction;
 pub mod db;
 pub mod error;
 pub mod gate;
+pub mod hooks;
 pub mod iter;
 pub mod manifest;
 pub mod memtable;
@@ -36,5 +41,6 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use db::{DbIterator, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbStats, Snapshot};
 pub use error::MetaDbError;
+pub use hooks::{NoHooks, ReplayRecord, WriteHooks};
 pub use table_store::{SegmentPool, TableStore};
 pub use types::{Durability, Receipt, Seq, ValueKind, WalPos};

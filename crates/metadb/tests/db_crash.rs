@@ -31,6 +31,7 @@ fn open(device: Arc<Device>, geometry: Geometry) -> Result<MetaDb, metadb::MetaD
         pmr: None,
         geometry,
         table_store: Arc::new(SegmentPool::whole(geometry)),
+        hooks: None,
     };
     MetaDb::open(env, config())
 }

@@ -25,6 +25,7 @@ fn open(device: Arc<Device>, pmr: Arc<Pmr>, geometry: Geometry) -> MetaDb {
         pmr: Some(pmr),
         geometry,
         table_store: Arc::new(SegmentPool::whole(geometry)),
+        hooks: None,
     };
     let config = MetaDbConfig {
         lanes: 2,

@@ -20,6 +20,7 @@ fn env(device: Arc<Device>, geometry: Geometry) -> MetaDbEnv {
         pmr: None,
         geometry,
         table_store: Arc::new(SegmentPool::whole(geometry)),
+        hooks: None,
     }
 }
 

@@ -285,11 +285,24 @@ impl Inner {
     }
 
     /// Flushes the oldest immutable memtable to level 0. Returns false if there is none.
+    /// A failure (of the caller's `before_memtable_flush` hook too) turns the database
+    /// read-only, whether the flush runs in the background or inline.
     pub(super) fn flush_oldest(&self) -> Result<bool, MetaDbError> {
         let _job = self.flush_lock.lock().expect("flush lock");
         let Some(mem) = self.current.load().immutables.last().cloned() else {
             return Ok(false);
         };
+        self.flush_memtable(&mem)
+            .inspect_err(|e| self.fail(e))
+            .map(|()| true)
+    }
+
+    /// [`Inner::flush_oldest`] of `mem`, the oldest immutable memtable.
+    fn flush_memtable(&self, mem: &Arc<Memtable>) -> Result<(), MetaDbError> {
+        // Sealed and drained at the switch: every batch in it was inserted before the
+        // hook runs, so the caller's writes it waits for include all they name.
+        assert!(mem.gate().is_sealed(), "flushing an unsealed memtable");
+        self.hooks.before_memtable_flush()?;
         let mut iter = mem.iter();
         let mut max_seq = self.last_flushed_seq.load(Ordering::SeqCst);
         {
@@ -308,9 +321,9 @@ impl Inner {
         };
         self.log_edit(&mut edit)?;
         self.last_flushed_seq.store(max_seq, Ordering::SeqCst);
-        self.install(&edit, &added, Some(&mem));
+        self.install(&edit, &added, Some(mem));
         self.wal.release_through(mem.generation())?;
-        Ok(true)
+        Ok(())
     }
 
     /// Runs one compaction if the policy picks one. Returns false if none is due.

@@ -13,6 +13,7 @@
 
 mod iter;
 mod jobs;
+mod recover;
 
 pub use iter::{DbIterator, KeyValue};
 
@@ -20,6 +21,7 @@ use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionConfig;
 use crate::error::MetaDbError;
 use crate::gate::SeqGate;
+use crate::hooks::WriteHooks;
 use crate::manifest::Manifest;
 use crate::memtable::{Found, Memtable};
 use crate::table::builder::TableOptions;
@@ -29,8 +31,6 @@ use crate::table::TableId;
 use crate::table_store::TableStore;
 use crate::types::{Durability, InternalKey, Receipt, Seq, ValueKind};
 use crate::version::Version;
-use crate::wal::pmr::PmrWal;
-use crate::wal::ssd::SsdWal;
 use crate::wal::Wal;
 use arc_swap::ArcSwap;
 use device::Device;
@@ -46,6 +46,10 @@ use std::thread::JoinHandle;
 pub struct MetaDbConfig {
     /// WAL lanes (independent append streams); a thread always writes to the same lane.
     pub lanes: usize,
+    /// WAL lanes beyond `lanes` that only `write_pinned` uses (WAL lane `lanes + i` for
+    /// pinned lane `i`): a caller that gives each of its streams its own pinned lane has
+    /// each stream's batches totally ordered in one lane, which recovers as a prefix.
+    pub pinned_lanes: usize,
     /// A memtable is switched when it holds about this many bytes (capped so that four
     /// memtables' logs fit the WAL region).
     pub memtable_bytes: usize,
@@ -68,6 +72,7 @@ impl Default for MetaDbConfig {
     fn default() -> Self {
         MetaDbConfig {
             lanes: 8,
+            pinned_lanes: 0,
             memtable_bytes: 8 << 20,
             immutables_max: 4,
             level0_stop_tables: 32,
@@ -90,6 +95,8 @@ pub struct MetaDbEnv {
     /// The image's geometry: MetaDB uses its manifest and WAL regions.
     pub geometry: Geometry,
     pub table_store: Arc<dyn TableStore>,
+    /// The caller's flush barrier and replay filter ([`WriteHooks`]); `None`: no hooks.
+    pub hooks: Option<Arc<dyn WriteHooks>>,
 }
 
 /// A table in use. When the last holder lets go of a table that compaction made
@@ -157,6 +164,8 @@ enum Job {
 pub(crate) struct Inner {
     env: MetaDbEnv,
     config: MetaDbConfig,
+    /// `env.hooks`, or [`crate::hooks::NoHooks`].
+    hooks: Arc<dyn WriteHooks>,
     wal: Box<dyn Wal>,
     seq: SeqGate,
     current: ArcSwap<SuperVersion>,
@@ -182,6 +191,8 @@ pub(crate) struct Inner {
     work_cv: Condvar,
     /// Signalled whenever a flush or compaction finishes (stalled writers wait on it).
     progress_cv: Condvar,
+    /// Recovered WAL records the replay filter dropped at open.
+    replay_dropped: u64,
 }
 
 /// MetaDB. Cheap to share by reference across threads.
@@ -224,6 +235,8 @@ pub struct MetaDbStats {
     pub immutables: usize,
     pub tables_per_level: Vec<usize>,
     pub bytes_per_level: Vec<u64>,
+    /// WAL records recovered at open that `WriteHooks::filter_replay` dropped.
+    pub replay_dropped: u64,
 }
 
 /// A small number fixed for the life of the calling thread. Writes of one thread always
@@ -251,9 +264,10 @@ impl MetaDb {
     /// database.
     pub fn open(env: MetaDbEnv, mut config: MetaDbConfig) -> Result<MetaDb, MetaDbError> {
         assert!(
-            config.lanes >= 1 && config.lanes <= 256,
-            "lanes {}",
-            config.lanes
+            config.lanes >= 1 && config.lanes + config.pinned_lanes <= 256,
+            "{} lanes and {} pinned lanes",
+            config.lanes,
+            config.pinned_lanes
         );
         // Four memtables' logs must fit the WAL region (records add framing).
         let wal_bytes = env.geometry.wal.size_bytes() as usize;
@@ -299,13 +313,32 @@ impl MetaDb {
         self.write(&batch, durability)
     }
 
-    /// Applies `batch` atomically.
+    /// Applies `batch` atomically, logging it in the calling thread's WAL lane.
     pub fn write(
         &self,
         batch: &WriteBatch,
         durability: Durability,
     ) -> Result<Receipt, MetaDbError> {
-        self.inner.write(batch, durability)
+        let lane = thread_index() % self.inner.config.lanes;
+        self.inner.write(lane, batch, durability)
+    }
+
+    /// Like [`MetaDb::write`], but logs `batch` in pinned lane `pinned` (WAL lane `lanes +
+    /// pinned`) whatever the thread: batches written to one pinned lane are totally
+    /// ordered in it, and recovery keeps a prefix of them.
+    pub fn write_pinned(
+        &self,
+        pinned: usize,
+        batch: &WriteBatch,
+        durability: Durability,
+    ) -> Result<Receipt, MetaDbError> {
+        assert!(
+            pinned < self.inner.config.pinned_lanes,
+            "pinned lane {pinned} of {}",
+            self.inner.config.pinned_lanes
+        );
+        self.inner
+            .write(self.inner.config.lanes + pinned, batch, durability)
     }
 
     /// Makes the writes behind `receipts` durable (and the earlier writes of their WAL
@@ -317,6 +350,39 @@ impl MetaDb {
             .wal
             .persist(&positions)
             .inspect_err(|e| self.inner.fail(e))
+    }
+
+    /// [`MetaDb::persist`] with one device flush that also covers the caller's own
+    /// device writes: `before_flush` is called exactly once, after this call's WAL writes
+    /// were issued (so the caller's waiting overlaps them) and before the device flush that
+    /// makes them durable is requested; on Ok, a device flush submitted after
+    /// `before_flush` returned has completed, even if nothing needed writing. The engine
+    /// waits for its data writes in `before_flush`, so the flush covers data and WAL.
+    ///
+    /// An error of `before_flush` is returned as it is and leaves the database writable
+    /// (nothing is flushed). A WAL failure turns the database read-only and is the error
+    /// returned. `before_flush` is not called if the call fails first: the database is
+    /// read-only already, or the WAL fails before its writes are issued. While
+    /// `before_flush` runs, other persisters of the same lanes and a memtable switch (and
+    /// so every writer) may wait for it: it must not wait for anything that needs a
+    /// MetaDB write or persist to progress.
+    pub fn persist_covering(
+        &self,
+        receipts: &[Receipt],
+        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+    ) -> Result<(), MetaDbError> {
+        self.inner.check_writable()?;
+        let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
+        let mut hook_failed = false;
+        let mut hook = || before_flush().inspect_err(|_| hook_failed = true);
+        let result = self.inner.wal.persist_covering(&positions, &mut hook);
+        if let Err(e) = &result {
+            // The hook's error is the caller's; the WAL's turns the database read-only.
+            if !hook_failed || self.inner.wal.check_health().is_err() {
+                self.inner.fail(e);
+            }
+        }
+        result
     }
 
     /// Makes every write so far durable.
@@ -410,6 +476,7 @@ impl MetaDb {
                 .map(|l| v.level(l).len())
                 .collect(),
             bytes_per_level: v.level_sizes_bytes(),
+            replay_dropped: self.inner.replay_dropped,
         }
     }
 
@@ -468,103 +535,6 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl Inner {
-    fn recover(env: MetaDbEnv, config: MetaDbConfig) -> Result<Inner, MetaDbError> {
-        let (manifest, state) = Manifest::open(env.device.clone(), env.geometry.manifest)?;
-        let version = state.version()?;
-        let segments: Vec<SegmentNo> = state.segments().collect();
-        env.table_store.claim(&segments);
-        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
-        let mut tables = HashMap::new();
-        for (_, meta) in state.tables() {
-            let offset = env.table_store.offset(meta.segment);
-            let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
-            tables.insert(
-                meta.id,
-                Arc::new(TableHandle {
-                    table: Arc::new(table),
-                    segment: meta.segment,
-                    obsolete: AtomicBool::new(false),
-                    store: env.table_store.clone(),
-                    cache: cache.clone(),
-                }),
-            );
-        }
-        let released = state.flushed_generation();
-        let lanes = config.lanes;
-        let (wal, recovery): (Box<dyn Wal>, _) = match &env.pmr {
-            Some(pmr) => {
-                let (recovered, recovery) = PmrWal::recover(
-                    pmr.clone(),
-                    env.device.clone(),
-                    env.geometry.wal,
-                    lanes,
-                    released,
-                )?;
-                let next = recovery.generation_max.max(released) + 1;
-                (Box::new(recovered.start(next)?), recovery)
-            }
-            None => {
-                let (recovered, recovery) =
-                    SsdWal::recover(env.device.clone(), env.geometry.wal, lanes, released)?;
-                let next = recovery.generation_max.max(released) + 1;
-                (Box::new(recovered.start(next)?), recovery)
-            }
-        };
-        let generation = wal.generation();
-        // Replay every recovered record into one memtable, flushed below.
-        let replay = Arc::new(Memtable::new(recovery.generation_max.max(released)));
-        let mut last_seq = state.last_seq();
-        assert!(replay.gate().enter());
-        for record in &recovery.records {
-            let (first_seq, batch) = crate::batch::WriteBatch::decode(&record.payload)?;
-            for (i, (kind, key, value)) in batch.ops().enumerate() {
-                let seq = first_seq + i as u64;
-                last_seq = last_seq.max(seq);
-                replay.insert(InternalKey::new(key.to_vec(), seq, kind), value.to_vec());
-            }
-        }
-        replay.gate().exit();
-        replay.gate().seal();
-        let immutables = if replay.is_empty() {
-            Vec::new()
-        } else {
-            vec![replay]
-        };
-        let inner = Inner {
-            seq: SeqGate::new(last_seq, config.writer_slots),
-            current: ArcSwap::from_pointee(SuperVersion {
-                active: Arc::new(Memtable::new(generation)),
-                immutables,
-                version: Arc::new(version),
-                tables: Arc::new(tables),
-            }),
-            switch_lock: Mutex::new(()),
-            install_lock: Mutex::new(()),
-            flush_lock: Mutex::new(()),
-            compact_lock: Mutex::new(()),
-            next_table_id: AtomicU64::new(state.next_table_id()),
-            last_flushed_seq: AtomicU64::new(state.last_seq()),
-            snapshots: Mutex::new(BTreeMap::new()),
-            cursors: Mutex::new(state.compaction_cursors().clone()),
-            failure: OnceLock::new(),
-            work: Mutex::new(Work::default()),
-            work_cv: Condvar::new(),
-            progress_cv: Condvar::new(),
-            manifest,
-            cache,
-            wal,
-            env,
-            config,
-        };
-        // Recovered records go to tables now, so the WAL space they hold is freed and a
-        // second crash replays nothing twice.
-        while inner.flush_oldest()? {}
-        if released < recovery.generation_max {
-            inner.wal.release_through(recovery.generation_max)?;
-        }
-        Ok(inner)
-    }
-
     fn check_writable(&self) -> Result<(), MetaDbError> {
         match self.failure.get() {
             Some(why) => Err(MetaDbError::ReadOnly(why.clone())),
@@ -577,8 +547,18 @@ impl Inner {
         let _ = self.failure.set(e.to_string());
     }
 
-    fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<Receipt, MetaDbError> {
+    /// Logs `batch` in WAL lane `lane` and inserts it into the active memtable.
+    fn write(
+        &self,
+        lane: usize,
+        batch: &WriteBatch,
+        durability: Durability,
+    ) -> Result<Receipt, MetaDbError> {
         assert!(!batch.is_empty(), "empty batch");
+        assert!(
+            lane < self.config.lanes + self.config.pinned_lanes,
+            "lane {lane}"
+        );
         if batch.encoded_len() > crate::wal::PAYLOAD_BYTES_MAX {
             return Err(MetaDbError::BatchTooLarge {
                 bytes: batch.encoded_len(),
@@ -587,7 +567,7 @@ impl Inner {
         }
         self.check_writable()?;
         let thread = thread_index();
-        let lane = (thread % self.config.lanes) as u16;
+        let lane = u16::try_from(lane).expect("at most 256 lanes");
         let mut payload = Vec::with_capacity(batch.encoded_len());
         loop {
             let sv = self.current.load_full();

@@ -28,7 +28,7 @@ use super::record::{
 use super::recovery::Collector;
 use super::RecoveredRecord;
 use crate::error::MetaDbError;
-use device::{AlignedBuf, BufPool, Device, IoCause, IoOp, IoRequest};
+use device::{AlignedBuf, BufPool, Device, DeviceError, IoCause, IoOp, IoRequest, Queue};
 use format::constants::SECTOR_SIZE_BYTES;
 use format::Region;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -441,6 +441,21 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// A queue on which writes are issued now and waited for later
+    /// ([`IssuedWrites`]).
+    pub fn issuer(&self) -> Result<IssuedWrites<'_>, MetaDbError> {
+        self.health.check()?;
+        let queue = self
+            .device
+            .queue()
+            .map_err(|e| self.health.fail(e.into()))?;
+        Ok(IssuedWrites {
+            store: self,
+            queue,
+            failed: None,
+        })
+    }
+
     /// Announces a write a flush will follow ([`FlushCombiner::begin_write`]).
     pub fn begin_write(&self) -> super::flush::Writing<'_> {
         self.flusher.begin_write()
@@ -469,6 +484,56 @@ pub(super) struct NewChunk {
     pub buf: Vec<u8>,
     /// The header's CRC, which every record of the chunk names.
     pub crc: u32,
+}
+
+/// Chunk writes issued without waiting, so the issuer can do other work while the device
+/// writes (`persist_covering` runs its caller's `before_flush` then). [`IssuedWrites::wait`]
+/// must be called before the writes' lanes are released: it is what knows they completed.
+pub(super) struct IssuedWrites<'a> {
+    store: &'a ChunkStore,
+    queue: Queue<'a>,
+    /// The first failed write; later completions are still collected.
+    failed: Option<DeviceError>,
+}
+
+impl IssuedWrites<'_> {
+    /// Submits `writes` (waiting for earlier ones first while the queue is full) and
+    /// returns without waiting for them. A failure breaks the WAL.
+    pub fn issue(&mut self, writes: Vec<IoRequest>) -> Result<(), MetaDbError> {
+        debug_assert!(writes.iter().all(|w| matches!(w.op, IoOp::Write { .. })));
+        for write in writes {
+            let mut request = write;
+            while let Err(back) = self.queue.push(request) {
+                request = back;
+                self.submit(1)?;
+            }
+        }
+        self.submit(0)
+    }
+
+    fn submit(&mut self, min_complete: usize) -> Result<(), MetaDbError> {
+        let submitted = self.queue.submit(min_complete);
+        while let Some(completion) = self.queue.pop() {
+            if let Err(e) = completion.result {
+                self.failed.get_or_insert(e);
+            }
+            if let Some(buf) = completion.request.into_buf() {
+                self.store.bufs.put(buf);
+            }
+        }
+        submitted.map_err(|e| self.store.health.fail(e.into()))
+    }
+
+    /// Waits for every issued write; the first failure, if any, breaks the WAL.
+    pub fn wait(mut self) -> Result<(), MetaDbError> {
+        while self.queue.outstanding() > 0 {
+            self.submit(1)?;
+        }
+        match self.failed.take() {
+            Some(e) => Err(self.store.health.fail(e.into())),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

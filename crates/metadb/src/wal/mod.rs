@@ -21,6 +21,10 @@
 //!   records with lane_seq 0, 1, 2, … (a record after a hole is dropped, even if intact), for
 //!   every generation greater than the `released_through` it is given. A torn or partly
 //!   written record is never returned.
+//! - `persist_covering(p, before_flush)` is `persist(p)` whose device flush also covers
+//!   the caller's writes: `before_flush` runs once, after the WAL writes of the call were
+//!   issued, and the call returns only after a device flush submitted after
+//!   `before_flush` returned has completed.
 //! - `rotate(next)` first makes every record of the current generation durable, so no
 //!   hole can span generations.
 //! - Space of generations `<= g` is reused only after `release_through(g)`.
@@ -73,6 +77,30 @@ pub trait Wal: Send + Sync + std::fmt::Debug {
     /// Makes the records at `positions`, and the earlier records of their lanes, durable.
     /// Safe to call concurrently; concurrent callers may share device writes and flushes.
     fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError>;
+
+    /// `persist(positions)`, with a device flush that also covers writes the caller
+    /// completes in `before_flush` (the engine's data writes: one flush for both):
+    /// - `before_flush` is called once, after this call's WAL writes were issued (the
+    ///   caller's waiting overlaps them) and before the device flush that makes them
+    ///   durable is requested; on Ok, a device flush submitted after `before_flush`
+    ///   returned has completed. With nothing to write (already written or durable, or
+    ///   no positions) it still runs and such a flush still completes.
+    /// - If `before_flush` fails, the call waits for the writes it issued and returns
+    ///   that error unchanged, without flushing; the WAL stays healthy. A WAL failure
+    ///   takes precedence (and if it happens before the writes were issued,
+    ///   `before_flush` is not called).
+    /// - While `before_flush` runs, this call may hold its lanes' writes in flight:
+    ///   other persisters of those lanes and `rotate` wait for it, so `before_flush`
+    ///   must not wait for anything that needs this WAL.
+    fn persist_covering(
+        &self,
+        positions: &[WalPos],
+        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+    ) -> Result<(), MetaDbError>;
+
+    /// Ok while the WAL can be written; `ReadOnly` once a WAL write, flush or persist
+    /// failed (it stays so until reopened).
+    fn check_health(&self) -> Result<(), MetaDbError>;
 
     /// Makes every appended record durable.
     fn persist_all(&self) -> Result<(), MetaDbError>;

@@ -9,6 +9,11 @@
 //! half still holds unreleased entries they are first migrated to the device's WAL region
 //! (as chunks, wal/chunk.rs), then its slots are cleared and it is zeroed.
 //!
+//! `persist_covering` persists the named lanes' entries, runs its caller's `before_flush`,
+//! then waits for a device flush requested after it, through the backing store's flush
+//! combiner (wal/flush.rs), so concurrent callers and migrations share flushes. The flush
+//! is for the caller's own device writes: the entries are durable on the PMR already.
+//!
 //! Invariants:
 //! - A segment's slot is persisted (valid, active) before any entry is written in it, so
 //!   every entry that may reach the medium lies in a range recovery scans.
@@ -542,6 +547,25 @@ impl Wal for PmrWal {
             self.persist_pending(&mut state, Some((pos.generation, pos.lane_seq)))?;
         }
         Ok(())
+    }
+
+    fn persist_covering(
+        &self,
+        positions: &[WalPos],
+        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+    ) -> Result<(), MetaDbError> {
+        // The records are durable once their lines are persisted; the device flush is
+        // for the caller's writes, and goes through the backing store's combiner so
+        // concurrent callers (and migrations) share flushes.
+        self.persist(positions)?;
+        let writing = self.store.begin_write();
+        before_flush()?;
+        let need = writing.done();
+        self.store.flush_covering(need)
+    }
+
+    fn check_health(&self) -> Result<(), MetaDbError> {
+        self.health_check()
     }
 
     fn persist_all(&self) -> Result<(), MetaDbError> {

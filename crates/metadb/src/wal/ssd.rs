@@ -13,13 +13,19 @@
 //! - one device flush serves every writer whose write completed before it was submitted
 //!   (wal/flush.rs).
 //!
+//! `persist_covering` issues its lanes' writes, runs its caller's `before_flush` while
+//! they are in flight (the engine waits for its data writes there), then waits for them
+//! and requests a flush, so one device flush covers the WAL and the caller's data.
+//!
 //! Invariants:
 //! - `written_count` records of the lane's generation are in completed writes and
 //!   `durable_count <= written_count` of them in completed writes covered by a flush.
 //! - Writes of one lane never overlap in time, so a rewritten tail sector never lands
 //!   older than it was.
 //! - No lock is held across device IO on the append or persist path except a lane's own
-//!   `writing` flag, which only that lane's persisters wait on.
+//!   `writing` flag, which only that lane's persisters (and `rotate`) wait on.
+//!   `persist_covering` keeps that flag set while its caller's `before_flush` runs, and
+//!   never waits for another lane's write while it holds one.
 //! - `rotate` seals appends, persists every lane, and only then lets appends go to the new
 //!   generation: a hole never spans generations.
 
@@ -96,6 +102,30 @@ impl LaneState {
         self.written_count = self.written_count.max(covers_count);
         assert!(self.durable_count <= self.written_count && self.written_count <= self.next_seq);
     }
+}
+
+/// What a persister must do for some records of a lane ([`SsdWal::claim`]).
+enum Claim {
+    /// Nothing: durable already, or of an earlier generation (which `rotate` persisted).
+    Durable,
+    /// In completed writes, up to this count: a flush makes them durable.
+    Written(u64),
+    /// Another persister's write of the lane is in flight.
+    Busy,
+    /// The caller owns the lane's next write: it runs these writes, then ends it.
+    Write(Vec<IoRequest>, LaneWrite),
+}
+
+/// A lane write owned by a persister, between [`SsdWal::claim`] and
+/// [`SsdWal::end_write`].
+#[derive(Debug)]
+struct LaneWrite {
+    lane: usize,
+    generation: u64,
+    /// (chunk offset, filled) the writes cover.
+    covered: Vec<(u64, usize)>,
+    /// The lane's records the writes cover: `0..covers_count`.
+    covers_count: u64,
 }
 
 /// One lane, on its own cache lines so lanes do not false-share.
@@ -207,6 +237,57 @@ impl SsdWal {
         }
     }
 
+    /// Decides, under the lane lock, what records `0..count` of (generation, lane) need.
+    /// When it returns [`Claim::Write`] the caller owns the lane's write and must end it
+    /// with [`SsdWal::end_write`].
+    fn claim(&self, lane: usize, state: &mut LaneState, generation: u64, count: u64) -> Claim {
+        if state.generation != generation {
+            assert!(
+                generation < state.generation,
+                "generation {generation} not begun"
+            );
+            return Claim::Durable;
+        }
+        assert!(
+            count <= state.next_seq,
+            "persisting a record never appended"
+        );
+        if state.durable_count >= count {
+            return Claim::Durable;
+        }
+        if state.written_count >= count {
+            return Claim::Written(state.written_count);
+        }
+        if state.writing {
+            return Claim::Busy;
+        }
+        let (writes, covered) = state.dirty_writes(&self.store);
+        assert!(!writes.is_empty(), "unwritten records but no dirty bytes");
+        state.writing = true;
+        Claim::Write(
+            writes,
+            LaneWrite {
+                lane,
+                generation,
+                covered,
+                covers_count: state.next_seq,
+            },
+        )
+    }
+
+    /// Ends a lane write handed out by [`SsdWal::claim`]; `completed`: all its writes
+    /// completed successfully.
+    fn end_write(&self, write: &LaneWrite, completed: bool) {
+        let lane = &self.lanes[write.lane];
+        let mut state = lane.lock();
+        assert!(state.writing, "ending a lane write that was not claimed");
+        state.writing = false;
+        lane.written.notify_all();
+        if completed {
+            state.mark_written(&write.covered, write.covers_count);
+        }
+    }
+
     /// Makes sure records `0..count` of (generation, lane) are in completed writes.
     /// Returns the written count to make durable with a flush, or `None` if nothing is
     /// left to do (already durable, or an earlier generation, which `rotate` persisted).
@@ -216,45 +297,42 @@ impl SsdWal {
         generation: u64,
         count: u64,
     ) -> Result<Option<u64>, MetaDbError> {
-        let lane = &self.lanes[lane];
-        let mut state = lane.lock();
+        let lane_ref = &self.lanes[lane];
+        let mut state = lane_ref.lock();
         loop {
-            if state.generation != generation {
-                assert!(
-                    generation < state.generation,
-                    "generation {generation} not begun"
-                );
-                return Ok(None);
+            match self.claim(lane, &mut state, generation, count) {
+                Claim::Durable => return Ok(None),
+                Claim::Written(written) => return Ok(Some(written)),
+                Claim::Busy => {
+                    state = lane_ref
+                        .written
+                        .wait(state)
+                        .expect("WAL lane lock poisoned by a panic");
+                }
+                Claim::Write(writes, write) => {
+                    drop(state);
+                    let result = self.store.run(writes);
+                    self.end_write(&write, result.is_ok());
+                    result?;
+                    state = lane_ref.lock();
+                }
             }
-            assert!(
-                count <= state.next_seq,
-                "persisting a record never appended"
-            );
-            if state.durable_count >= count {
-                return Ok(None);
-            }
-            if state.written_count >= count {
-                return Ok(Some(state.written_count));
-            }
-            if state.writing {
-                state = lane
-                    .written
-                    .wait(state)
-                    .expect("WAL lane lock poisoned by a panic");
-                continue;
-            }
-            let (writes, covered) = state.dirty_writes(&self.store);
-            assert!(!writes.is_empty(), "unwritten records but no dirty bytes");
-            let covers_count = state.next_seq;
-            state.writing = true;
-            drop(state);
-            let result = self.store.run(writes);
-            state = lane.lock();
-            state.writing = false;
-            lane.written.notify_all();
-            result?;
-            state.mark_written(&covered, covers_count);
         }
+    }
+
+    /// Per lane, the furthest of `positions` (earlier records of a lane are persisted
+    /// with it).
+    fn furthest_per_lane(&self, positions: &[WalPos]) -> Vec<WalPos> {
+        let mut targets: Vec<WalPos> = Vec::with_capacity(positions.len());
+        for pos in positions {
+            self.check_position(pos);
+            match targets.iter_mut().find(|t| t.lane == pos.lane) {
+                Some(t) if (t.generation, t.lane_seq) < (pos.generation, pos.lane_seq) => *t = *pos,
+                Some(_) => {}
+                None => targets.push(*pos),
+            }
+        }
+        targets
     }
 
     /// Flushes (at least flush ticket `need`, if given: the caller's writes completed
@@ -271,13 +349,18 @@ impl SsdWal {
             Some(need) => self.store.flush_covering(need)?,
             None => self.store.flush()?,
         }
+        self.mark_durable(written);
+        Ok(())
+    }
+
+    /// After a flush covering their writes: (lane, generation, count) records are durable.
+    fn mark_durable(&self, written: &[(usize, u64, u64)]) {
         for &(lane, generation, count) in written {
             let mut state = self.lanes[lane].lock();
             if state.generation == generation {
                 state.durable_count = state.durable_count.max(count);
             }
         }
-        Ok(())
     }
 
     /// Persists everything appended to every lane of `generation` so far.
@@ -388,16 +471,7 @@ impl Wal for SsdWal {
 
     fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError> {
         self.store.health().check()?;
-        // Per lane, the furthest position (earlier generations are durable already).
-        let mut targets: Vec<WalPos> = Vec::with_capacity(positions.len());
-        for pos in positions {
-            self.check_position(pos);
-            match targets.iter_mut().find(|t| t.lane == pos.lane) {
-                Some(t) if (t.generation, t.lane_seq) < (pos.generation, pos.lane_seq) => *t = *pos,
-                Some(_) => {}
-                None => targets.push(*pos),
-            }
-        }
+        let targets = self.furthest_per_lane(positions);
         let mut written = Vec::with_capacity(targets.len());
         let writing = self.store.begin_write();
         for t in &targets {
@@ -411,6 +485,73 @@ impl Wal for SsdWal {
         }
         let need = writing.done();
         self.flush_lanes(&written, Some(need))
+    }
+
+    fn persist_covering(
+        &self,
+        positions: &[WalPos],
+        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+    ) -> Result<(), MetaDbError> {
+        self.store.health().check()?;
+        let targets = self.furthest_per_lane(positions);
+        let writing = self.store.begin_write();
+        let mut issued = self.store.issuer()?;
+        let mut written = Vec::with_capacity(targets.len());
+        // Lanes whose write another persister has in flight: written after the hook, so
+        // this call never waits for another while it holds lane writes of its own (two
+        // calls holding one lane each and waiting for the other's would deadlock).
+        let mut busy = Vec::new();
+        let mut ours = Vec::with_capacity(targets.len());
+        let mut issuing = Ok(());
+        for t in &targets {
+            let lane = usize::from(t.lane);
+            let claim = self.claim(
+                lane,
+                &mut self.lanes[lane].lock(),
+                t.generation,
+                t.lane_seq + 1,
+            );
+            match claim {
+                Claim::Durable => {}
+                Claim::Written(w) => written.push((lane, t.generation, w)),
+                Claim::Busy => busy.push(*t),
+                Claim::Write(writes, write) => {
+                    ours.push(write);
+                    issuing = issued.issue(writes);
+                    if issuing.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        // The caller's work overlaps the WAL writes in flight.
+        let hooked = match issuing {
+            Ok(()) => before_flush(),
+            Err(_) => Ok(()),
+        };
+        let completed = issuing.and(issued.wait());
+        for write in &ours {
+            self.end_write(write, completed.is_ok());
+        }
+        completed?;
+        written.extend(ours.iter().map(|w| (w.lane, w.generation, w.covers_count)));
+        hooked?;
+        for t in &busy {
+            let lane = usize::from(t.lane);
+            if let Some(w) = self.ensure_written(lane, t.generation, t.lane_seq + 1)? {
+                written.push((lane, t.generation, w));
+            }
+        }
+        // Read after the hook returned and every write completed: the flush that
+        // covers `need` starts after both.
+        let need = writing.done();
+        self.store.flush_covering(need)?;
+        self.mark_durable(&written);
+        Ok(())
+    }
+
+    fn check_health(&self) -> Result<(), MetaDbError> {
+        self.store.health().check()
     }
 
     fn persist_all(&self) -> Result<(), MetaDbError> {

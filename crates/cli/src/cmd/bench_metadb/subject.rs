@@ -298,5 +298,6 @@ fn env(device: &Arc<Device>, pmr: &Option<Arc<Pmr>>, geometry: Geometry) -> Meta
         pmr: pmr.clone(),
         geometry,
         table_store: Arc::new(SegmentPool::whole(geometry)),
+        hooks: None,
     }
 }

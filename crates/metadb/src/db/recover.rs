@@ -1,0 +1,192 @@
+//! Opening the database: the manifest's tables, then WAL replay through the caller's
+//! replay filter into one memtable, flushed at once (docs/DESIGN.md "MetaDB", Recovery).
+//!
+//! Invariants:
+//! - The WAL yields, per (generation, lane), a prefix of the records appended
+//!   (wal/mod.rs); the replay filter keeps, per lane, a prefix of those
+//!   ([`crate::hooks::check_replay_filter`]), so what is replayed from each lane is still
+//!   a prefix of its writes.
+//! - The recovered last sequence number is at least every recovered record's, dropped
+//!   ones included, and the recovery flush records it in the manifest: no sequence number
+//!   is ever handed out twice.
+//! - When anything was recovered, the recovery flush makes the manifest's flushed
+//!   generation cover every recovered generation before the WAL releases them, so a
+//!   second crash neither replays a record twice nor offers a dropped one again.
+
+use super::{Inner, MetaDbConfig, MetaDbEnv, SuperVersion, TableHandle, Work};
+use crate::batch::WriteBatch;
+use crate::error::MetaDbError;
+use crate::gate::SeqGate;
+use crate::hooks::{check_replay_filter, NoHooks, ReplayRecord, WriteHooks};
+use crate::manifest::Manifest;
+use crate::memtable::Memtable;
+use crate::table::cache::BlockCache;
+use crate::table::reader::Table;
+use crate::types::{InternalKey, Seq};
+use crate::wal::pmr::PmrWal;
+use crate::wal::ssd::SsdWal;
+use crate::wal::{Wal, WalRecovery};
+use arc_swap::ArcSwap;
+use format::SegmentNo;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+/// The WAL records to replay, after the caller's filter.
+struct Replay {
+    /// Kept records, in (generation, lane, lane_seq) order.
+    kept: Vec<ReplayRecord>,
+    dropped: u64,
+    /// The highest sequence number of any recovered record, kept or dropped (0: none).
+    last_seq: Seq,
+}
+
+/// Decodes every recovered record once, asks `hooks` which to keep and checks that the
+/// answer keeps a prefix of each lane.
+fn filter_records(
+    recovery: &WalRecovery,
+    lanes: usize,
+    hooks: &dyn WriteHooks,
+) -> Result<Replay, MetaDbError> {
+    let mut records = Vec::with_capacity(recovery.records.len());
+    let mut last_seq = 0;
+    for record in &recovery.records {
+        let (first_seq, batch) = WriteBatch::decode(&record.payload)?;
+        if !batch.is_empty() {
+            last_seq = last_seq.max(first_seq + batch.len() as u64 - 1);
+        }
+        let lane = usize::from(record.lane);
+        records.push(ReplayRecord {
+            generation: record.generation,
+            lane: record.lane,
+            pinned: lane.checked_sub(lanes),
+            first_seq,
+            batch,
+        });
+    }
+    let keep = hooks.filter_replay(&records)?;
+    check_replay_filter(&records, &keep);
+    let dropped = keep.iter().filter(|k| !**k).count() as u64;
+    let kept = records
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(record, keep)| keep.then_some(record))
+        .collect();
+    Ok(Replay {
+        kept,
+        dropped,
+        last_seq,
+    })
+}
+
+/// One memtable holding `replay`'s records, sealed (it is flushed at once).
+fn replay_memtable(generation: u64, replay: &Replay) -> Arc<Memtable> {
+    let memtable = Arc::new(Memtable::new(generation));
+    assert!(memtable.gate().enter());
+    for record in &replay.kept {
+        for (i, (kind, key, value)) in record.batch.ops().enumerate() {
+            let seq = record.first_seq + i as u64;
+            assert!(seq <= replay.last_seq, "replayed seq {seq} beyond the last");
+            memtable.insert(InternalKey::new(key.to_vec(), seq, kind), value.to_vec());
+        }
+    }
+    memtable.gate().exit();
+    memtable.gate().seal();
+    memtable
+}
+
+impl Inner {
+    pub(super) fn recover(env: MetaDbEnv, config: MetaDbConfig) -> Result<Inner, MetaDbError> {
+        let hooks: Arc<dyn WriteHooks> = env.hooks.clone().unwrap_or_else(|| Arc::new(NoHooks));
+        let (manifest, state) = Manifest::open(env.device.clone(), env.geometry.manifest)?;
+        let version = state.version()?;
+        let segments: Vec<SegmentNo> = state.segments().collect();
+        env.table_store.claim(&segments);
+        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
+        let mut tables = HashMap::new();
+        for (_, meta) in state.tables() {
+            let offset = env.table_store.offset(meta.segment);
+            let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
+            tables.insert(
+                meta.id,
+                Arc::new(TableHandle {
+                    table: Arc::new(table),
+                    segment: meta.segment,
+                    obsolete: AtomicBool::new(false),
+                    store: env.table_store.clone(),
+                    cache: cache.clone(),
+                }),
+            );
+        }
+        let released = state.flushed_generation();
+        let wal_lanes = config.lanes + config.pinned_lanes;
+        let (wal, recovery): (Box<dyn Wal>, _) = match &env.pmr {
+            Some(pmr) => {
+                let (recovered, recovery) = PmrWal::recover(
+                    pmr.clone(),
+                    env.device.clone(),
+                    env.geometry.wal,
+                    wal_lanes,
+                    released,
+                )?;
+                let next = recovery.generation_max.max(released) + 1;
+                (Box::new(recovered.start(next)?), recovery)
+            }
+            None => {
+                let (recovered, recovery) =
+                    SsdWal::recover(env.device.clone(), env.geometry.wal, wal_lanes, released)?;
+                let next = recovery.generation_max.max(released) + 1;
+                (Box::new(recovered.start(next)?), recovery)
+            }
+        };
+        let generation = wal.generation();
+        let replay = filter_records(&recovery, config.lanes, hooks.as_ref())?;
+        let last_seq = state.last_seq().max(replay.last_seq);
+        // Every recovered record, kept or not, goes through one memtable flushed below:
+        // its manifest edit covers the recovered generations and `last_seq`. With
+        // nothing recovered there is nothing to flush.
+        let memtable = replay_memtable(recovery.generation_max.max(released), &replay);
+        let immutables = if recovery.records.is_empty() {
+            Vec::new()
+        } else {
+            vec![memtable]
+        };
+        let inner = Inner {
+            seq: SeqGate::new(last_seq, config.writer_slots),
+            current: ArcSwap::from_pointee(SuperVersion {
+                active: Arc::new(Memtable::new(generation)),
+                immutables,
+                version: Arc::new(version),
+                tables: Arc::new(tables),
+            }),
+            switch_lock: Mutex::new(()),
+            install_lock: Mutex::new(()),
+            flush_lock: Mutex::new(()),
+            compact_lock: Mutex::new(()),
+            next_table_id: AtomicU64::new(state.next_table_id()),
+            // The recovery flush's edit takes the highest of this and its memtable's
+            // numbers: dropped records' numbers stay used.
+            last_flushed_seq: AtomicU64::new(last_seq),
+            snapshots: Mutex::new(BTreeMap::new()),
+            cursors: Mutex::new(state.compaction_cursors().clone()),
+            failure: OnceLock::new(),
+            work: Mutex::new(Work::default()),
+            work_cv: Condvar::new(),
+            progress_cv: Condvar::new(),
+            replay_dropped: replay.dropped,
+            manifest,
+            cache,
+            hooks,
+            wal,
+            env,
+            config,
+        };
+        // Recovered records go to tables now, so the WAL space they hold is freed and a
+        // second crash replays nothing twice.
+        while inner.flush_oldest()? {}
+        if released < recovery.generation_max {
+            inner.wal.release_through(recovery.generation_max)?;
+        }
+        Ok(inner)
+    }
+}
