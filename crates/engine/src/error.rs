@@ -2,7 +2,8 @@
 
 use crate::space::SpaceError;
 use device::DeviceError;
-use format::FormatError;
+use format::{BlockAddr, Corruption, FormatError, InodeNo};
+use metadb::MetaDbError;
 use pmr::PmrError;
 use thiserror::Error;
 
@@ -32,9 +33,35 @@ pub enum EngineError {
     PmrRequired,
     #[error("the image was formatted without a PMR, but one was given")]
     PmrUnexpected,
+    #[error(transparent)]
+    MetaDb(#[from] MetaDbError),
+    #[error("corrupted {0}")]
+    Corruption(Corruption),
+    #[error("data checksum mismatch: inode {ino} block {block} at device block {addr}")]
+    DataChecksum {
+        ino: InodeNo,
+        block: u64,
+        addr: BlockAddr,
+    },
+    #[error("the file system is read-only after an earlier failure: {0}")]
+    ReadOnly(String),
 }
 
 impl EngineError {
+    pub(crate) fn corruption(
+        what: impl Into<String>,
+        location: impl Into<String>,
+        expected: impl std::fmt::Display,
+        got: impl std::fmt::Display,
+    ) -> EngineError {
+        EngineError::Corruption(Corruption {
+            what: what.into(),
+            location: location.into(),
+            expected: expected.to_string(),
+            got: got.to_string(),
+        })
+    }
+
     /// The errno a front end reports.
     pub fn errno(&self) -> i32 {
         match self {
@@ -48,6 +75,10 @@ impl EngineError {
             | EngineError::PmrSizeMismatch { .. }
             | EngineError::PmrRequired
             | EngineError::PmrUnexpected => 22,
+            EngineError::MetaDb(e) => e.errno(),
+            EngineError::Corruption(_) => 117,
+            EngineError::DataChecksum { .. } => 5, // EIO
+            EngineError::ReadOnly(_) => 30,        // EROFS
         }
     }
 }

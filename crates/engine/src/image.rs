@@ -109,3 +109,32 @@ pub fn read_checkpoints(
     }
     Ok(out)
 }
+
+/// Checks that `pmr` is the image's PMR (or that none is given for an image without
+/// one); returns its header when one is given.
+pub fn check_pmr(
+    sb: &format::superblock::Superblock,
+    pmr: Option<&pmr::Pmr>,
+) -> Result<Option<format::pmr::PmrHeader>, EngineError> {
+    match (sb.has_pmr(), pmr) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(EngineError::PmrUnexpected),
+        (true, None) => Err(EngineError::PmrRequired),
+        (true, Some(p)) => {
+            let header = pmr::read_header(p)?;
+            if header.fs_uuid != sb.fs_uuid {
+                return Err(EngineError::PmrMismatch {
+                    pmr_uuid: crate::inspect::uuid_string(&header.fs_uuid),
+                    image_uuid: crate::inspect::uuid_string(&sb.fs_uuid),
+                });
+            }
+            if p.len() != sb.pmr_size_bytes {
+                return Err(EngineError::PmrSizeMismatch {
+                    expected: sb.pmr_size_bytes,
+                    got: p.len(),
+                });
+            }
+            Ok(Some(header))
+        }
+    }
+}

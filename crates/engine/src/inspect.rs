@@ -1,7 +1,7 @@
 //! `augefs inspect`: a structured report of an image, for people and for `--json`.
 
 use crate::error::EngineError;
-use crate::image::{read_checkpoints, read_superblock, OwnerCheckpoint};
+use crate::image::{check_pmr, read_checkpoints, read_superblock, OwnerCheckpoint};
 use device::{Device, DeviceInfo};
 use format::geometry::Geometry;
 use format::pmr::PmrLayout;
@@ -70,19 +70,7 @@ pub fn inspect(device: &Device, pmr: Option<&Pmr>) -> Result<InspectReport, Engi
             note: Some("PMR not given (use --pmr FILE to examine it)".into()),
         }),
         (true, Some(p)) => {
-            let header = pmr::read_header(p)?;
-            if header.fs_uuid != sb.fs_uuid {
-                return Err(EngineError::PmrMismatch {
-                    pmr_uuid: uuid_string(&header.fs_uuid),
-                    image_uuid: uuid_string(&sb.fs_uuid),
-                });
-            }
-            if p.len() != sb.pmr_size_bytes {
-                return Err(EngineError::PmrSizeMismatch {
-                    expected: sb.pmr_size_bytes,
-                    got: p.len(),
-                });
-            }
+            let header = check_pmr(sb, Some(p))?.expect("a PMR was given");
             Some(PmrReport {
                 size_bytes: p.len(),
                 persist_mode: Some(p.persist_mode().name().to_string()),

@@ -19,6 +19,7 @@
 pub mod error;
 pub mod image;
 pub mod inspect;
+pub mod log;
 pub mod mkfs;
 pub mod progress;
 pub mod space;

@@ -7,7 +7,9 @@ use format::layout::doc::assert_layouts_match;
 fn engine_layout_tables_match_code() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
         .expect("docs/FORMAT.md is readable");
-    assert_layouts_match(&doc, "engine-layout", &engine::space::seginfo::layouts());
+    let mut layouts = engine::space::seginfo::layouts();
+    layouts.extend(engine::log::keys::layouts());
+    assert_layouts_match(&doc, "engine-layout", &layouts);
 }
 
 #[test]

@@ -8,6 +8,11 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// CRC-32C of `bytes` continued from the CRC `crc` of what came before them.
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 /// CRC-32C of `bytes` with the 4-byte field at `skip_offset` treated as absent.
 pub fn crc32c_skipping(bytes: &[u8], skip_offset: usize) -> u32 {
     assert!(skip_offset + 4 <= bytes.len());

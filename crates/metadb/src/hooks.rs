@@ -46,12 +46,18 @@ pub struct ReplayRecord {
 /// `MetaDb::open`; an implementation must not call back into the same MetaDB.
 pub trait WriteHooks: Send + Sync + std::fmt::Debug {
     /// Called before a memtable flush builds and writes the tables of an immutable
-    /// memtable; every batch in it was inserted before the call. Returns once the
-    /// caller's writes those batches depend on have completed. An error fails the flush
+    /// memtable; every batch in it was inserted before the call. `lookup` reads the
+    /// newest value of a key *in that memtable* (None: absent or deleted there), so the
+    /// caller can find what its batches in it depend on. Returns once the caller's
+    /// writes those batches depend on have completed. An error fails the flush
     /// and turns the database read-only. Runs under MetaDB's flush lock, on the flush
     /// thread or inline in the writer that flushes; writers stall behind it once
     /// `immutables_max` memtables wait, so it must not wait for MetaDB writes.
-    fn before_memtable_flush(&self) -> Result<(), MetaDbError> {
+    fn before_memtable_flush(
+        &self,
+        lookup: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<(), MetaDbError> {
+        let _ = lookup;
         Ok(())
     }
 
@@ -169,7 +175,7 @@ mod tests {
     #[test]
     fn no_hooks_keeps_everything() {
         let hooks = NoHooks;
-        hooks.before_memtable_flush().unwrap();
+        hooks.before_memtable_flush(&|_| None).unwrap();
         assert_eq!(hooks.filter_replay(&records()).unwrap(), vec![true; 5]);
     }
 }

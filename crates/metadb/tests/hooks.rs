@@ -660,11 +660,20 @@ fn concurrent_persist_covering_callers_each_get_a_flush_after_their_hook() {
 struct FlushBarrier {
     calls: AtomicUsize,
     fail: AtomicBool,
+    /// Per call: the value `lookup` gave for the first key `fill` writes.
+    first_key: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
 }
 
 impl WriteHooks for FlushBarrier {
-    fn before_memtable_flush(&self) -> Result<(), MetaDbError> {
+    fn before_memtable_flush(
+        &self,
+        lookup: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<(), MetaDbError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.first_key
+            .lock()
+            .unwrap()
+            .push(lookup(format!("m:{:06}", 0).as_bytes()));
         if self.fail.load(Ordering::SeqCst) {
             return Err(injected());
         }
@@ -700,6 +709,11 @@ fn before_memtable_flush_runs_once_per_memtable_flush() {
         fill(&db, 0, 10);
         db.flush().unwrap();
         assert_eq!(barrier.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            barrier.first_key.lock().unwrap()[0],
+            Some(vec![0u8; 700]),
+            "lookup reads the memtable being flushed"
+        );
         db.flush().unwrap();
         assert_eq!(
             barrier.calls.load(Ordering::SeqCst),
@@ -716,6 +730,12 @@ fn before_memtable_flush_runs_once_per_memtable_flush() {
             barrier.calls.load(Ordering::SeqCst) as u64,
             stats.generation - 1,
             "background {background}"
+        );
+        assert!(
+            barrier.first_key.lock().unwrap()[1..]
+                .iter()
+                .all(Option::is_none),
+            "later memtables do not hold the first key"
         );
         assert_eq!(contents(&db).len(), 610);
         db.close().unwrap();

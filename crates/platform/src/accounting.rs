@@ -40,10 +40,12 @@ pub enum IoCause {
     Summary = 9,
     /// Format-time initialisation and tools (mkfs zeroing, device benchmarks).
     Tool = 10,
+    /// Mount-time recovery checking data named by unflushed index records.
+    Recovery = 11,
 }
 
 impl IoCause {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     pub const ALL: [IoCause; Self::COUNT] = [
         IoCause::UserData,
         IoCause::Node,
@@ -56,6 +58,7 @@ impl IoCause {
         IoCause::Manifest,
         IoCause::Summary,
         IoCause::Tool,
+        IoCause::Recovery,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,11 +74,12 @@ impl IoCause {
             IoCause::Manifest => "manifest",
             IoCause::Summary => "summary",
             IoCause::Tool => "tool",
+            IoCause::Recovery => "recovery",
         }
     }
 }
 
-const _: () = assert!(IoCause::Tool as usize + 1 == IoCause::COUNT);
+const _: () = assert!(IoCause::Recovery as usize + 1 == IoCause::COUNT);
 
 /// Counts for one cause.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

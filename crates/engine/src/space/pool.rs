@@ -236,6 +236,13 @@ impl SpacePool {
         self.allocate_keeping(Owner::Domain(domain), 0)
     }
 
+    /// A segment for MetaDB's tables, which may use half the reserve: writers see
+    /// ENOSPC while MetaDB can still flush the batches GC and deletes make (a MetaDB
+    /// that cannot flush turns the whole file system read-only).
+    pub fn allocate_for_metadb(&self) -> Result<SegmentNo, SpaceError> {
+        self.allocate_keeping(Owner::MetaDb, self.config.reserve_segments / 2)
+    }
+
     fn allocate_keeping(&self, owner: Owner, keep: u32) -> Result<SegmentNo, SpaceError> {
         self.assert_owner_in_range(owner);
         let mut inner = self.lock();
@@ -277,6 +284,21 @@ impl SpacePool {
             }
             Owner::MetaDb => self.freed(&mut inner, segment),
         }
+    }
+
+    /// Gives back a segment `owner` was just given and never wrote or named anywhere
+    /// durable: free at once, first in line again.
+    pub fn unallocate(&self, segment: SegmentNo, owner: Owner) {
+        let mut inner = self.lock();
+        let at = segment.0 as usize;
+        assert_eq!(
+            inner.state[at],
+            State::InUse(owner),
+            "segment {segment} unallocated by {owner:?}, which does not own it"
+        );
+        inner.in_use_count -= 1;
+        inner.state[at] = State::Free;
+        inner.free.push_front(segment);
     }
 
     /// A segment whose freeing is durable: to the discard queue, or straight to Free.
@@ -482,7 +504,7 @@ impl MetaDbSpace {
 impl metadb::TableStore for MetaDbSpace {
     fn allocate(&self) -> Result<SegmentNo, metadb::MetaDbError> {
         self.pool
-            .allocate(Owner::MetaDb)
+            .allocate_for_metadb()
             .map_err(|_| metadb::MetaDbError::NoSpace)
     }
 

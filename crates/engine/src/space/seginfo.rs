@@ -249,6 +249,65 @@ impl SegInfo {
             .collect()
     }
 
+    /// One segment's entry (FORMAT.md §6.1 entry layout), as the engine stores it in
+    /// MetaDB (`s` keys, FORMAT.md §6.2).
+    pub fn encode_entry(&self, segment: SegmentNo) -> [u8; ENTRY_BYTES] {
+        let info = self
+            .segments
+            .get(&segment)
+            .unwrap_or_else(|| panic!("segment {segment} is not the domain's"));
+        let mut e = [0u8; ENTRY_BYTES];
+        put_entry(&mut e, segment, info);
+        e
+    }
+
+    /// A table rebuilt from entries stored one by one (FORMAT.md §6.2), file-system time
+    /// resuming at `elapsed_ns`. Entries are validated like [`SegInfo::decode`]'s.
+    pub fn from_entries<'a>(
+        domain: DomainId,
+        segment_count: u32,
+        elapsed_ns: u64,
+        entries: impl IntoIterator<Item = &'a [u8]>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SegInfo, SpaceError> {
+        let location = format!("segment information of domain {domain}");
+        let mut segments = BTreeMap::new();
+        for (i, e) in entries.into_iter().enumerate() {
+            if e.len() != ENTRY_BYTES {
+                return Err(SpaceError::corruption(
+                    format!("segment information entry {i} length"),
+                    location,
+                    ENTRY_BYTES,
+                    e.len(),
+                ));
+            }
+            let (segment, info) =
+                decode_entry(e, elapsed_ns).map_err(|(what, expected, got)| {
+                    SpaceError::corruption(
+                        format!("segment information entry {i} {what}"),
+                        location.clone(),
+                        expected,
+                        got,
+                    )
+                })?;
+            if segment.0 >= segment_count || segments.insert(segment, info).is_some() {
+                return Err(SpaceError::corruption(
+                    format!("segment information entry {i} segment"),
+                    location,
+                    format!("a distinct segment below {segment_count}"),
+                    segment,
+                ));
+            }
+        }
+        let base_ns = elapsed_ns.wrapping_sub(clock.now_ns());
+        Ok(SegInfo {
+            domain,
+            clock,
+            base_ns,
+            segments,
+        })
+    }
+
     /// Bytes of [`SegInfo::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
         HEADER_BYTES + self.segments.len() * ENTRY_BYTES
@@ -263,15 +322,7 @@ impl SegInfo {
         H_ENTRY_COUNT.put_u32(&mut buf, self.segments.len() as u32);
         for (i, (segment, info)) in self.segments.iter().enumerate() {
             let at = HEADER_BYTES + i * ENTRY_BYTES;
-            let e = &mut buf[at..at + ENTRY_BYTES];
-            E_SEGMENT.put_u32(e, segment.0);
-            E_KIND.put_u8(e, info.kind as u8);
-            E_VALID_COUNT.put_u16(e, info.valid_blocks);
-            E_MODIFIED.put_u64(e, info.modified_ns);
-            for (w, word) in info.bitmap.iter().enumerate() {
-                e[E_BITMAP.offset + w * 8..E_BITMAP.offset + w * 8 + 8]
-                    .copy_from_slice(&word.to_le_bytes());
-            }
+            put_entry(&mut buf[at..at + ENTRY_BYTES], *segment, info);
         }
         let crc = checksum(&buf);
         H_CHECKSUM.put_u32(&mut buf, crc);
@@ -353,6 +404,17 @@ impl SegInfo {
             base_ns,
             segments,
         })
+    }
+}
+
+fn put_entry(e: &mut [u8], segment: SegmentNo, info: &SegmentInfo) {
+    E_SEGMENT.put_u32(e, segment.0);
+    E_KIND.put_u8(e, info.kind as u8);
+    E_VALID_COUNT.put_u16(e, info.valid_blocks);
+    E_MODIFIED.put_u64(e, info.modified_ns);
+    for (w, word) in info.bitmap.iter().enumerate() {
+        e[E_BITMAP.offset + w * 8..E_BITMAP.offset + w * 8 + 8]
+            .copy_from_slice(&word.to_le_bytes());
     }
 }
 

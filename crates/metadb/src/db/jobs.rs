@@ -302,7 +302,11 @@ impl Inner {
         // Sealed and drained at the switch: every batch in it was inserted before the
         // hook runs, so the caller's writes it waits for include all they name.
         assert!(mem.gate().is_sealed(), "flushing an unsealed memtable");
-        self.hooks.before_memtable_flush()?;
+        let lookup = |key: &[u8]| match mem.get(key, Seq::MAX) {
+            Some(found) if found.kind == ValueKind::Put => Some(found.value),
+            _ => None,
+        };
+        self.hooks.before_memtable_flush(&lookup)?;
         let mut iter = mem.iter();
         let mut max_seq = self.last_flushed_seq.load(Ordering::SeqCst);
         {

@@ -262,7 +262,20 @@ fn thread_index() -> usize {
 impl MetaDb {
     /// Opens (recovering) the MetaDB of `env`. A freshly formatted image yields an empty
     /// database.
-    pub fn open(env: MetaDbEnv, mut config: MetaDbConfig) -> Result<MetaDb, MetaDbError> {
+    pub fn open(env: MetaDbEnv, config: MetaDbConfig) -> Result<MetaDb, MetaDbError> {
+        MetaDb::open_then(env, config, &mut |_| Ok(()))
+    }
+
+    /// Opens like [`MetaDb::open`], and calls `recovered` with the recovered database
+    /// *before* the recovery flush and before any background job runs: nothing has been
+    /// allocated from the table store since the manifest's tables were claimed, so the
+    /// caller can claim space it records in MetaDB itself (the engine's domain segments)
+    /// first. `recovered` may read; it must not write.
+    pub fn open_then(
+        env: MetaDbEnv,
+        mut config: MetaDbConfig,
+        recovered: &mut dyn FnMut(&MetaDb) -> Result<(), MetaDbError>,
+    ) -> Result<MetaDb, MetaDbError> {
         assert!(
             config.lanes >= 1 && config.lanes + config.pinned_lanes <= 256,
             "{} lanes and {} pinned lanes",
@@ -272,7 +285,14 @@ impl MetaDb {
         // Four memtables' logs must fit the WAL region (records add framing).
         let wal_bytes = env.geometry.wal.size_bytes() as usize;
         config.memtable_bytes = config.memtable_bytes.min(wal_bytes / 6).max(64 << 10);
-        let inner = Arc::new(Inner::recover(env, config)?);
+        let (inner, pending) = Inner::recover(env, config)?;
+        let db = MetaDb {
+            inner: Arc::new(inner),
+            workers: Mutex::new(Vec::new()),
+        };
+        recovered(&db)?;
+        db.inner.finish_recovery(pending)?;
+        let inner = db.inner.clone();
         let mut workers = Vec::new();
         if inner.config.background {
             for (job, name) in [
@@ -290,10 +310,8 @@ impl MetaDb {
             // Recovery may have left compaction due.
             inner.request_work(Job::Compact);
         }
-        Ok(MetaDb {
-            inner,
-            workers: Mutex::new(workers),
-        })
+        *db.workers.lock().expect("workers lock") = workers;
+        Ok(db)
     }
 
     pub fn put(
@@ -675,6 +693,15 @@ impl Inner {
     /// when the caller asks, so there is nothing to wait for).
     fn stall_while_behind(&self, full: &Arc<Memtable>) -> Result<(), MetaDbError> {
         if !self.config.background {
+            // No job threads: the writer that would stall does the work itself.
+            if self.current.load().immutables.len() >= self.config.immutables_max {
+                while self.flush_oldest()? {}
+            }
+            while self.current.load().version.level(0).len() >= self.config.level0_stop_tables {
+                if !self.compact_once()? {
+                    break;
+                }
+            }
             return Ok(());
         }
         self.wait_for_jobs(|sv| {

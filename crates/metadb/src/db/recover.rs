@@ -1,5 +1,5 @@
 //! Opening the database: the manifest's tables, then WAL replay through the caller's
-//! replay filter into one memtable, flushed at once (docs/DESIGN.md "MetaDB", Recovery).
+//! replay filter into one memtable, flushed once the caller has read what it needs (docs/DESIGN.md "MetaDB", Recovery).
 //!
 //! Invariants:
 //! - The WAL yields, per (generation, lane), a prefix of the records appended
@@ -96,7 +96,10 @@ fn replay_memtable(generation: u64, replay: &Replay) -> Arc<Memtable> {
 }
 
 impl Inner {
-    pub(super) fn recover(env: MetaDbEnv, config: MetaDbConfig) -> Result<Inner, MetaDbError> {
+    pub(super) fn recover(
+        env: MetaDbEnv,
+        config: MetaDbConfig,
+    ) -> Result<(Inner, PendingRelease), MetaDbError> {
         let hooks: Arc<dyn WriteHooks> = env.hooks.clone().unwrap_or_else(|| Arc::new(NoHooks));
         let (manifest, state) = Manifest::open(env.device.clone(), env.geometry.manifest)?;
         let version = state.version()?;
@@ -181,12 +184,27 @@ impl Inner {
             env,
             config,
         };
-        // Recovered records go to tables now, so the WAL space they hold is freed and a
-        // second crash replays nothing twice.
-        while inner.flush_oldest()? {}
-        if released < recovery.generation_max {
-            inner.wal.release_through(recovery.generation_max)?;
-        }
-        Ok(inner)
+        let pending = PendingRelease {
+            released,
+            generation_max: recovery.generation_max,
+        };
+        Ok((inner, pending))
     }
+
+    /// Recovered records go to tables now, so the WAL space they hold is freed and a
+    /// second crash replays nothing twice.
+    pub(super) fn finish_recovery(&self, pending: PendingRelease) -> Result<(), MetaDbError> {
+        while self.flush_oldest()? {}
+        if pending.released < pending.generation_max {
+            self.wal.release_through(pending.generation_max)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the recovery flush releases of the WAL once it has run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingRelease {
+    released: u64,
+    generation_max: u64,
 }

@@ -1,0 +1,223 @@
+//! The cleaner (augefs.txt §VI-A "Garbage Collection"): pick the domain whose best victim
+//! frees the most, move the victim's valid blocks to the domain's GC head, re-point their
+//! mappings, and free the victim (pending until the domain's next checkpoint).
+//!
+//! Invariants:
+//! - Moved data is durable (its own device flush) before the batch that re-points it is
+//!   made, so a GC batch never needs checking at recovery and the victim can be reused
+//!   as soon as a checkpoint makes that batch durable.
+//! - A block is re-pointed only if it is still valid at its old address under the
+//!   domain's lock (every change of a mapping goes through that lock and the bitmap), so
+//!   a user write that raced the move wins and the moved copy is garbage.
+//! - A moved block is checked against its mapping's CRC before it is copied: GC never
+//!   spreads corrupt data under a valid checksum.
+
+use super::domain::{self, HeadKind, Run};
+use super::keys::{self, Mapping, Reverse};
+use super::{reap, submit_runs, Domain, Engine, BLOCK};
+use crate::error::EngineError;
+use crate::space::victim::{self, Policy};
+use device::{AlignedBuf, IoCause, IoRequest};
+use format::{BlockAddr, DomainId, SegmentNo};
+use metadb::WriteBatch;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// What one cleaning pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcReport {
+    pub domain: DomainId,
+    pub victim: SegmentNo,
+    /// Valid blocks copied and re-pointed.
+    pub moved: u32,
+    /// Blocks copied but overwritten by a user meanwhile (left as garbage).
+    pub raced: u32,
+}
+
+impl Engine {
+    /// One pass over the domain whose victim (by `policy`) has the fewest valid blocks;
+    /// `None` when no domain has a segment worth cleaning.
+    pub fn gc_pass(&self, policy: Policy) -> Result<Option<GcReport>, EngineError> {
+        let mut best: Option<(u32, usize, SegmentNo)> = None;
+        for (i, d) in self.domains.iter().enumerate() {
+            let state = d.lock();
+            let candidates = state.seginfo.candidates(&state.busy_segments());
+            if let Some(v) = victim::pick(&candidates, policy, state.seginfo.now_ns()) {
+                if best.is_none_or(|(valid, _, _)| v.valid_blocks < valid) {
+                    best = Some((v.valid_blocks, i, v.segment));
+                }
+            }
+        }
+        match best {
+            None => Ok(None),
+            Some((_, i, segment)) => self.clean(&self.domains[i], segment).map(Some),
+        }
+    }
+
+    /// One pass over domain `d`.
+    pub fn gc_domain(&self, d: DomainId, policy: Policy) -> Result<Option<GcReport>, EngineError> {
+        let domain = &self.domains[d.0 as usize];
+        let segment = {
+            let state = domain.lock();
+            let candidates = state.seginfo.candidates(&state.busy_segments());
+            victim::pick(&candidates, policy, state.seginfo.now_ns()).map(|v| v.segment)
+        };
+        match segment {
+            None => Ok(None),
+            Some(s) => self.clean(domain, s).map(Some),
+        }
+    }
+
+    fn clean(&self, domain: &Domain, victim: SegmentNo) -> Result<GcReport, EngineError> {
+        self.check_writable()?;
+        // Cleaning frees nothing until a checkpoint: when the pool is down to the
+        // reserve, turn earlier passes' victims into free space first, so the moves and
+        // MetaDB's flush of their batches always find room.
+        let stats = self.pool.stats();
+        if stats.free <= stats.reserve && stats.pending > 0 {
+            self.checkpoint_all()?;
+        }
+        let _one_pass = domain.gc_lock.lock().expect("gc lock");
+        let base = self.geometry.segment_start(victim);
+        let valid: Vec<u32> = {
+            let state = domain.lock();
+            if state.busy_segments().contains(&victim) {
+                return Ok(GcReport {
+                    domain: domain.id,
+                    victim,
+                    moved: 0,
+                    raced: 0,
+                });
+            }
+            match state.seginfo.get(victim) {
+                Some(info) => info.valid().collect(),
+                None => {
+                    return Ok(GcReport {
+                        domain: domain.id,
+                        victim,
+                        moved: 0,
+                        raced: 0,
+                    })
+                }
+            }
+        };
+        // Who owns each valid block, and the data, checked.
+        let mut owners: HashMap<u16, Reverse> = HashMap::new();
+        for item in self.db.prefix(&keys::reverse_prefix(victim), None)? {
+            let (key, value) = item?;
+            let (_, b) = keys::parse_reverse_key(&key)?;
+            owners.insert(b, Reverse::decode(&value)?);
+        }
+        let mut moving: Vec<(BlockAddr, Reverse, Mapping)> = Vec::with_capacity(valid.len());
+        for &b in &valid {
+            let addr = BlockAddr(base.0 + u64::from(b));
+            let owner = *owners.get(&(b as u16)).ok_or_else(|| {
+                EngineError::corruption(
+                    "reverse map",
+                    format!("segment {victim} block {b}"),
+                    "an owner for a valid block",
+                    "none",
+                )
+            })?;
+            let Some(v) = self.db.get(&keys::mapping_key(owner.ino, owner.block))? else {
+                continue; // unmapped since the snapshot of the bitmap
+            };
+            let m = Mapping::decode(&v)?;
+            if m.addr == addr {
+                moving.push((addr, owner, m));
+            }
+        }
+        let mut data = vec![0u8; moving.len() * BLOCK];
+        if !moving.is_empty() {
+            let requests = moving
+                .iter()
+                .map(|(addr, _, _)| {
+                    IoRequest::read(addr.byte_offset(), AlignedBuf::zeroed(BLOCK), IoCause::Gc)
+                })
+                .collect();
+            let done = self.device.run(requests)?;
+            for (i, c) in done.into_iter().enumerate() {
+                c.result?;
+                let buf = c.request.into_buf().expect("a read returns its buffer");
+                let (addr, owner, m) = &moving[i];
+                if keys::block_crc(owner.ino, owner.block, &buf) != m.crc {
+                    return Err(EngineError::DataChecksum {
+                        ino: owner.ino,
+                        block: owner.block.0,
+                        addr: *addr,
+                    });
+                }
+                data[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&buf);
+            }
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        let mut seq = None;
+        if !moving.is_empty() {
+            let (state, r) = self.reserve(domain, HeadKind::Gc, moving.len() as u32)?;
+            runs = r;
+            let s = domain.tracker.issue();
+            seq = Some(s);
+            drop(state);
+            let mut queue = self.device.queue()?;
+            let written =
+                submit_runs(&mut queue, &runs, &data, IoCause::Gc).and_then(|()| reap(&mut queue));
+            domain.tracker.complete(s);
+            self.failing(written)?;
+            let prefix = domain.tracker.completed_prefix();
+            self.failing(self.device.flush(IoCause::Gc).map_err(Into::into))?;
+            domain.tracker.durable_after_flush(prefix);
+        }
+        let mut state = domain.lock();
+        let mut batch = WriteBatch::new();
+        let mut moved = 0;
+        let mut raced = 0;
+        let targets = runs
+            .iter()
+            .flat_map(|r| (0..u64::from(r.blocks)).map(move |i| BlockAddr(r.start.0 + i)));
+        for ((old, owner, m), new) in moving.iter().zip(targets) {
+            if !state.is_valid(&self.geometry, *old) {
+                raced += 1;
+                continue;
+            }
+            state.invalidate(&self.geometry, *old);
+            state.mark_valid(&self.geometry, new);
+            let mapping = Mapping {
+                addr: new,
+                crc: m.crc,
+                write_seq: seq.expect("moved blocks were written"),
+            };
+            batch.put(
+                keys::mapping_key(owner.ino, owner.block).to_vec(),
+                mapping.encode().to_vec(),
+            );
+            let (segment, b) = domain::locate(&self.geometry, new);
+            batch.put(
+                keys::reverse_key(segment, b as u16).to_vec(),
+                owner.encode().to_vec(),
+            );
+            moved += 1;
+        }
+        state.unreserve(&self.geometry, &runs);
+        state.touch(victim);
+        self.finish_batch(&mut state, domain, &mut batch);
+        let receipt = self.failing(
+            self.db
+                .write_pinned(domain.id.0 as usize, &batch, metadb::Durability::Buffered)
+                .map_err(Into::into),
+        )?;
+        state.last_receipt = Some(receipt);
+        drop(state);
+        self.counters
+            .gc_blocks_moved
+            .fetch_add(u64::from(moved), Ordering::Relaxed);
+        self.counters
+            .gc_segments_cleaned
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(GcReport {
+            domain: domain.id,
+            victim,
+            moved,
+            raced,
+        })
+    }
+}

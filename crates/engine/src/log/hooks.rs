@@ -1,0 +1,177 @@
+//! What MetaDB asks of the engine (metadb::hooks): before a memtable becomes a table,
+//! the data its batches point to must have completed (so the table's own device flush
+//! makes that data durable and tables never need checking); at recovery, a WAL record
+//! whose data may not have reached the device is dropped with the rest of its lane
+//! (docs/DESIGN.md "Asynchronous fsync", crash case tree).
+//!
+//! Invariants:
+//! - Only records of the domains' pinned lanes are ever dropped, and per lane only a
+//!   suffix (MetaDB checks this).
+//! - A record is kept without reading its data only when its domain's durable
+//!   watermark (the highest `durable_seq` any recovered record of the domain carries)
+//!   covers every write it names.
+
+use super::keys::{self, DomainRecord, Mapping};
+use super::tracker::SeqTracker;
+use device::{AlignedBuf, Device, IoCause, IoRequest};
+use format::constants::BLOCK_SIZE_BYTES;
+use format::{DomainId, InodeNo};
+use metadb::hooks::{ReplayRecord, WriteHooks};
+use metadb::{MetaDbError, ValueKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+#[derive(Debug)]
+pub struct EngineHooks {
+    device: Arc<Device>,
+    domain_count: u32,
+    /// Set once the domains exist (after recovery); until then no data is in flight.
+    trackers: OnceLock<Vec<Arc<SeqTracker>>>,
+    /// What the replay filter did, for the mount report.
+    pub(crate) replay: Mutex<ReplayReport>,
+}
+
+/// What recovery did with the domains' WAL records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Records of the domains' lanes found in the WAL.
+    pub records: u64,
+    /// Data blocks read to check records newer than the durable watermark.
+    pub blocks_verified: u64,
+    /// Records dropped: their data (or an earlier record's) never reached the device.
+    pub records_dropped: u64,
+}
+
+impl EngineHooks {
+    pub fn new(device: Arc<Device>, domain_count: u32) -> EngineHooks {
+        EngineHooks {
+            device,
+            domain_count,
+            trackers: OnceLock::new(),
+            replay: Mutex::new(ReplayReport::default()),
+        }
+    }
+
+    pub fn set_trackers(&self, trackers: Vec<Arc<SeqTracker>>) {
+        assert_eq!(trackers.len(), self.domain_count as usize);
+        self.trackers.set(trackers).expect("trackers set once");
+    }
+
+    fn domain_of_lane(&self, record: &ReplayRecord) -> Option<DomainId> {
+        let pinned = record.pinned?;
+        assert!(
+            pinned < self.domain_count as usize,
+            "pinned lane {pinned} beyond {} domains",
+            self.domain_count
+        );
+        Some(DomainId(pinned as u16))
+    }
+}
+
+impl WriteHooks for EngineHooks {
+    fn before_memtable_flush(
+        &self,
+        lookup: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<(), MetaDbError> {
+        let Some(trackers) = self.trackers.get() else {
+            return Ok(());
+        };
+        for (d, tracker) in trackers.iter().enumerate() {
+            let Some(value) = lookup(&keys::domain_key(DomainId(d as u16))) else {
+                continue;
+            };
+            let record = DomainRecord::decode(&value).map_err(|e| MetaDbError::Corruption {
+                what: "engine domain record in a memtable".into(),
+                detail: e.to_string(),
+            })?;
+            // Every batch of the domain in this memtable was made when at most
+            // `issued_seq` writes were issued, and its writer is past its MetaDB call
+            // (the memtable is sealed and drained), so these writes finish.
+            tracker.wait_completed(record.issued_seq.min(tracker.issued()));
+        }
+        Ok(())
+    }
+
+    fn filter_replay(&self, records: &[ReplayRecord]) -> Result<Vec<bool>, MetaDbError> {
+        let corrupt = |detail: String| MetaDbError::Corruption {
+            what: "engine record in the WAL".into(),
+            detail,
+        };
+        // The durable watermark of each domain: the highest any of its records carries.
+        let mut durable: HashMap<DomainId, u64> = HashMap::new();
+        let mut report = ReplayReport::default();
+        for record in records {
+            let Some(domain) = self.domain_of_lane(record) else {
+                continue;
+            };
+            report.records += 1;
+            for (kind, key, value) in record.batch.ops() {
+                if kind == ValueKind::Put && key == keys::domain_key(domain) {
+                    let r = DomainRecord::decode(value).map_err(|e| corrupt(e.to_string()))?;
+                    let w = durable.entry(domain).or_insert(0);
+                    *w = (*w).max(r.durable_seq);
+                }
+            }
+        }
+        // Blocks to check: mappings written after the watermark.
+        let mut checks: Vec<(usize, InodeNo, keys::FileBlock, Mapping)> = Vec::new();
+        for (i, record) in records.iter().enumerate() {
+            let Some(domain) = self.domain_of_lane(record) else {
+                continue;
+            };
+            let w = durable.get(&domain).copied().unwrap_or(0);
+            for (kind, key, value) in record.batch.ops() {
+                if kind != ValueKind::Put || key.first() != Some(&keys::MAPPING_TAG) {
+                    continue;
+                }
+                let (ino, block) =
+                    keys::parse_mapping_key(key).map_err(|e| corrupt(e.to_string()))?;
+                let m = Mapping::decode(value).map_err(|e| corrupt(e.to_string()))?;
+                if m.write_seq > w {
+                    checks.push((i, ino, block, m));
+                }
+            }
+        }
+        let mut bad = vec![false; records.len()];
+        for chunk in checks.chunks(256) {
+            let requests = chunk
+                .iter()
+                .map(|(_, _, _, m)| {
+                    IoRequest::read(
+                        m.addr.byte_offset(),
+                        AlignedBuf::zeroed(BLOCK_SIZE_BYTES as usize),
+                        IoCause::Recovery,
+                    )
+                })
+                .collect();
+            let done = self.device.run(requests).map_err(MetaDbError::Device)?;
+            for ((i, ino, block, m), c) in chunk.iter().zip(done) {
+                c.result.map_err(MetaDbError::Device)?;
+                let buf = c.request.into_buf().expect("a read returns its buffer");
+                report.blocks_verified += 1;
+                if keys::block_crc(*ino, *block, &buf) != m.crc {
+                    bad[*i] = true;
+                }
+            }
+        }
+        // Drop each lane from its first bad record on.
+        let mut dropping: HashMap<u16, bool> = HashMap::new();
+        let keep = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                if self.domain_of_lane(r).is_none() {
+                    return true;
+                }
+                let d = dropping.entry(r.lane).or_insert(false);
+                *d |= bad[i];
+                if *d {
+                    report.records_dropped += 1;
+                }
+                !*d
+            })
+            .collect();
+        *self.replay.lock().expect("replay report lock") = report;
+        Ok(keep)
+    }
+}
