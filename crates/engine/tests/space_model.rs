@@ -48,6 +48,7 @@ impl PoolRun {
         let geometry = Geometry::compute(size, 1 + rng.below(4) as u32).unwrap();
         let config = PoolConfig {
             reserve_segments: rng.below(5) as u32,
+            metadb_headroom: 0,
             discard: rng.chance(1, 2),
         };
         // Some runs start from recovery with segments already owned.
@@ -137,7 +138,11 @@ impl PoolRun {
                     free <= keep,
                     "seed {seed} step {step}: NoSpace with {free} free, keeping {keep}"
                 );
-                assert_eq!((f, reserve), (free, self.config.reserve_segments));
+                assert_eq!(
+                    (f, reserve),
+                    (free, keep),
+                    "NoSpace names what the allocation keeps"
+                );
             }
             Err(e) => panic!("seed {seed} step {step}: {e}"),
         }

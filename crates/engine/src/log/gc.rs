@@ -75,7 +75,9 @@ impl Engine {
         // MetaDB's flush of their batches always find room.
         let stats = self.pool.stats();
         if stats.free <= stats.reserve && stats.pending > 0 {
-            self.checkpoint_all()?;
+            for d in self.pool.pending_domains() {
+                self.checkpoint(d)?;
+            }
         }
         let _one_pass = domain.gc_lock.lock().expect("gc lock");
         let base = self.geometry.segment_start(victim);

@@ -37,7 +37,9 @@ use crate::space::Owner;
 use device::{AlignedBuf, Device, IoCause, IoRequest};
 use domain::{DomainState, HeadKind, Run};
 use format::checkpoint::CheckpointSlot;
-use format::constants::{BLOCK_SIZE_BYTES, CHECKPOINT_SLOT_BYTES};
+use format::constants::{
+    BLOCKS_PER_SEGMENT, BLOCK_SIZE_BYTES, CHECKPOINT_SLOT_BYTES, SEGMENT_SIZE_BYTES,
+};
 use format::geometry::CheckpointOwner;
 use format::{BlockAddr, DomainId, Geometry, InodeNo};
 use hooks::{EngineHooks, ReplayReport};
@@ -76,8 +78,6 @@ pub struct EngineConfig {
     pub metadb: MetaDbConfig,
     /// Segments kept back from ordinary writers for GC (default: the pool's).
     pub reserve_segments: Option<u32>,
-    /// Foreground GC passes a write may run before it reports ENOSPC.
-    pub foreground_gc_passes: u32,
 }
 
 impl Default for EngineConfig {
@@ -86,7 +86,6 @@ impl Default for EngineConfig {
             fsync_path: FsyncPath::Async,
             metadb: MetaDbConfig::default(),
             reserve_segments: None,
-            foreground_gc_passes: 8,
         }
     }
 }
@@ -170,15 +169,16 @@ impl Engine {
         check_pmr(&sb, env.pmr.as_deref())?;
         let geometry = sb.geometry;
         let domain_count = geometry.domain_count;
+        let mut metadb_config = fit_metadb(&config.metadb, &geometry);
+        metadb_config.pinned_lanes = domain_count as usize;
         let mut pool_config = PoolConfig::for_geometry(&geometry, false);
         if let Some(r) = config.reserve_segments {
             pool_config.reserve_segments = r;
         }
+        pool_config.metadb_headroom = metadb_headroom(&metadb_config);
         let pool = Arc::new(SpacePool::new(geometry, pool_config));
         let space = Arc::new(MetaDbSpace::new(pool.clone()));
         let hooks = Arc::new(EngineHooks::new(device.clone(), domain_count));
-        let mut metadb_config = config.metadb.clone();
-        metadb_config.pinned_lanes = domain_count as usize;
         let slots = read_checkpoints(&device, &geometry)?;
         let slot_state = |owner: CheckpointOwner| -> Result<(u64, DomainRecord), EngineError> {
             let found = slots
@@ -389,7 +389,7 @@ impl Engine {
                 Ok(runs) => return Ok((state, runs)),
                 Err(e) => {
                     drop(state);
-                    if passes >= self.config.foreground_gc_passes || kind == HeadKind::Gc {
+                    if passes >= 2 || kind == HeadKind::Gc {
                         return Err(e.into());
                     }
                     passes += 1;
@@ -399,27 +399,38 @@ impl Engine {
         }
     }
 
-    /// Foreground cleaning: checkpoint every domain with pending segments (they become
-    /// free), and if that frees nothing, clean the domain with the most garbage.
+    /// Foreground cleaning until an ordinary allocation can succeed: checkpoint the
+    /// domains with pending segments (they become free), else clean the segment with the
+    /// fewest valid blocks. ENOSPC when nothing is left to clean.
     fn make_room(&self) -> Result<(), EngineError> {
-        let before = self.pool.stats();
-        if before.pending > 0 {
-            self.checkpoint_all()?;
-        }
-        if self.pool.stats().free > before.free {
-            return Ok(());
-        }
-        let cleaned = self.gc_pass(crate::space::victim::Policy::Greedy)?;
-        self.checkpoint_all()?;
-        if cleaned.is_none() && self.pool.stats().free <= before.free {
-            return Err(crate::space::SpaceError::NoSpace {
-                free: before.free,
-                reserve: before.reserve,
-                pending: before.pending,
+        let config = self.pool.config();
+        let kept = config.reserve_segments + config.metadb_headroom;
+        for _ in 0..=self.geometry.segment_count {
+            let stats = self.pool.stats();
+            if stats.free > kept {
+                return Ok(());
             }
-            .into());
+            let pending = self.pool.pending_domains();
+            if !pending.is_empty() {
+                for d in pending {
+                    self.checkpoint(d)?;
+                }
+                continue;
+            }
+            if self
+                .gc_pass(crate::space::victim::Policy::Greedy)?
+                .is_none()
+            {
+                break;
+            }
         }
-        Ok(())
+        let stats = self.pool.stats();
+        Err(crate::space::SpaceError::NoSpace {
+            free: stats.free,
+            reserve: kept,
+            pending: stats.pending,
+        }
+        .into())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -845,6 +856,32 @@ impl Engine {
         Ok(())
     }
 
+    /// Where the space is (statfs, ENOSPC reports, utilization tests).
+    pub fn space_report(&self) -> SpaceReport {
+        let stats = self.pool.stats();
+        let domain_segments: u32 = self.domain_segments().iter().map(|&n| n as u32).sum();
+        let table_segments = stats.in_use - domain_segments;
+        let config = self.pool.config();
+        let kept = config.reserve_segments + config.metadb_headroom;
+        let heads = 2 * self.geometry.domain_count;
+        let live_blocks = self.valid_blocks().iter().sum();
+        let data_segments = self
+            .geometry
+            .segment_count
+            .saturating_sub(kept + table_segments + heads);
+        SpaceReport {
+            segments: self.geometry.segment_count,
+            free: stats.free,
+            pending: stats.pending,
+            gc_reserve: config.reserve_segments,
+            metadb_headroom: config.metadb_headroom,
+            table_segments,
+            domain_segments,
+            live_blocks,
+            capacity_blocks: u64::from(data_segments) * BLOCKS_PER_SEGMENT,
+        }
+    }
+
     /// Live data blocks per domain (for tests and reports).
     pub fn valid_blocks(&self) -> Vec<u64> {
         self.domains
@@ -860,6 +897,60 @@ impl Engine {
             .map(|d| d.lock().seginfo.segment_count())
             .collect()
     }
+}
+
+/// Where the space of the segment area is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceReport {
+    pub segments: u32,
+    pub free: u32,
+    /// Freed, free after their domain's next checkpoint.
+    pub pending: u32,
+    pub gc_reserve: u32,
+    pub metadb_headroom: u32,
+    pub table_segments: u32,
+    pub domain_segments: u32,
+    pub live_blocks: u64,
+    /// The live data the engine promises room for now: the segment area minus the GC
+    /// reserve, MetaDB's headroom, its tables and two log heads per domain. Writes do
+    /// not see ENOSPC while live data stays within it (GC makes the room).
+    pub capacity_blocks: u64,
+}
+
+/// MetaDB's configuration scaled to the device: on a small image a table (one segment
+/// each) is a large share of the space, so level 0, memtables and compaction jobs are
+/// bounded to a sixteenth of the segment area together.
+fn fit_metadb(config: &MetaDbConfig, geometry: &Geometry) -> MetaDbConfig {
+    let mut c = config.clone();
+    let budget = u64::from((geometry.segment_count / 16).max(6));
+    let segment = SEGMENT_SIZE_BYTES;
+    c.level0_stop_tables = c.level0_stop_tables.min((budget / 3) as usize).max(2);
+    c.compaction.level0_file_trigger = c
+        .compaction
+        .level0_file_trigger
+        .min(c.level0_stop_tables / 2)
+        .max(1);
+    c.compaction.job_input_bytes_max = c
+        .compaction
+        .job_input_bytes_max
+        .min((budget / 3).max(1) * segment);
+    c.memtable_bytes = c
+        .memtable_bytes
+        .min(((budget / 3).max(1) * segment / (c.immutables_max as u64 + 1)) as usize);
+    c
+}
+
+/// Segments MetaDB may need beyond what it holds: level 0 up to its stall point, the
+/// tables of every memtable waiting for flush, and one compaction's output.
+fn metadb_headroom(c: &MetaDbConfig) -> u32 {
+    let segment = SEGMENT_SIZE_BYTES as usize;
+    let per_memtable = c
+        .memtable_bytes
+        .div_ceil(c.table.table_bytes_max.min(segment))
+        + 1;
+    let flushes = (c.immutables_max + 1) * per_memtable;
+    let job = (c.compaction.job_input_bytes_max as usize).div_ceil(segment) + 1;
+    (c.level0_stop_tables + flushes + job) as u32
 }
 
 /// Appends the operations of `extra` to `batch`.

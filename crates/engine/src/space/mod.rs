@@ -36,10 +36,12 @@ pub enum Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum SpaceError {
-    /// Ordinary allocations stop while `free <= reserve` (GC allocations at `free == 0`).
+    /// An allocation stops while `free <= reserve`, `reserve` being what that kind of
+    /// allocation keeps back (ordinary: GC reserve + MetaDB headroom; MetaDB: half the GC
+    /// reserve; GC: nothing).
     /// `pending` segments become free after the next checkpoint of their domain (or, when
     /// discards are in use, once their discard is done).
-    #[error("no space left: {free} free segments, {reserve} reserved for GC, {pending} waiting for a checkpoint or discard")]
+    #[error("no space left: {free} free segments, {reserve} kept back (GC reserve and MetaDB headroom), {pending} waiting for a checkpoint or discard")]
     NoSpace {
         free: u32,
         reserve: u32,
