@@ -15,6 +15,7 @@ use format::InodeNo;
 use metadb::compaction::policy::CompactionConfig;
 use metadb::{MetaDbConfig, WriteBatch};
 use platform::{ManualClock, Rng};
+use pmr::{Pmr, PmrOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,7 +46,7 @@ pub fn small_config(path: FsyncPath) -> EngineConfig {
     }
 }
 
-fn formatted(size: u64, domains: u32) -> Arc<Device> {
+fn formatted(size: u64, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
     let dev = Device::new(Box::new(MemoryBackend::new(size, 512)));
     let opts = MkfsOptions {
         domain_count: Some(domains),
@@ -53,15 +54,15 @@ fn formatted(size: u64, domains: u32) -> Arc<Device> {
         created_unix_ns: 1,
         force: false,
     };
-    format(&dev, None, &opts, &NoProgress).unwrap();
+    format(&dev, pmr, &opts, &NoProgress).unwrap();
     Arc::new(dev)
 }
 
-fn mount(dev: &Arc<Device>, config: &EngineConfig) -> Engine {
+fn mount(dev: &Arc<Device>, pmr: &Option<Arc<Pmr>>, config: &EngineConfig) -> Engine {
     Engine::open(
         EngineEnv {
             device: dev.clone(),
-            pmr: None,
+            pmr: pmr.clone(),
             clock: Arc::new(ManualClock::new(1_000)),
         },
         config.clone(),
@@ -102,10 +103,11 @@ fn check_all(engine: &Engine, model: &Model, files: u64, blocks: u64) {
     );
 }
 
-fn run_model(seed: u64, path: FsyncPath, domains: u32) {
-    let dev = formatted(128 * MIB, domains);
+fn run_model(seed: u64, path: FsyncPath, domains: u32, with_pmr: bool) {
+    let pmr = with_pmr.then(|| Arc::new(Pmr::memory(4 * MIB, PmrOptions::default()).unwrap()));
+    let dev = formatted(128 * MIB, domains, pmr.as_deref());
     let config = small_config(path);
-    let mut engine = mount(&dev, &config);
+    let mut engine = mount(&dev, &pmr, &config);
     let mut rng = Rng::from_seed(seed);
     let mut model = Model::new();
     let files = 12u64;
@@ -198,7 +200,7 @@ fn run_model(seed: u64, path: FsyncPath, domains: u32) {
                 if rng.chance(1, 4) {
                     gc_moved += engine.counters().gc_blocks_moved.load(Ordering::Relaxed);
                     engine.close().unwrap();
-                    engine = mount(&dev, &config);
+                    engine = mount(&dev, &pmr, &config);
                     remounts += 1;
                     check_all(&engine, &model, files, blocks);
                 } else {
@@ -218,7 +220,7 @@ fn run_model(seed: u64, path: FsyncPath, domains: u32) {
     check_all(&engine, &model, files, blocks);
     gc_moved += engine.counters().gc_blocks_moved.load(Ordering::Relaxed);
     engine.close().unwrap();
-    let engine = mount(&dev, &config);
+    let engine = mount(&dev, &pmr, &config);
     check_all(&engine, &model, files, blocks);
     eprintln!(
         "seed {seed} {path:?} {domains} domains: {remounts} remounts, GC moved {gc_moved} blocks"
@@ -229,16 +231,22 @@ fn run_model(seed: u64, path: FsyncPath, domains: u32) {
 #[test]
 fn async_path_matches_the_model() {
     for seed in [1, 2] {
-        run_model(seed, FsyncPath::Async, 3);
+        run_model(seed, FsyncPath::Async, 3, false);
     }
 }
 
 #[test]
 fn ordered_path_matches_the_model() {
-    run_model(3, FsyncPath::Ordered, 2);
+    run_model(3, FsyncPath::Ordered, 2, false);
 }
 
 #[test]
 fn one_domain_matches_the_model() {
-    run_model(4, FsyncPath::Async, 1);
+    run_model(4, FsyncPath::Async, 1, false);
+}
+
+#[test]
+fn pmr_mode_matches_the_model() {
+    run_model(5, FsyncPath::Async, 2, true);
+    run_model(6, FsyncPath::Ordered, 1, true);
 }

@@ -116,6 +116,11 @@ fn fill_then_overwrite(utilization: f64, domains: u32) {
     }
     let user = engine.counters().blocks_written.load(Ordering::Relaxed) - written_before;
     let moved = engine.counters().gc_blocks_moved.load(Ordering::Relaxed);
+    let discarded = engine.counters().segments_discarded.load(Ordering::Relaxed);
+    assert!(
+        discarded > 0,
+        "freed segments are discarded (the memory device supports it)"
+    );
     assert_eq!(
         engine.valid_blocks().iter().sum::<u64>(),
         live,

@@ -223,3 +223,99 @@ impl Engine {
         })
     }
 }
+
+/// When the background cleaner runs (augefs.txt §VI-A: background and foreground GC).
+#[derive(Debug, Clone, Copy)]
+pub struct CleanerConfig {
+    /// Clean while free segments are fewer than this share of the segment area (plus
+    /// what ordinary allocations keep back).
+    pub low_free_share: f64,
+    /// How long the cleaner sleeps when there is nothing to do.
+    pub idle: std::time::Duration,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            low_free_share: 0.10,
+            idle: std::time::Duration::from_millis(50),
+        }
+    }
+}
+
+/// A running background cleaner; stops (and joins) when dropped or stopped.
+#[derive(Debug)]
+pub struct Cleaner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<u64, EngineError>>>,
+}
+
+impl Cleaner {
+    /// Stops the cleaner; returns the segments it cleaned, or its first error.
+    pub fn stop(mut self) -> Result<u64, EngineError> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<u64, EngineError> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.take() {
+            Some(t) => {
+                t.thread().unpark();
+                t.join().expect("cleaner thread panicked")
+            }
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for Cleaner {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+impl Engine {
+    /// Starts the background cleaner: while free space is low it cleans with the
+    /// cost-benefit policy (cold, mostly-empty segments first) and checkpoints the
+    /// domains whose victims wait to be freed, so writers rarely clean in the
+    /// foreground. It holds the engine weakly: dropping the engine's last `Arc` ends it.
+    pub fn start_cleaner(self: &std::sync::Arc<Self>, config: CleanerConfig) -> Cleaner {
+        let engine = std::sync::Arc::downgrade(self);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("augefs-cleaner".into())
+            .spawn(move || {
+                let mut cleaned = 0u64;
+                while !halt.load(Ordering::SeqCst) {
+                    let Some(engine) = engine.upgrade() else {
+                        break;
+                    };
+                    let space = engine.space_report();
+                    let low = (f64::from(space.segments) * config.low_free_share) as u32
+                        + space.gc_reserve
+                        + space.metadb_headroom;
+                    let mut worked = false;
+                    if space.free < low && engine.check_writable().is_ok() {
+                        if engine.gc_pass(Policy::CostBenefit)?.is_some() {
+                            cleaned += 1;
+                            worked = true;
+                        }
+                        for d in engine.pool.pending_domains() {
+                            engine.checkpoint(d)?;
+                        }
+                    }
+                    drop(engine);
+                    if !worked {
+                        std::thread::park_timeout(config.idle);
+                    }
+                }
+                Ok(cleaned)
+            })
+            .expect("spawn the cleaner thread");
+        Cleaner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}

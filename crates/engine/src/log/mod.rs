@@ -115,6 +115,8 @@ pub struct EngineCounters {
     pub gc_blocks_moved: AtomicU64,
     pub gc_segments_cleaned: AtomicU64,
     pub checkpoints: AtomicU64,
+    pub segments_discarded: AtomicU64,
+    pub discards_failed: AtomicU64,
 }
 
 pub(crate) struct Domain {
@@ -171,7 +173,7 @@ impl Engine {
         let domain_count = geometry.domain_count;
         let mut metadb_config = fit_metadb(&config.metadb, &geometry);
         metadb_config.pinned_lanes = domain_count as usize;
-        let mut pool_config = PoolConfig::for_geometry(&geometry, false);
+        let mut pool_config = PoolConfig::for_geometry(&geometry, device.info().discard_supported);
         if let Some(r) = config.reserve_segments {
             pool_config.reserve_segments = r;
         }
@@ -406,6 +408,8 @@ impl Engine {
         let config = self.pool.config();
         let kept = config.reserve_segments + config.metadb_headroom;
         for _ in 0..=self.geometry.segment_count {
+            // Tables MetaDB freed since the last checkpoint wait for their discard.
+            self.discard(self.pool.take_discards());
             let stats = self.pool.stats();
             if stats.free > kept {
                 return Ok(());
@@ -794,9 +798,39 @@ impl Engine {
         let sequence = domain.checkpoint_seq.fetch_add(1, Ordering::SeqCst) + 1;
         self.write_slot(CheckpointOwner::Domain(d), sequence, &record)?;
         let discards = self.pool.checkpoint_committed(cut);
-        self.pool.discard_done(discards);
+        self.discard(discards);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Discards freed segments (the device may reclaim them; augefs.txt §VI-A leaves
+    /// this to the FTL), then makes them allocatable. A failed discard loses nothing:
+    /// the segment is free either way, so it is counted, not reported.
+    fn discard(&self, batch: crate::space::pool::DiscardBatch) {
+        if !batch.is_empty() {
+            let requests = batch
+                .segments()
+                .iter()
+                .map(|&s| {
+                    IoRequest::discard(
+                        self.pool.segment_offset_bytes(s),
+                        SEGMENT_SIZE_BYTES,
+                        IoCause::Gc,
+                    )
+                })
+                .collect();
+            let failed = match self.device.run(requests) {
+                Ok(done) => done.iter().filter(|c| c.result.is_err()).count() as u64,
+                Err(_) => batch.segments().len() as u64,
+            };
+            self.counters
+                .discards_failed
+                .fetch_add(failed, Ordering::Relaxed);
+            self.counters
+                .segments_discarded
+                .fetch_add(batch.segments().len() as u64, Ordering::Relaxed);
+        }
+        self.pool.discard_done(batch);
     }
 
     fn checkpoint_all(&self) -> Result<(), EngineError> {
