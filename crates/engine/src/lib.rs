@@ -1,7 +1,10 @@
-//! The augefs engine: the log-structured data layout (segments, domains, node index,
-//! garbage collection, checkpoints, recovery) over the device layer.
+//! The augefs engine: the log-structured data layout (segments, domains, the block index
+//! in MetaDB, garbage collection, checkpoints, recovery) over the device layer.
 //!
-//! At this stage it holds the format-time work every later layer relies on:
+//! - [`log`]: the mounted engine: per-domain logs, asynchronous fsync, GC, checkpoints,
+//!   recovery (docs/DESIGN.md §4b).
+//!
+//! The format-time work every later layer relies on:
 //! - [`mkfs`]: lays out a device (docs/FORMAT.md §2) and writes the initial state;
 //! - [`image`]: reads and validates superblocks and checkpoint slots;
 //! - [`inspect`]: a structured report of an image for `augefs inspect`.
