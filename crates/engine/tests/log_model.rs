@@ -47,7 +47,14 @@ pub fn small_config(path: FsyncPath) -> EngineConfig {
 }
 
 fn formatted(size: u64, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
-    let dev = Device::new(Box::new(MemoryBackend::new(size, 512)));
+    formatted_on(
+        Device::new(Box::new(MemoryBackend::new(size, 512))),
+        domains,
+        pmr,
+    )
+}
+
+fn formatted_on(dev: Device, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
     let opts = MkfsOptions {
         domain_count: Some(domains),
         fs_uuid: [7; 16],
@@ -106,6 +113,11 @@ fn check_all(engine: &Engine, model: &Model, files: u64, blocks: u64) {
 fn run_model(seed: u64, path: FsyncPath, domains: u32, with_pmr: bool) {
     let pmr = with_pmr.then(|| Arc::new(Pmr::memory(4 * MIB, PmrOptions::default()).unwrap()));
     let dev = formatted(128 * MIB, domains, pmr.as_deref());
+    run_model_on(seed, path, domains, dev, pmr);
+}
+
+fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr: Option<Arc<Pmr>>) {
+    let with_pmr = pmr.is_some();
     let config = small_config(path);
     let mut engine = mount(&dev, &pmr, &config);
     let mut rng = Rng::from_seed(seed);
@@ -249,4 +261,18 @@ fn one_domain_matches_the_model() {
 fn pmr_mode_matches_the_model() {
     run_model(5, FsyncPath::Async, 2, true);
     run_model(6, FsyncPath::Ordered, 1, true);
+}
+
+/// The same model on an image file through io_uring with O_DIRECT (the real backend).
+#[test]
+fn image_file_through_io_uring_matches_the_model() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("model.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(128 * MIB)
+        .unwrap();
+    let dev = device::open(&path, &device::OpenOptions::default()).unwrap();
+    let dev = formatted_on(dev, 2, None);
+    run_model_on(7, FsyncPath::Async, 2, dev, None);
 }
