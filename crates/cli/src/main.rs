@@ -1,6 +1,7 @@
 //! `augefs`: the command-line front end. It parses arguments, calls the engine and
 //! prints; no file-system logic lives here.
 
+mod bench;
 mod cmd;
 mod fio;
 mod size;
@@ -38,6 +39,12 @@ enum BenchCommand {
     Device(cmd::bench_device::Args),
     /// MetaDB put, get and recovery figures beside fjall on the same disk.
     Metadb(cmd::bench_metadb::Args),
+    /// The engine's data log: append+fsync on both fsync paths beside ext4, recovery
+    /// after a real crash, and throughput across domain counts.
+    Engine(cmd::bench_engine::Args),
+    /// The process `bench engine` crashes for its recovery figure (not for direct use).
+    #[command(hide = true)]
+    EngineCrashChild(cmd::bench_engine::CrashChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +54,10 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
         Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
+        Command::Bench(BenchCommand::Engine(args)) => cmd::bench_engine::run(args),
+        Command::Bench(BenchCommand::EngineCrashChild(args)) => {
+            cmd::bench_engine::crash_child(args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -46,7 +46,10 @@ mod report;
 mod subject;
 mod workload;
 
-use crate::cmd::inspect::BackendArg;
+use crate::bench::image::DeviceFacts;
+use crate::bench::options::{check_image_size, check_seconds, check_threads, Common};
+use crate::bench::scratch::{fs_type, Scratch};
+use crate::bench::threads::Limit;
 use crate::size::{human, parse_size};
 use format::geometry::Geometry;
 use format::pmr::PmrLayout;
@@ -95,9 +98,6 @@ pub struct Args {
     /// Timed random gets per round.
     #[arg(long, value_parser = parse_count, default_value = "100K")]
     pub gets: u64,
-    /// Runs (rounds) of each figure.
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
     /// Which stores to measure (fjall is the baseline every ratio needs).
     #[arg(
         long,
@@ -114,18 +114,8 @@ pub struct Args {
         default_value = "put,get,recovery"
     )]
     pub figures: Vec<FigureSet>,
-    /// IO backend of the image.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the JSON document (every run's sample and IO counters) to this file.
-    #[arg(long)]
-    pub json_file: Option<PathBuf>,
-    /// Keep the image, PMR and fjall files.
-    #[arg(long)]
-    pub keep: bool,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,17 +164,11 @@ fn parse_count(text: &str) -> Result<u64, String> {
 const TABLE_BYTES_PER_KEY_ESTIMATE: u64 = 140;
 
 fn validate(args: &Args) -> Result<(), String> {
-    if args.image_size % (1 << 20) != 0 {
-        return Err("--image-size must be a multiple of 1 MiB".to_string());
-    }
+    check_image_size(args.image_size)?;
     let geometry = Geometry::compute(args.image_size, 1).map_err(|e| e.to_string())?;
     PmrLayout::compute(args.pmr_size).map_err(|e| format!("--pmr-size: {e}"))?;
-    if args.threads.is_empty() || args.threads.iter().any(|&t| t == 0 || t > 256) {
-        return Err("--threads must list counts in 1..=256".to_string());
-    }
-    if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
-        return Err("--seconds must be in (0, 3600]".to_string());
-    }
+    check_threads(&args.threads)?;
+    check_seconds(args.seconds)?;
     if args.modes.is_empty() {
         return Err("--modes must name at least one of pmr, ssd, fjall".to_string());
     }
@@ -195,7 +179,7 @@ fn validate(args: &Args) -> Result<(), String> {
                 .to_string(),
         );
     }
-    if args.ops == Some(0) || args.runs == 0 || args.gets == 0 {
+    if args.ops == Some(0) || args.common.runs == 0 || args.gets == 0 {
         return Err("--ops, --runs and --gets must be at least 1".to_string());
     }
     if args.keys < workload::LOAD_PARTS || args.keys >= keys::AGED_FIRST_INDEX {
@@ -219,8 +203,8 @@ fn validate(args: &Args) -> Result<(), String> {
 
 impl Args {
     /// When one put run stops: `--seconds`, or `--ops` puts per thread.
-    fn put_limit(&self) -> workload::PutLimit {
-        workload::PutLimit {
+    fn put_limit(&self) -> Limit {
+        Limit {
             duration: std::time::Duration::from_secs_f64(self.seconds),
             ops_per_thread: self.ops,
         }
@@ -238,12 +222,9 @@ impl Args {
 /// The files of one invocation.
 #[derive(Debug)]
 struct Paths {
-    dir: PathBuf,
-    /// File-system types of `dir` and the PMR's directory, for the header.
-    dir_fs: Option<String>,
+    scratch: Scratch,
+    /// File-system type of the PMR's directory, for the header.
     pmr_dir_fs: Option<String>,
-    /// `dir` did not exist before: remove it at the end too.
-    created_dir: bool,
     image: PathBuf,
     pmr: PathBuf,
     fjall: PathBuf,
@@ -254,66 +235,38 @@ struct Paths {
 
 impl Paths {
     fn create(args: &Args) -> Result<Paths, String> {
-        let created_dir = !args.dir.exists();
-        std::fs::create_dir_all(&args.dir)
-            .map_err(|e| format!("creating {}: {e}", args.dir.display()))?;
+        let scratch = Scratch::create(&args.dir)?;
         if !args.pmr_dir.is_dir() {
             return Err(format!(
                 "--pmr-dir {} is not a directory (a tmpfs such as /dev/shm emulates a PMR best)",
                 args.pmr_dir.display()
             ));
         }
-        // Names carry the process id: two invocations sharing a directory never touch
-        // (or clean up) each other's files.
-        let pid = std::process::id();
         Ok(Paths {
-            image: args.dir.join(format!("metadb-{pid}.img")),
-            fjall: args.dir.join(format!("fjall-{pid}")),
-            small_image: args.dir.join(format!("metadb-{pid}-small.img")),
-            small_fjall: args.dir.join(format!("fjall-{pid}-small")),
-            pmr: args.pmr_dir.join(format!("augefs-bench-metadb-{pid}.pmr")),
-            dir: args.dir.clone(),
-            dir_fs: output::fs_type(&args.dir),
-            pmr_dir_fs: output::fs_type(&args.pmr_dir),
-            created_dir,
+            image: scratch.named("metadb", ".img"),
+            fjall: scratch.named("fjall", ""),
+            small_image: scratch.named("metadb", "-small.img"),
+            small_fjall: scratch.named("fjall", "-small"),
+            pmr: args
+                .pmr_dir
+                .join(format!("augefs-bench-metadb-{}.pmr", scratch.pid())),
+            pmr_dir_fs: fs_type(&args.pmr_dir),
+            scratch,
         })
     }
 
     fn remove(&self) {
-        let mut failures = Vec::new();
-        for file in [&self.image, &self.small_image, &self.pmr] {
-            match std::fs::remove_file(file) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    failures.push(format!("{}: {e}", file.display()))
-                }
-                _ => {}
-            }
-        }
-        for dir in [&self.fjall, &self.small_fjall] {
-            if let Err(e) = baseline::remove_dir(dir) {
-                failures.push(e);
-            }
-        }
-        if self.created_dir {
-            match std::fs::remove_dir(&self.dir) {
-                // Another invocation still uses it; it removes what is left.
-                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {}
-                Err(e) => failures.push(format!("{}: {e}", self.dir.display())),
-                Ok(()) => {}
-            }
-        }
-        for failure in failures {
-            eprintln!("augefs: could not remove a bench file: {failure}");
-        }
+        self.scratch.remove(
+            &[&self.image, &self.small_image, &self.pmr],
+            &[&self.fjall, &self.small_fjall],
+        );
     }
 }
 
 /// Facts about the stores, noted when the first augefs store opens.
 #[derive(Debug, Default)]
 struct Environment {
-    backend: Option<String>,
-    notice: Option<String>,
-    logical_block_bytes: Option<u32>,
+    device: DeviceFacts,
     pmr_persist_mode: Option<String>,
     wal_region_bytes: Option<u64>,
     segment_count: Option<u32>,
@@ -321,14 +274,7 @@ struct Environment {
 
 impl Environment {
     fn note(&mut self, augefs: &Augefs) {
-        let info = augefs.device.info();
-        self.backend
-            .get_or_insert_with(|| info.backend.name().to_string());
-        if self.notice.is_none() {
-            self.notice.clone_from(&info.notice);
-        }
-        self.logical_block_bytes
-            .get_or_insert(info.logical_block_bytes);
+        self.device.note(&augefs.device);
         if let Some(p) = &augefs.pmr {
             self.pmr_persist_mode
                 .get_or_insert_with(|| p.persist_mode().name().to_string());
@@ -344,7 +290,7 @@ pub fn run(args: Args) -> Result<(), String> {
     validate(&args)?;
     let paths = Paths::create(&args)?;
     let measured = measure(&args, &paths);
-    if args.keep {
+    if args.common.keep {
         eprintln!(
             "augefs: kept {}, {} and {}",
             paths.image.display(),
@@ -356,19 +302,13 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let (report, env) = measured?;
     let json = output::report_json(&args, &paths, &env, &report);
-    if let Some(file) = &args.json_file {
-        std::fs::write(file, &json).map_err(|e| format!("{}: {e}", file.display()))?;
-    }
-    if args.json {
-        println!("{json}");
-    } else {
+    args.common.emit(&json, || {
         output::print_header(&args, &paths, &env);
         report.print_table(args.keys, args.pmr_latency_ns);
         for goal in output::goals(&report) {
             println!("goal: {}: {}", goal.text, goal.verdict());
         }
-    }
-    Ok(())
+    })
 }
 
 fn measure(args: &Args, paths: &Paths) -> Result<(Report, Environment), String> {
@@ -378,14 +318,9 @@ fn measure(args: &Args, paths: &Paths) -> Result<(Report, Environment), String> 
         pmr: paths.pmr.clone(),
         pmr_bytes: args.pmr_size,
         pmr_latency_ns_per_line: args.pmr_latency_ns,
-        backend: args.backend.into(),
+        backend: args.common.backend.into(),
         clock: Arc::new(SystemClock::new()),
     };
-    eprintln!(
-        "augefs: writing the {} image {} once",
-        human(args.image_size),
-        paths.image.display()
-    );
     setup.prepare_image()?;
     let mut report = Report::default();
     let mut env = Environment::default();

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench_device;
+pub mod bench_engine;
 pub mod bench_metadb;
 pub mod inspect;
 pub mod mkfs;

@@ -17,6 +17,7 @@
 //! other in user space (fjall also has the kernel's page cache, MetaDB uses direct IO).
 
 use super::workload::Store;
+use crate::bench::scratch::remove_dir;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -129,15 +130,6 @@ impl Store for Fjall {
 
     fn settle(&self) -> Result<(), String> {
         self.flush_and_compact()
-    }
-}
-
-/// Removes `dir` and everything in it, if it exists.
-pub fn remove_dir(dir: &Path) -> Result<(), String> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("removing {}: {e}", dir.display())),
     }
 }
 

@@ -8,12 +8,15 @@
 //! - fjall's recovery run copies the shape (keys in tables, records in the log) of the
 //!   first MetaDB run, which precedes it.
 
-use super::baseline::{self, process_write_bytes, Fjall};
+use super::baseline::{process_write_bytes, Fjall};
 use super::keys;
 use super::report::{count, Figure, PutBytes, Report, Sample, System};
 use super::subject::{Augefs, IoMark, Setup, WalMode};
-use super::workload::{self, Getter, PutLimit, Store};
+use super::workload::{self, Getter, Store};
 use super::{Args, Environment, ModeArg, Paths};
+use crate::bench::scratch::remove_dir;
+use crate::bench::threads::Limit;
+use crate::bench::turns;
 use metadb::MetaDbConfig;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -21,14 +24,12 @@ use std::time::Instant;
 /// The order the selected stores take in run `run`: pmr, ssd, fjall rotated by `run`,
 /// so each goes first in turn; fjall is last in run 0.
 fn turn_order(modes: &[ModeArg], run: u32) -> Vec<System> {
-    let mut order: Vec<System> = [ModeArg::Pmr, ModeArg::Ssd, ModeArg::Fjall]
+    let order: Vec<System> = [ModeArg::Pmr, ModeArg::Ssd, ModeArg::Fjall]
         .into_iter()
         .filter(|m| modes.contains(m))
         .map(ModeArg::system)
         .collect();
-    let n = order.len().max(1);
-    order.rotate_left(run as usize % n);
-    order
+    turns::turn_order(&order, run)
 }
 
 fn wal_mode(system: System) -> WalMode {
@@ -54,7 +55,7 @@ pub(super) fn put_figures(
             } else {
                 Figure::PutBuffered
             };
-            for run in 0..args.runs {
+            for run in 0..args.common.runs {
                 for system in turn_order(&args.modes, run) {
                     let sample = match system {
                         System::Fjall => put_fjall(args, paths, threads, sync, limit)?,
@@ -64,7 +65,7 @@ pub(super) fn put_figures(
                         "augefs: {} x{threads}, run {}/{}, {}: {:.0} ops/s",
                         figure.label(args.keys),
                         run + 1,
-                        args.runs,
+                        args.common.runs,
                         system.name(),
                         sample.value
                     );
@@ -82,7 +83,7 @@ fn put_augefs(
     mode: WalMode,
     threads: usize,
     sync: bool,
-    limit: PutLimit,
+    limit: Limit,
     env: &mut Environment,
 ) -> Result<Sample, String> {
     let augefs = setup.create(mode, args.metadb_config())?;
@@ -122,7 +123,7 @@ fn put_fjall(
     paths: &Paths,
     threads: usize,
     sync: bool,
-    limit: PutLimit,
+    limit: Limit,
 ) -> Result<Sample, String> {
     let fjall = Fjall::create(&paths.fjall, args.cache)?;
     let before = process_write_bytes();
@@ -130,7 +131,7 @@ fn put_fjall(
     fjall.persist()?;
     let after = process_write_bytes();
     fjall.close();
-    baseline::remove_dir(&paths.fjall)?;
+    remove_dir(&paths.fjall)?;
     let written = before.zip(after).map(|(b, a)| a.saturating_sub(b));
     Ok(Sample {
         value: run.ops_per_sec(),
@@ -215,7 +216,7 @@ fn get_rows(
     eprintln!(
         "augefs: get round {}/{}, {}: p50 {p50:.1} us, p99 {p99:.1} us, {:.0} gets/s",
         round + 1,
-        args.runs,
+        args.common.runs,
         system.name(),
         run.ops_per_sec()
     );
@@ -330,13 +331,13 @@ struct AgedSide<'a> {
     store: &'a dyn Store,
 }
 
-/// `args.runs` rounds of the aged-put figure; in each, every side takes a run, the
+/// `args.common.runs` rounds of the aged-put figure; in each, every side takes a run, the
 /// first side rotating, so the small and the large store of a system are measured close
 /// together in time (the disk's pace drifts over minutes). Then the large-over-small
 /// rows, run by run.
 fn aged_rounds(args: &Args, sides: &[AgedSide<'_>], report: &mut Report) -> Result<(), String> {
     let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); sides.len()];
-    for run in 0..u64::from(args.runs) {
+    for run in 0..u64::from(args.common.runs) {
         for k in 0..sides.len() {
             let i = (k + run as usize) % sides.len();
             results[i].push(aged_run(args, &sides[i], run, report)?);
@@ -390,12 +391,12 @@ fn load_small_fjall(args: &Args, paths: &Paths) -> Result<Fjall, String> {
 }
 
 /// One warm-up round per side (not reported: caches filled, code paged in), then
-/// `args.runs` rounds, the side that goes first alternating.
+/// `args.common.runs` rounds, the side that goes first alternating.
 fn get_rounds(args: &Args, sides: &[GetSide<'_>], report: &mut Report) -> Result<(), String> {
     for side in sides {
         workload::random_gets(&*side.get, args.keys, args.gets, 0)?;
     }
-    for round in 0..args.runs {
+    for round in 0..args.common.runs {
         for i in 0..sides.len() {
             let side = &sides[(i + round as usize) % sides.len()];
             get_rows(args, &*side.get, side.system, round, report, &*side.io)?;
@@ -483,7 +484,7 @@ pub(super) fn get_figures(
     drop(aged);
     if let Some(small) = small_fjall {
         small.close();
-        baseline::remove_dir(&paths.small_fjall)?;
+        remove_dir(&paths.small_fjall)?;
     }
     if let Some(small) = small_augefs {
         small.close()?;
@@ -492,7 +493,7 @@ pub(super) fn get_figures(
     }
     if let Some(fjall) = fjall {
         fjall.close();
-        baseline::remove_dir(&paths.fjall)?;
+        remove_dir(&paths.fjall)?;
     }
     match augefs {
         Some(augefs) => augefs.close(),
@@ -580,7 +581,7 @@ fn recover_fjall(args: &Args, paths: &Paths, shape: RecoveryShape) -> Result<Sam
     let (fjall, open_ns) = Fjall::reopen(&paths.fjall, args.cache)?;
     check_recovered(&|k| fjall.get(k), &[0, shape.flushed, end - 1])?;
     fjall.close();
-    baseline::remove_dir(&paths.fjall)?;
+    remove_dir(&paths.fjall)?;
     let detail = json!({
         "keys_in_tables": shape.flushed,
         "records_in_journal": shape.unflushed,
@@ -614,7 +615,7 @@ pub(super) fn recovery_figures(
     env: &mut Environment,
 ) -> Result<(), String> {
     let mut shape = None;
-    for run in 0..args.runs {
+    for run in 0..args.common.runs {
         // fjall needs the shape of an augefs run: it goes last in the first run.
         for system in turn_order(&args.modes, run) {
             let sample = match (system, shape) {
@@ -629,7 +630,7 @@ pub(super) fn recovery_figures(
             eprintln!(
                 "augefs: recovery run {}/{}, {}: {:.1} ms",
                 run + 1,
-                args.runs,
+                args.common.runs,
                 system.name(),
                 sample.value
             );

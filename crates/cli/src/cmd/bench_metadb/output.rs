@@ -1,35 +1,13 @@
 //! What `augefs bench metadb` prints besides the table: the header that says what was
 //! measured and how (the PMR is labelled emulated), the verdict on each of the issue's
-//! goals, and the JSON document.
-//!
-//! Invariant: a goal whose figures were not measured in this invocation is reported as
-//! "not measured", never as met.
+//! goals (`crate::bench::goal`), and the JSON document.
 
 use super::figures::AGED_THREADS;
 use super::report::{count, Figure, Report, System};
 use super::{Args, Environment, Paths};
+use crate::bench::goal::Goal;
 use crate::size::human;
 use serde_json::{json, Value};
-use std::path::Path;
-
-/// One of the goals, judged on this run's figures.
-#[derive(Debug)]
-pub(super) struct Goal {
-    pub(super) text: String,
-    /// `None`: not measured in this invocation.
-    met: Option<bool>,
-    evidence: String,
-}
-
-impl Goal {
-    pub(super) fn verdict(&self) -> String {
-        match self.met {
-            Some(true) => format!("met ({})", self.evidence),
-            Some(false) => format!("NOT met ({})", self.evidence),
-            None => format!("not measured ({})", self.evidence),
-        }
-    }
-}
 
 pub(super) fn goals(report: &Report) -> Vec<Goal> {
     let mut goals = Vec::new();
@@ -90,36 +68,17 @@ pub(super) fn goals(report: &Report) -> Vec<Goal> {
     goals
 }
 
-/// The file-system type holding `path`, from /proc/self/mounts (longest matching mount).
-pub(super) fn fs_type(path: &Path) -> Option<String> {
-    let path = path.canonicalize().ok()?;
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (_source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            path.starts_with(target)
-                .then(|| (target.len(), kind.to_string()))
-        })
-        .max_by_key(|(len, _)| *len)
-        .map(|(_, kind)| kind)
-}
-
 pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
     let unknown = || "?".to_string();
     println!(
-        "augefs bench metadb: {} image in {} ({}), {} backend, {} B blocks; {} runs; put runs of {} s{}",
-        human(args.image_size),
-        paths.dir.display(),
-        paths.dir_fs.clone().unwrap_or_else(unknown),
-        env.backend.clone().unwrap_or_else(unknown),
-        env.logical_block_bytes.map_or_else(unknown, |b| b.to_string()),
-        args.runs,
+        "augefs bench metadb: {}; {} runs; put runs of {} s{}",
+        env.device.describe(args.image_size, &paths.scratch),
+        args.common.runs,
         args.seconds,
-        args.ops.map_or(String::new(), |n| format!(" or {n} puts per thread")),
+        args.ops
+            .map_or(String::new(), |n| format!(" or {n} puts per thread")),
     );
-    if let Some(notice) = &env.notice {
+    if let Some(notice) = &env.device.notice {
         println!("note: {notice}");
     }
     println!(
@@ -159,14 +118,11 @@ pub(super) fn report_json(
     env: &Environment,
     report: &Report,
 ) -> String {
-    let goals: Vec<Value> = goals(report)
-        .iter()
-        .map(|g| json!({ "goal": g.text, "met": g.met, "evidence": g.evidence }))
-        .collect();
+    let goals: Vec<Value> = goals(report).iter().map(Goal::json).collect();
     let value = json!({
         "config": {
-            "dir": paths.dir,
-            "dir_fs": paths.dir_fs,
+            "dir": paths.scratch.dir,
+            "dir_fs": paths.scratch.dir_fs,
             "image_bytes": args.image_size,
             "pmr_dir": args.pmr_dir,
             "pmr_dir_fs": paths.pmr_dir_fs,
@@ -178,15 +134,15 @@ pub(super) fn report_json(
             "ops_per_thread": args.ops,
             "keys": args.keys,
             "gets": args.gets,
-            "runs": args.runs,
+            "runs": args.common.runs,
             "fjall_sync": "write batch with PersistMode::SyncData",
             "fjall_buffered": "Keyspace::insert (default: write to the OS, no sync)",
             "cache_bytes": args.cache,
         },
         "environment": {
-            "backend": env.backend,
-            "notice": env.notice,
-            "logical_block_bytes": env.logical_block_bytes,
+            "backend": env.device.backend,
+            "notice": env.device.notice,
+            "logical_block_bytes": env.device.logical_block_bytes,
             "pmr_persist_mode": env.pmr_persist_mode,
             "wal_region_bytes": env.wal_region_bytes,
             "segment_count": env.segment_count,

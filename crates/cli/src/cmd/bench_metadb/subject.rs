@@ -12,7 +12,8 @@
 //! - At most one `Augefs` is alive at a time: the image and PMR are locked while open.
 
 use super::workload::Store;
-use device::{AlignedBuf, BackendChoice, Device, IoCause, IoRequest, OpenOptions};
+use crate::bench::image;
+use device::{BackendChoice, Device, IoCause};
 use engine::mkfs::{self, MkfsOptions};
 use engine::progress::NoProgress;
 use format::Geometry;
@@ -23,9 +24,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Zero-fill writes of the image are this large, several in flight.
-const FILL_CHUNK_BYTES: usize = 1 << 20;
-const FILL_CHUNKS_IN_FLIGHT: u64 = 8;
 /// The benchmark's images carry a fixed uuid: they never outlive the run.
 const BENCH_FS_UUID: [u8; 16] = *b"augefs-bench-mdb";
 
@@ -178,42 +176,11 @@ impl Store for Augefs {
 impl Setup {
     /// Creates the image file and writes it once in full (zeros), then flushes.
     pub fn prepare_image(&self) -> Result<(), String> {
-        device::create_image(&self.image, self.image_bytes).map_err(|e| e.to_string())?;
-        let device = self.open_device()?;
-        let size = device.size_bytes();
-        assert_eq!(
-            size % FILL_CHUNK_BYTES as u64,
-            0,
-            "image size checked by the caller"
-        );
-        let chunks = size / FILL_CHUNK_BYTES as u64;
-        let mut next = 0;
-        while next < chunks {
-            let end = (next + FILL_CHUNKS_IN_FLIGHT).min(chunks);
-            let requests = (next..end)
-                .map(|i| {
-                    let buf = AlignedBuf::zeroed(FILL_CHUNK_BYTES);
-                    IoRequest::write(i * FILL_CHUNK_BYTES as u64, buf, IoCause::Tool)
-                })
-                .collect();
-            device
-                .run(requests)
-                .map_err(|e| format!("writing the image: {e}"))?;
-            next = end;
-        }
-        device
-            .flush(IoCause::Tool)
-            .map_err(|e| format!("writing the image: {e}"))
+        image::prepare(&self.image, self.image_bytes, self.backend)
     }
 
     fn open_device(&self) -> Result<Arc<Device>, String> {
-        let opts = OpenOptions {
-            backend: self.backend,
-            ..OpenOptions::default()
-        };
-        let device = device::open(&self.image, &opts)
-            .map_err(|e| format!("{}: {e}", self.image.display()))?;
-        Ok(Arc::new(device))
+        image::open_device(&self.image, self.backend)
     }
 
     fn pmr_options(&self) -> PmrOptions {

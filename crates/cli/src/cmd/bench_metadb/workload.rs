@@ -6,16 +6,15 @@
 //! - Every thread writes keys of its own index range ([`THREAD_STRIDE`]), so no two
 //!   threads ever write the same key (the file system's locking guarantees the same,
 //!   docs/DESIGN.md §3a).
-//! - A put run's time starts when the first thread starts (all are released at once)
-//!   and ends when the last one stops, by the threads' own clock readings; work to make
+//! - A put run is timed as `crate::bench::threads` times every run; work to make
 //!   buffered writes durable afterwards is not in it.
 //! - Every get must find the value the load wrote; anything else is an error, not a
 //!   sample.
 
 use super::keys::{key_into, value_into, THREAD_STRIDE, VALUE_BYTES};
+use crate::bench::threads::{self, Limit, Run};
 use platform::Rng;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A key-value store under test.
 pub trait Store: Sync {
@@ -26,124 +25,35 @@ pub trait Store: Sync {
     fn settle(&self) -> Result<(), String>;
 }
 
-/// When a put run stops: at the deadline or after `ops_per_thread` puts per thread,
-/// whichever comes first.
-#[derive(Debug, Clone, Copy)]
-pub struct PutLimit {
-    pub duration: Duration,
-    pub ops_per_thread: Option<u64>,
-}
-
-/// Puts done by all threads and the time they took.
-#[derive(Debug, Clone, Copy)]
-pub struct PutRun {
-    pub ops: u64,
-    pub elapsed_ns: u64,
-}
-
-impl PutRun {
-    pub fn ops_per_sec(&self) -> f64 {
-        self.ops as f64 * 1e9 / self.elapsed_ns.max(1) as f64
-    }
-}
-
 /// Buffered puts check the deadline once per this many puts (a clock read costs about
 /// 2% of a buffered put); synchronous puts check before every put.
 const DEADLINE_CHECK_PUTS: u64 = 16;
 
-/// `threads` threads putting unique keys with 100-byte values until `limit`.
 /// Puts from `threads` threads until `limit`; thread `t` writes key indexes from
 /// `t * THREAD_STRIDE + first_index` on.
 pub fn put_throughput(
     store: &dyn Store,
     threads: usize,
     sync: bool,
-    limit: PutLimit,
+    limit: Limit,
     first_index: u64,
-) -> Result<PutRun, String> {
-    assert!(threads >= 1, "at least one thread");
-    let barrier = Barrier::new(threads + 1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|thread| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    barrier.wait();
-                    put_loop(
-                        store,
-                        thread as u64 * THREAD_STRIDE + first_index,
-                        sync,
-                        limit,
-                    )
-                })
-            })
-            .collect();
-        barrier.wait();
-        let mut ops = 0;
-        let mut span: Option<(Instant, Instant)> = None;
-        let mut first_error = None;
-        for handle in handles {
-            match handle.join().expect("a put thread panicked") {
-                Ok(done) => {
-                    ops += done.puts;
-                    span = Some(match span {
-                        None => (done.started, done.ended),
-                        Some((s, e)) => (s.min(done.started), e.max(done.ended)),
-                    });
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match (first_error, span) {
-            (Some(e), _) => Err(e),
-            (None, Some((started, ended))) => Ok(PutRun {
-                ops,
-                elapsed_ns: ended.duration_since(started).as_nanos() as u64,
-            }),
-            (None, None) => unreachable!("at least one thread ran"),
-        }
-    })
-}
-
-/// One thread's puts and when it began and stopped (a thread's own clock readings, so a
-/// descheduled coordinator cannot shorten the run).
-struct ThreadPuts {
-    puts: u64,
-    started: Instant,
-    ended: Instant,
-}
-
-fn put_loop(
-    store: &dyn Store,
-    base: u64,
-    sync: bool,
-    limit: PutLimit,
-) -> Result<ThreadPuts, String> {
-    let started = Instant::now();
-    let deadline = started + limit.duration;
+) -> Result<Run, String> {
     // No thread comes near 10^11 puts in a run; the cap keeps key ranges disjoint.
-    let cap = limit
-        .ops_per_thread
-        .unwrap_or(u64::MAX)
-        .min(THREAD_STRIDE - base % THREAD_STRIDE);
-    let mut key = Vec::with_capacity(32);
-    let mut value = [0u8; VALUE_BYTES];
-    let mut done = 0;
-    while done < cap {
-        if (sync || done % DEADLINE_CHECK_PUTS == 0) && Instant::now() >= deadline {
-            break;
-        }
-        key_into(base + done, &mut key);
-        value_into(base + done, &mut value);
-        store.put(&key, &value, sync)?;
-        done += 1;
-    }
-    Ok(ThreadPuts {
-        puts: done,
-        started,
-        ended: Instant::now(),
+    let stride_left = THREAD_STRIDE - first_index % THREAD_STRIDE;
+    let limit = Limit {
+        ops_per_thread: Some(limit.ops_per_thread.unwrap_or(u64::MAX).min(stride_left)),
+        ..limit
+    };
+    let check_every = if sync { 1 } else { DEADLINE_CHECK_PUTS };
+    threads::timed(threads, limit, check_every, |thread| {
+        let base = thread as u64 * THREAD_STRIDE + first_index;
+        let mut key = Vec::with_capacity(32);
+        let mut value = [0u8; VALUE_BYTES];
+        Ok(move |i: u64| {
+            key_into(base + i, &mut key);
+            value_into(base + i, &mut value);
+            store.put(&key, &value, sync)
+        })
     })
 }
 
@@ -291,8 +201,8 @@ mod tests {
     #[test]
     fn threads_write_disjoint_keys_up_to_the_cap() {
         let store = MapStore::default();
-        let limit = PutLimit {
-            duration: Duration::from_secs(60),
+        let limit = Limit {
+            duration: std::time::Duration::from_secs(60),
             ops_per_thread: Some(500),
         };
         let run = put_throughput(&store, 4, true, limit, 0).unwrap();

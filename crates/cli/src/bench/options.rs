@@ -1,0 +1,82 @@
+//! Options and checks shared by the bench subcommands that measure augefs images
+//! (`bench metadb`, `bench engine`), and how they hand their results out.
+
+use crate::cmd::inspect::BackendArg;
+use std::path::PathBuf;
+
+/// The options every such benchmark has (flattened into its arguments).
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// Runs (rounds) of each figure.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// IO backend of the augefs image.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON document (every run's sample and IO counters) to this file.
+    #[arg(long)]
+    pub json_file: Option<PathBuf>,
+    /// Keep the bench files (images and other stores' files) instead of removing them
+    /// at the end; a mount or loop device made for a baseline is always undone.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl Common {
+    /// Writes `json` to `--json-file` if given, then prints it (`--json`) or calls
+    /// `table`, which prints the text report.
+    pub fn emit(&self, json: &str, table: impl FnOnce()) -> Result<(), String> {
+        if let Some(file) = &self.json_file {
+            std::fs::write(file, json).map_err(|e| format!("{}: {e}", file.display()))?;
+        }
+        if self.json {
+            println!("{json}");
+        } else {
+            table();
+        }
+        Ok(())
+    }
+}
+
+pub fn check_image_size(bytes: u64) -> Result<(), String> {
+    if bytes % (1 << 20) != 0 {
+        return Err("--image-size must be a multiple of 1 MiB".to_string());
+    }
+    Ok(())
+}
+
+pub fn check_threads(threads: &[usize]) -> Result<(), String> {
+    if threads.is_empty() || threads.iter().any(|&t| t == 0 || t > 256) {
+        return Err("--threads must list counts in 1..=256".to_string());
+    }
+    Ok(())
+}
+
+pub fn check_seconds(seconds: f64) -> Result<(), String> {
+    if !(seconds > 0.0 && seconds <= 3600.0) {
+        return Err("--seconds must be in (0, 3600]".to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_name_the_option() {
+        assert!(check_image_size(64 << 20).is_ok());
+        assert!(check_image_size((64 << 20) + 4096)
+            .unwrap_err()
+            .contains("--image-size"));
+        assert!(check_threads(&[1, 256]).is_ok());
+        assert!(check_threads(&[]).is_err());
+        assert!(check_threads(&[0]).unwrap_err().contains("--threads"));
+        assert!(check_seconds(0.2).is_ok());
+        assert!(check_seconds(0.0).is_err());
+        assert!(check_seconds(f64::NAN).unwrap_err().contains("--seconds"));
+    }
+}

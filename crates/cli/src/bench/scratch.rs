@@ -1,0 +1,142 @@
+//! The scratch directory of one benchmark invocation and the files in it.
+//!
+//! Invariants:
+//! - Every file name carries the process id, so invocations sharing a directory never
+//!   touch (or clean up) each other's files.
+//! - The directory is removed at the end only if this invocation created it and it is
+//!   empty by then (another invocation may still use it).
+//! - Removal reports what it could not remove on stderr and goes on: cleaning up never
+//!   hides the result or the error of the measurement.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+pub struct Scratch {
+    pub dir: PathBuf,
+    /// File-system type of `dir`, for the header.
+    pub dir_fs: Option<String>,
+    /// `dir` did not exist before: remove it at the end too.
+    created_dir: bool,
+    pid: u32,
+}
+
+impl Scratch {
+    /// Creates `dir` if missing.
+    pub fn create(dir: &Path) -> Result<Scratch, String> {
+        let created_dir = !dir.exists();
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(Scratch {
+            dir: dir.to_path_buf(),
+            dir_fs: fs_type(dir),
+            created_dir,
+            pid: std::process::id(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `<dir>/<stem>-<pid><rest>`, e.g. `named("metadb", ".img")`.
+    pub fn named(&self, stem: &str, rest: &str) -> PathBuf {
+        self.dir.join(format!("{stem}-{}{rest}", self.pid))
+    }
+
+    /// Removes `files` and `dirs` (with their contents) where they exist, then the
+    /// scratch directory if this invocation created it and nothing else is left in it.
+    pub fn remove(&self, files: &[&Path], dirs: &[&Path]) {
+        let mut failures = Vec::new();
+        for file in files {
+            if let Err(e) = remove_file(file) {
+                failures.push(e);
+            }
+        }
+        for dir in dirs {
+            if let Err(e) = remove_dir(dir) {
+                failures.push(e);
+            }
+        }
+        if self.created_dir {
+            match std::fs::remove_dir(&self.dir) {
+                // Another invocation still uses it; it removes what is left.
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {}
+                Err(e) => failures.push(format!("{}: {e}", self.dir.display())),
+                Ok(()) => {}
+            }
+        }
+        for failure in failures {
+            eprintln!("augefs: could not remove a bench file: {failure}");
+        }
+    }
+}
+
+/// Removes the file `path`, if it exists.
+pub fn remove_file(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("removing {}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes `dir` and everything in it, if it exists.
+pub fn remove_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("removing {}: {e}", dir.display())),
+    }
+}
+
+/// The file-system type holding `path`, from /proc/self/mounts (longest matching mount).
+pub fn fs_type(path: &Path) -> Option<String> {
+    let path = path.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            path.starts_with(target)
+                .then(|| (target.len(), kind.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, kind)| kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_pid_and_removal_leaves_a_used_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("bench");
+        let scratch = Scratch::create(&dir).unwrap();
+        let file = scratch.named("engine", ".img");
+        assert!(file
+            .to_str()
+            .unwrap()
+            .ends_with(&format!("engine-{}.img", std::process::id())));
+        std::fs::write(&file, b"x").unwrap();
+        let sub = scratch.named("fjall", "");
+        std::fs::create_dir_all(sub.join("a")).unwrap();
+        let other = dir.join("someone-else");
+        std::fs::write(&other, b"y").unwrap();
+        scratch.remove(&[&file, &dir.join("missing")], &[&sub]);
+        assert!(!file.exists() && !sub.exists());
+        assert!(
+            dir.exists(),
+            "another invocation's file keeps the directory"
+        );
+        std::fs::remove_file(&other).unwrap();
+        scratch.remove(&[], &[]);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn fs_type_of_root_is_known() {
+        assert!(fs_type(Path::new("/")).is_some());
+    }
+}

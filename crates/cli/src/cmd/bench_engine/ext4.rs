@@ -1,0 +1,182 @@
+//! The baseline of `augefs bench engine`: ext4 on a loop device over an image file in
+//! the same directory as augefs's image, so both sit on the same disk and host file
+//! system.
+//!
+//! - The image is written in full once, like augefs's, then `mkfs.ext4 -q -F` with
+//!   `lazy_itable_init=0,lazy_journal_init=0`: no background initialisation thread
+//!   writes while a run is measured.
+//! - The loop device is attached with direct IO where the kernel allows it (the host's
+//!   page cache then sits under neither side; augefs uses `O_DIRECT`); the header says
+//!   which.
+//! - It is mounted with the defaults (`data=ordered`, barriers on). An append with
+//!   `fdatasync` commits the file size in the journal, as augefs commits the block's
+//!   mapping record.
+//! - Bytes written and flushes are the loop device's own counters
+//!   (`/sys/block/<loop>/stat`), journal included.
+//!
+//! Invariant: whatever was set up is undone by `Drop` (unmount, detach, remove), also
+//! after an error or a panic; a failing step of the teardown is reported on stderr and
+//! the rest still runs.
+
+use super::report::PerOp;
+use super::workload;
+use crate::bench::image;
+use crate::bench::scratch::{remove_dir, remove_file, Scratch};
+use crate::bench::threads::{Limit, Run};
+use device::BackendChoice;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// ext4 mounted on a loop device.
+#[derive(Debug)]
+pub struct Ext4 {
+    image: PathBuf,
+    mount_dir: PathBuf,
+    /// `/dev/loopN`, once attached.
+    loop_device: Option<String>,
+    mounted: bool,
+    pub image_bytes: u64,
+    /// Whether the loop device does direct IO to the image, if the kernel says.
+    pub direct_io: Option<bool>,
+}
+
+/// Runs `program` with `args`; its stdout, or a message with its stderr.
+fn command(program: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{program} {}: {} ({})",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim(),
+            output.status
+        ))
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str, String> {
+    path.to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", path.display()))
+}
+
+impl Ext4 {
+    /// Makes, attaches and mounts an ext4 image of `bytes` in the scratch directory. An
+    /// error says which step failed (the caller skips the baseline with it).
+    pub fn setup(scratch: &Scratch, bytes: u64, backend: BackendChoice) -> Result<Ext4, String> {
+        let mut ext4 = Ext4 {
+            image: scratch.named("ext4", ".img"),
+            mount_dir: scratch.named("ext4", ".mnt"),
+            loop_device: None,
+            mounted: false,
+            image_bytes: bytes,
+            direct_io: None,
+        };
+        image::prepare(&ext4.image, bytes, backend)?;
+        let image = path_str(&ext4.image)?.to_string();
+        let lazy = "lazy_itable_init=0,lazy_journal_init=0";
+        command("mkfs.ext4", &["-q", "-F", "-E", lazy, &image])?;
+        let attached = command("losetup", &["--find", "--show", "--direct-io=on", &image])?;
+        let loop_device = attached.trim().to_string();
+        if !loop_device.starts_with("/dev/") {
+            return Err(format!("losetup printed {attached:?}, not a device"));
+        }
+        ext4.loop_device = Some(loop_device.clone());
+        ext4.direct_io = ext4.sys_block("loop/dio").map(|text| text.trim() == "1");
+        std::fs::create_dir(&ext4.mount_dir)
+            .map_err(|e| format!("{}: {e}", ext4.mount_dir.display()))?;
+        let mount_dir = path_str(&ext4.mount_dir)?.to_string();
+        command("mount", &["-t", "ext4", &loop_device, &mount_dir])?;
+        ext4.mounted = true;
+        Ok(ext4)
+    }
+
+    pub fn loop_device(&self) -> &str {
+        self.loop_device.as_deref().unwrap_or("?")
+    }
+
+    /// A file of the loop device's `/sys/block/<name>/` directory.
+    fn sys_block(&self, file: &str) -> Option<String> {
+        let name = self.loop_device.as_deref()?.strip_prefix("/dev/")?;
+        std::fs::read_to_string(format!("/sys/block/{name}/{file}")).ok()
+    }
+
+    /// Bytes written and flushes so far (fields 7 and 16 of the block layer's stat:
+    /// sectors written, flush requests).
+    fn written_and_flushes(&self) -> Option<(u64, u64)> {
+        let stat = self.sys_block("stat")?;
+        let fields: Vec<u64> = stat
+            .split_whitespace()
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        Some((*fields.get(6)? * 512, *fields.get(15)?))
+    }
+
+    /// Writes everything out (`sync -f`, untimed), so a run does not pay for the one
+    /// before it.
+    fn settle(&self) -> Result<(), String> {
+        command("sync", &["-f", path_str(&self.mount_dir)?]).map(|_| ())
+    }
+
+    /// One run of `threads` threads appending 4 KiB with `fdatasync`, each to a new file
+    /// of its own; the files are removed afterwards.
+    pub fn appends(&self, threads: usize, limit: Limit) -> Result<(Run, Option<PerOp>), String> {
+        let dir = self.mount_dir.join("run");
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        self.settle()?;
+        let before = self.written_and_flushes();
+        let run = workload::file_appends(&dir, threads, limit);
+        let after = self.written_and_flushes();
+        let removed = remove_dir(&dir);
+        let run = run?;
+        removed?;
+        self.settle()?;
+        let per_op = before.zip(after).map(|((b, bf), (a, af))| PerOp {
+            total: (a - b) as f64 / run.ops.max(1) as f64,
+            flushes: (af - bf) as f64 / run.ops.max(1) as f64,
+            by_cause: None,
+        });
+        Ok((run, per_op))
+    }
+
+    fn teardown(&mut self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.mounted {
+            let dir = self.mount_dir.to_string_lossy().into_owned();
+            if let Err(e) = command("umount", &[&dir]) {
+                failures.push(e);
+                // Lazily, so that the loop device can go at least once nothing uses it.
+                if let Err(e) = command("umount", &["-l", &dir]) {
+                    failures.push(e);
+                }
+            }
+            self.mounted = false;
+        }
+        if let Some(device) = self.loop_device.take() {
+            if let Err(e) = command("losetup", &["-d", &device]) {
+                failures.push(e);
+            }
+        }
+        match std::fs::remove_dir(&self.mount_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                failures.push(format!("removing {}: {e}", self.mount_dir.display()))
+            }
+            _ => {}
+        }
+        if let Err(e) = remove_file(&self.image) {
+            failures.push(e);
+        }
+        failures
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        for failure in self.teardown() {
+            eprintln!("augefs: cleaning up the ext4 baseline: {failure}");
+        }
+    }
+}
