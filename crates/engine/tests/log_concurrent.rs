@@ -5,55 +5,30 @@
 //! exercises the deadlock-prone paths: writers stalled in MetaDB while its flush waits
 //! for their domain's data, fsyncs waiting for earlier writers' data, GC checkpoints.
 
-use device::memory::MemoryBackend;
+mod common;
+
+use common::{memory_image, punch_from, read_values, small_config, try_mount, RandomWrite, BLOCK};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::InodeNo;
-use metadb::compaction::policy::CompactionConfig;
-use metadb::{MetaDbConfig, WriteBatch};
+use metadb::WriteBatch;
 use platform::{Rng, SystemClock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const BLOCK: usize = 4096;
 const BLOCKS: u64 = 64;
 
 fn config(path: FsyncPath) -> EngineConfig {
-    EngineConfig {
-        fsync_path: path,
-        metadb: MetaDbConfig {
-            lanes: 2,
-            memtable_bytes: 64 << 10,
-            immutables_max: 2,
-            level0_stop_tables: 6,
-            compaction: CompactionConfig {
-                level0_file_trigger: 2,
-                level_base_bytes: 1 << 20,
-                ..CompactionConfig::default()
-            },
-            background: true,
-            ..MetaDbConfig::default()
-        },
-        ..EngineConfig::default()
-    }
+    small_config(path, 64 << 10, true)
 }
 
+/// Real time: the background cleaner and cost-benefit ages use it.
 fn mount(dev: &Arc<Device>, config: &EngineConfig) -> Engine {
-    Engine::open(
-        EngineEnv {
-            device: dev.clone(),
-            pmr: None,
-            clock: Arc::new(SystemClock::new()),
-        },
-        config.clone(),
-    )
-    .unwrap()
+    try_mount(dev, None, config, Arc::new(SystemClock::new())).unwrap()
 }
 
 /// (ino -> block -> value) of one writer.
@@ -61,28 +36,14 @@ type Model = BTreeMap<u64, BTreeMap<u64, u8>>;
 
 fn check(engine: &Engine, model: &Model) {
     for (&ino, blocks) in model {
-        let mut buf = vec![0u8; BLOCKS as usize * BLOCK];
-        let mapped = engine.read(InodeNo(ino), FileBlock(0), &mut buf).unwrap();
-        for b in 0..BLOCKS {
-            let got = &buf[b as usize * BLOCK..(b as usize + 1) * BLOCK];
-            match blocks.get(&b) {
-                Some(&v) => assert!(got.iter().all(|&x| x == v), "ino {ino} block {b}"),
-                None => assert!(!mapped[b as usize], "ino {ino} block {b} should be a hole"),
-            }
+        for (b, got) in read_values(engine, ino, BLOCKS).into_iter().enumerate() {
+            assert_eq!(got, blocks.get(&(b as u64)).copied(), "ino {ino} block {b}");
         }
     }
 }
 
 fn run(path: FsyncPath, writers: u64, domains: u32) {
-    let dev = Device::new(Box::new(MemoryBackend::new(256 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [3; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
+    let dev = memory_image(256 * MIB, domains, None);
     let config = config(path);
     let engine = Arc::new(mount(&dev, &config));
     let stop = Arc::new(AtomicBool::new(false));
@@ -131,41 +92,13 @@ fn run(path: FsyncPath, writers: u64, domains: u32) {
                     let ino = t + 1 + rng.below(3) * writers;
                     if rng.chance(1, 10) {
                         let from = rng.below(BLOCKS);
-                        engine
-                            .punch(
-                                InodeNo(ino),
-                                FileBlock(from),
-                                None,
-                                &WriteBatch::new(),
-                                Durability::Buffered,
-                            )
-                            .unwrap();
+                        punch_from(&engine, ino, from);
                         model.entry(ino).or_default().retain(|&b, _| b < from);
                         continue;
                     }
-                    let first = rng.below(BLOCKS);
-                    let count = 1 + rng.below(8.min(BLOCKS - first));
-                    let mut data = vec![0u8; count as usize * BLOCK];
-                    let f = model.entry(ino).or_default();
-                    for i in 0..count {
-                        let v = 1 + rng.below(255) as u8;
-                        data[i as usize * BLOCK..(i as usize + 1) * BLOCK].fill(v);
-                        f.insert(first + i, v);
-                    }
-                    let durability = if rng.chance(1, 2) {
-                        Durability::Fsync
-                    } else {
-                        Durability::Buffered
-                    };
-                    engine
-                        .write(
-                            InodeNo(ino),
-                            FileBlock(first),
-                            &data,
-                            &WriteBatch::new(),
-                            durability,
-                        )
-                        .unwrap();
+                    let w = RandomWrite::new(&mut rng, BLOCKS, 8, 2);
+                    model.entry(ino).or_default().extend(w.blocks());
+                    w.apply(&engine, ino).unwrap();
                 }
                 model
             })
@@ -222,15 +155,7 @@ fn many_writers_in_one_domain() {
 /// and the cleaner did clean.
 #[test]
 fn background_cleaner_runs_beside_writers() {
-    let dev = Device::new(Box::new(MemoryBackend::new(192 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [5; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
+    let dev = memory_image(192 * MIB, 2, None);
     let config = config(FsyncPath::Async);
     let engine = Arc::new(mount(&dev, &config));
     let files = engine.space_report().capacity_blocks * 7 / 10 / BLOCKS;

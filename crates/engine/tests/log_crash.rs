@@ -9,23 +9,22 @@
 //! - segment accounting is exact: live blocks equal mapped blocks;
 //! - the recovered engine takes new writes, GC and a remount.
 
+mod common;
+
+use common::{memory_image, punch_from, read_values, small_config, try_mount, RandomWrite, BLOCK};
 use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend, RecordingHandle};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::{DomainId, InodeNo};
-use metadb::compaction::policy::CompactionConfig;
-use metadb::{MetaDbConfig, WriteBatch};
+use metadb::WriteBatch;
 use platform::{ManualClock, Rng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-const BLOCK: usize = 4096;
 const IMAGE_BYTES: u64 = 96 * MIB;
 const FILES: u64 = 4;
 const BLOCKS: u64 = 24;
@@ -33,78 +32,36 @@ const BLOCKS: u64 = 24;
 type Model = BTreeMap<(u64, u64), u8>;
 
 fn config(path: FsyncPath) -> EngineConfig {
-    EngineConfig {
-        fsync_path: path,
-        metadb: MetaDbConfig {
-            lanes: 1,
-            memtable_bytes: 256 << 10,
-            background: false,
-            // A table occupies a whole segment: keep the tree shallow on a small image.
-            immutables_max: 2,
-            level0_stop_tables: 4,
-            compaction: CompactionConfig {
-                level0_file_trigger: 2,
-                level_base_bytes: 1 << 20,
-                ..CompactionConfig::default()
-            },
-            ..MetaDbConfig::default()
-        },
-        ..EngineConfig::default()
-    }
+    small_config(path, 256 << 10, false)
 }
 
-fn formatted_image(domains: u32) -> Vec<u8> {
-    let backend = MemoryBackend::new(IMAGE_BYTES, 512);
-    let dev = Device::new(Box::new(backend));
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [9; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let mut image = vec![0u8; IMAGE_BYTES as usize];
-    // Read the formatted image back through the device.
-    let mut at = 0;
-    while at < IMAGE_BYTES {
-        let len = (8 * MIB).min(IMAGE_BYTES - at);
-        let buf = dev
-            .read(
-                at,
-                device::AlignedBuf::zeroed(len as usize),
-                device::IoCause::Tool,
-            )
-            .unwrap();
-        image[at as usize..(at + len) as usize].copy_from_slice(&buf);
-        at += len;
-    }
-    image
-}
-
-fn mount(dev: Arc<Device>, config: &EngineConfig) -> Result<Engine, engine::EngineError> {
-    Engine::open(
-        EngineEnv {
-            device: dev,
-            pmr: None,
-            clock: Arc::new(ManualClock::new(5)),
-        },
-        config.clone(),
+/// A freshly formatted image's bytes (to start a recording device from).
+fn formatted_image(domains: u32, pmr: Option<&pmr::Pmr>) -> Vec<u8> {
+    let dev = memory_image(IMAGE_BYTES, domains, pmr);
+    dev.read(
+        0,
+        device::AlignedBuf::zeroed(IMAGE_BYTES as usize),
+        device::IoCause::Tool,
     )
+    .unwrap()
+    .to_vec()
 }
 
-/// The files as the engine has them: (ino, block) -> value, and the number mapped.
+fn mount(
+    dev: Arc<Device>,
+    pmr: Option<&Arc<pmr::Pmr>>,
+    config: &EngineConfig,
+) -> Result<Engine, engine::EngineError> {
+    try_mount(&dev, pmr, config, Arc::new(ManualClock::new(5)))
+}
+
+/// The files as the engine has them: (ino, block) -> value.
 fn contents(engine: &Engine) -> Model {
     let mut out = Model::new();
     for ino in 1..=FILES {
-        let mut buf = vec![0u8; BLOCKS as usize * BLOCK];
-        let mapped = engine
-            .read(InodeNo(ino), FileBlock(0), &mut buf)
-            .unwrap_or_else(|e| panic!("read after recovery: {e}"));
-        for b in 0..BLOCKS as usize {
-            if mapped[b] {
-                let block = &buf[b * BLOCK..(b + 1) * BLOCK];
-                assert!(block.iter().all(|&x| x == block[0]), "a block mixes writes");
-                out.insert((ino, b as u64), block[0]);
+        for (b, v) in read_values(engine, ino, BLOCKS).into_iter().enumerate() {
+            if let Some(v) = v {
+                out.insert((ino, b as u64), v);
             }
         }
     }
@@ -122,7 +79,7 @@ struct Run {
 }
 
 fn workload(seed: u64, dev: &Arc<Device>, handle: &RecordingHandle, config: &EngineConfig) -> Run {
-    let engine = mount(dev.clone(), config).unwrap();
+    let engine = mount(dev.clone(), None, config).unwrap();
     let mut rng = Rng::from_seed(seed);
     let mut model = Model::new();
     let mut run = Run {
@@ -134,43 +91,17 @@ fn workload(seed: u64, dev: &Arc<Device>, handle: &RecordingHandle, config: &Eng
         let ino = 1 + rng.below(FILES);
         let acknowledged = match rng.below(12) {
             0..=6 => {
-                let first = rng.below(BLOCKS);
-                let count = 1 + rng.below(4.min(BLOCKS - first));
-                let mut data = vec![0u8; count as usize * BLOCK];
-                for i in 0..count {
-                    let v = 1 + rng.below(255) as u8;
-                    data[i as usize * BLOCK..(i as usize + 1) * BLOCK].fill(v);
-                    model.insert((ino, first + i), v);
-                    run.written.entry((ino, first + i)).or_default().push(v);
+                let w = RandomWrite::new(&mut rng, BLOCKS, 4, 2);
+                for (b, v) in w.blocks() {
+                    model.insert((ino, b), v);
+                    run.written.entry((ino, b)).or_default().push(v);
                 }
-                let fsync = rng.chance(1, 2);
-                let durability = if fsync {
-                    Durability::Fsync
-                } else {
-                    Durability::Buffered
-                };
-                engine
-                    .write(
-                        InodeNo(ino),
-                        FileBlock(first),
-                        &data,
-                        &WriteBatch::new(),
-                        durability,
-                    )
-                    .unwrap();
-                fsync
+                w.apply(&engine, ino).unwrap();
+                w.durability == Durability::Fsync
             }
             7 => {
                 let from = rng.below(BLOCKS);
-                engine
-                    .punch(
-                        InodeNo(ino),
-                        FileBlock(from),
-                        None,
-                        &WriteBatch::new(),
-                        Durability::Buffered,
-                    )
-                    .unwrap();
+                punch_from(&engine, ino, from);
                 model.retain(|&(i, b), _| i != ino || b < from);
                 false
             }
@@ -200,7 +131,7 @@ fn workload(seed: u64, dev: &Arc<Device>, handle: &RecordingHandle, config: &Eng
 
 fn check_states(seed: u64, path: FsyncPath, domains: u32, states_max: usize) {
     let config = config(path);
-    let (backend, handle) = RecordingBackend::new(formatted_image(domains), 512);
+    let (backend, handle) = RecordingBackend::new(formatted_image(domains, None), 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let run = workload(seed, &dev, &handle, &config);
     let recording = handle.snapshot();
@@ -213,7 +144,7 @@ fn check_states(seed: u64, path: FsyncPath, domains: u32, states_max: usize) {
         let durable = state.durable_writes();
         let image = recording.image(state);
         let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
-        let engine = mount(crashed.clone(), &config)
+        let engine = mount(crashed.clone(), None, &config)
             .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
         dropped += engine.mount_report().replay.records_dropped;
         let got = contents(&engine);
@@ -252,7 +183,7 @@ fn check_states(seed: u64, path: FsyncPath, domains: u32, states_max: usize) {
             .unwrap();
         engine.gc_pass(Policy::Greedy).unwrap();
         engine.close().unwrap();
-        let again = mount(crashed, &config).unwrap();
+        let again = mount(crashed, None, &config).unwrap();
         let mut buf = vec![0u8; BLOCK];
         again.read(InodeNo(1), FileBlock(0), &mut buf).unwrap();
         assert!(buf.iter().all(|&x| x == 0xee));
@@ -289,36 +220,10 @@ fn pmr_mode_async_fsync_recovers_a_prefix_with_every_acknowledged_write() {
     let seed = 24;
     let config = config(FsyncPath::Async);
     let pmr = Arc::new(pmr::Pmr::memory(4 * MIB, pmr::PmrOptions::default()).unwrap());
-    let image = {
-        let backend = MemoryBackend::new(IMAGE_BYTES, 512);
-        let dev = Device::new(Box::new(backend));
-        let opts = MkfsOptions {
-            domain_count: Some(1),
-            fs_uuid: [9; 16],
-            created_unix_ns: 1,
-            force: false,
-        };
-        format(&dev, Some(&pmr), &opts, &NoProgress).unwrap();
-        dev.read(
-            0,
-            device::AlignedBuf::zeroed(IMAGE_BYTES as usize),
-            device::IoCause::Tool,
-        )
-        .unwrap()
-        .to_vec()
-    };
+    let image = formatted_image(1, Some(&pmr));
     let (backend, handle) = RecordingBackend::new(image, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
-    let open = |dev: Arc<Device>, pmr: Arc<pmr::Pmr>| {
-        Engine::open(
-            EngineEnv {
-                device: dev,
-                pmr: Some(pmr),
-                clock: Arc::new(ManualClock::new(5)),
-            },
-            config.clone(),
-        )
-    };
+    let open = |dev: Arc<Device>, pmr: Arc<pmr::Pmr>| mount(dev, Some(&pmr), &config);
     let engine = open(dev.clone(), pmr.clone()).unwrap();
     let mut rng = Rng::from_seed(seed);
     let mut models = vec![Model::new()];
@@ -330,38 +235,16 @@ fn pmr_mode_async_fsync_recovers_a_prefix_with_every_acknowledged_write() {
         let ino = 1 + rng.below(FILES);
         match rng.below(10) {
             0..=6 => {
-                let first = rng.below(BLOCKS);
-                let count = 1 + rng.below(4.min(BLOCKS - first));
-                let mut data = vec![0u8; count as usize * BLOCK];
-                for i in 0..count {
-                    let v = 1 + rng.below(255) as u8;
-                    data[i as usize * BLOCK..(i as usize + 1) * BLOCK].fill(v);
-                    model.insert((ino, first + i), v);
-                }
-                let fsync = rng.chance(1, 2);
-                let d = if fsync {
-                    Durability::Fsync
-                } else {
-                    Durability::Buffered
-                };
-                engine
-                    .write(InodeNo(ino), FileBlock(first), &data, &WriteBatch::new(), d)
-                    .unwrap();
-                if fsync {
+                let w = RandomWrite::new(&mut rng, BLOCKS, 4, 2);
+                model.extend(w.blocks().map(|(b, v)| ((ino, b), v)));
+                w.apply(&engine, ino).unwrap();
+                if w.durability == Durability::Fsync {
                     last_ack = op as usize;
                 }
             }
             7 => {
                 let from = rng.below(BLOCKS);
-                engine
-                    .punch(
-                        InodeNo(ino),
-                        FileBlock(from),
-                        None,
-                        &WriteBatch::new(),
-                        Durability::Buffered,
-                    )
-                    .unwrap();
+                punch_from(&engine, ino, from);
                 model.retain(|&(i, b), _| i != ino || b < from);
             }
             8 => {

@@ -3,103 +3,30 @@
 //! every remount every file reads back as the model says, and segment accounting is
 //! exact (live blocks = mapped blocks).
 
-use device::memory::MemoryBackend;
+mod common;
+
+use common::{formatted, memory_image, mount, read_values, small_config, RandomWrite, BLOCK};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+use engine::log::{Durability, Engine, FsyncPath};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::InodeNo;
-use metadb::compaction::policy::CompactionConfig;
-use metadb::{MetaDbConfig, WriteBatch};
-use platform::{ManualClock, Rng};
+use metadb::WriteBatch;
+use platform::Rng;
 use pmr::{Pmr, PmrOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-const BLOCK: usize = 4096;
-
 /// File -> block -> the byte every byte of the block holds.
 type Model = BTreeMap<u64, BTreeMap<u64, u8>>;
 
-pub fn small_config(path: FsyncPath) -> EngineConfig {
-    EngineConfig {
-        fsync_path: path,
-        metadb: MetaDbConfig {
-            lanes: 2,
-            memtable_bytes: 64 << 10,
-            background: false,
-            // A table occupies a whole segment: keep the tree shallow on a small image.
-            immutables_max: 2,
-            level0_stop_tables: 4,
-            compaction: CompactionConfig {
-                level0_file_trigger: 2,
-                level_base_bytes: 1 << 20,
-                ..CompactionConfig::default()
-            },
-            ..MetaDbConfig::default()
-        },
-        ..EngineConfig::default()
-    }
-}
-
-fn formatted(size: u64, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
-    formatted_on(
-        Device::new(Box::new(MemoryBackend::new(size, 512))),
-        domains,
-        pmr,
-    )
-}
-
-fn formatted_on(dev: Device, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, pmr, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
-}
-
-fn mount(dev: &Arc<Device>, pmr: &Option<Arc<Pmr>>, config: &EngineConfig) -> Engine {
-    Engine::open(
-        EngineEnv {
-            device: dev.clone(),
-            pmr: pmr.clone(),
-            clock: Arc::new(ManualClock::new(1_000)),
-        },
-        config.clone(),
-    )
-    .unwrap()
-}
-
 fn check_all(engine: &Engine, model: &Model, files: u64, blocks: u64) {
     for ino in 1..=files {
-        let mut buf = vec![0u8; blocks as usize * BLOCK];
-        let mapped = engine.read(InodeNo(ino), FileBlock(0), &mut buf).unwrap();
         let want = model.get(&ino).cloned().unwrap_or_default();
-        for b in 0..blocks {
-            let got = &buf[b as usize * BLOCK..(b as usize + 1) * BLOCK];
-            match want.get(&b) {
-                Some(&v) => {
-                    assert!(mapped[b as usize], "ino {ino} block {b} unmapped");
-                    assert!(
-                        got.iter().all(|&x| x == v),
-                        "ino {ino} block {b} wrong data"
-                    );
-                }
-                None => {
-                    assert!(
-                        !mapped[b as usize],
-                        "ino {ino} block {b} mapped, model has a hole"
-                    );
-                    assert!(got.iter().all(|&x| x == 0));
-                }
-            }
+        for (b, got) in read_values(engine, ino, blocks).into_iter().enumerate() {
+            assert_eq!(got, want.get(&(b as u64)).copied(), "ino {ino} block {b}");
         }
     }
     let mapped: u64 = model.values().map(|f| f.len() as u64).sum();
@@ -112,14 +39,14 @@ fn check_all(engine: &Engine, model: &Model, files: u64, blocks: u64) {
 
 fn run_model(seed: u64, path: FsyncPath, domains: u32, with_pmr: bool) {
     let pmr = with_pmr.then(|| Arc::new(Pmr::memory(4 * MIB, PmrOptions::default()).unwrap()));
-    let dev = formatted(128 * MIB, domains, pmr.as_deref());
+    let dev = memory_image(128 * MIB, domains, pmr.as_deref());
     run_model_on(seed, path, domains, dev, pmr);
 }
 
 fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr: Option<Arc<Pmr>>) {
     let with_pmr = pmr.is_some();
-    let config = small_config(path);
-    let mut engine = mount(&dev, &pmr, &config);
+    let config = small_config(path, 64 << 10, false);
+    let mut engine = mount(&dev, pmr.as_ref(), &config);
     let mut rng = Rng::from_seed(seed);
     let mut model = Model::new();
     let files = 12u64;
@@ -130,31 +57,15 @@ fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr:
         let ino = 1 + rng.below(files);
         match rng.below(20) {
             0..=11 => {
-                let first = rng.below(blocks);
-                let count = 1 + rng.below(12.min(blocks - first));
-                let mut data = vec![0u8; count as usize * BLOCK];
-                let f = model.entry(ino).or_default();
-                for i in 0..count {
-                    let v = 1 + rng.below(255) as u8;
-                    data[i as usize * BLOCK..(i as usize + 1) * BLOCK].fill(v);
-                    f.insert(first + i, v);
-                }
-                let durability = if rng.chance(1, 3) {
-                    Durability::Fsync
-                } else {
-                    Durability::Buffered
-                };
-                engine
-                    .write(InodeNo(ino), FileBlock(first), &data, &WriteBatch::new(), durability)
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "seed {seed} step {step}: write: {e}; pool {:?}, domain segments {:?}, live {:?}, tables {:?}",
-                            engine.pool().stats(),
-                            engine.domain_segments(),
-                            engine.valid_blocks(),
-                            engine.metadb().stats().tables_per_level
-                        )
-                    });
+                let w = RandomWrite::new(&mut rng, blocks, 12, 3);
+                model.entry(ino).or_default().extend(w.blocks());
+                w.apply(&engine, ino).unwrap_or_else(|e| {
+                    panic!(
+                        "seed {seed} step {step}: write: {e}; {:?}, tables {:?}",
+                        engine.space_report(),
+                        engine.metadb().stats().tables_per_level
+                    )
+                });
             }
             12 | 13 => {
                 let from = rng.below(blocks);
@@ -212,7 +123,7 @@ fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr:
                 if rng.chance(1, 4) {
                     gc_moved += engine.counters().gc_blocks_moved.load(Ordering::Relaxed);
                     engine.close().unwrap();
-                    engine = mount(&dev, &pmr, &config);
+                    engine = mount(&dev, pmr.as_ref(), &config);
                     remounts += 1;
                     check_all(&engine, &model, files, blocks);
                 } else {
@@ -232,10 +143,11 @@ fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr:
     check_all(&engine, &model, files, blocks);
     gc_moved += engine.counters().gc_blocks_moved.load(Ordering::Relaxed);
     engine.close().unwrap();
-    let engine = mount(&dev, &pmr, &config);
+    let engine = mount(&dev, pmr.as_ref(), &config);
     check_all(&engine, &model, files, blocks);
     eprintln!(
-        "seed {seed} {path:?} {domains} domains: {remounts} remounts, GC moved {gc_moved} blocks"
+        "seed {seed} {path:?} {domains} domains{}: {remounts} remounts, GC moved {gc_moved} blocks",
+        if with_pmr { ", WAL on a PMR" } else { "" }
     );
     assert!(gc_moved > 0, "the workload makes GC move live blocks");
 }
@@ -273,6 +185,6 @@ fn image_file_through_io_uring_matches_the_model() {
         .set_len(128 * MIB)
         .unwrap();
     let dev = device::open(&path, &device::OpenOptions::default()).unwrap();
-    let dev = formatted_on(dev, 2, None);
+    let dev = formatted(dev, 2, None);
     run_model_on(7, FsyncPath::Async, 2, dev, None);
 }

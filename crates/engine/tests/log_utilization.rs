@@ -7,42 +7,21 @@
 //! GC reserve, minus MetaDB's tables at the time, minus two log heads per domain
 //! (docs/DESIGN.md "Engine: the data log", ENOSPC).
 
-use device::memory::MemoryBackend;
-use device::Device;
+mod common;
+
+use common::{memory_image, mount, small_config, BLOCK};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
 use format::constants::MIB;
 use format::InodeNo;
-use metadb::compaction::policy::CompactionConfig;
-use metadb::{MetaDbConfig, WriteBatch};
-use platform::{ManualClock, Rng};
+use metadb::WriteBatch;
+use platform::Rng;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-const BLOCK: usize = 4096;
 const FILE_BLOCKS: u64 = 256;
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        fsync_path: FsyncPath::Async,
-        metadb: MetaDbConfig {
-            lanes: 2,
-            memtable_bytes: 256 << 10,
-            immutables_max: 2,
-            level0_stop_tables: 4,
-            compaction: CompactionConfig {
-                level0_file_trigger: 2,
-                level_base_bytes: 2 << 20,
-                job_input_bytes_max: 4 << 20,
-                ..CompactionConfig::default()
-            },
-            background: false,
-            ..MetaDbConfig::default()
-        },
-        ..EngineConfig::default()
-    }
+    small_config(FsyncPath::Async, 256 << 10, false)
 }
 
 /// Blocks of data the engine promises room for right now.
@@ -51,21 +30,8 @@ fn data_capacity(engine: &Engine) -> u64 {
 }
 
 fn fill_then_overwrite(utilization: f64, domains: u32) {
-    let dev = Device::new(Box::new(MemoryBackend::new(192 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [4; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    let engine = Engine::open(env.clone(), config()).unwrap();
+    let dev = memory_image(192 * MIB, domains, None);
+    let engine = mount(&dev, None, &config());
     // Fill whole files until live data reaches the target share of the capacity (which
     // shrinks as MetaDB's tables grow, so it is read again each time).
     let mut files = 0u64;
@@ -127,7 +93,7 @@ fn fill_then_overwrite(utilization: f64, domains: u32) {
         "accounting"
     );
     engine.close().unwrap();
-    let engine = Engine::open(env, config()).unwrap();
+    let engine = mount(&dev, None, &config());
     assert_eq!(
         engine.valid_blocks().iter().sum::<u64>(),
         live,

@@ -202,12 +202,7 @@ impl Engine {
         state.unreserve(&self.geometry, &runs);
         state.touch(victim);
         self.finish_batch(&mut state, domain, &mut batch);
-        let receipt = self.failing(
-            self.db
-                .write_pinned(domain.id.0 as usize, &batch, metadb::Durability::Buffered)
-                .map_err(Into::into),
-        )?;
-        state.last_receipt = Some(receipt);
+        self.failing(self.put_batch(domain, &mut state, &batch))?;
         drop(state);
         self.counters
             .gc_blocks_moved

@@ -457,13 +457,8 @@ impl Engine {
         let made = submitted.and_then(|()| {
             let batch =
                 self.index_batch(&mut state, domain, ino, first, &runs, crcs, seq, extra)?;
-            Ok(self
-                .db
-                .write_pinned(domain.id.0 as usize, &batch, metadb::Durability::Buffered)?)
+            self.put_batch(domain, &mut state, &batch)
         });
-        if let Ok(receipt) = &made {
-            state.last_receipt = Some(*receipt);
-        }
         drop(state);
         let reaped = reap(&mut queue);
         domain.tracker.complete(seq);
@@ -506,16 +501,7 @@ impl Engine {
         let mut state = domain.lock();
         let made = self
             .index_batch(&mut state, domain, ino, first, &runs, crcs, seq, extra)
-            .and_then(|batch| {
-                Ok(self.db.write_pinned(
-                    domain.id.0 as usize,
-                    &batch,
-                    metadb::Durability::Buffered,
-                )?)
-            });
-        if let Ok(receipt) = &made {
-            state.last_receipt = Some(*receipt);
-        }
+            .and_then(|batch| self.put_batch(domain, &mut state, &batch));
         drop(state);
         let receipt = self.failing(made)?;
         self.counters
@@ -525,6 +511,21 @@ impl Engine {
             self.failing(self.db.persist(&[receipt]).map_err(Into::into))?;
         }
         Ok(())
+    }
+
+    /// Puts `batch` in `domain`'s own WAL lane, under the domain's lock, and keeps its
+    /// receipt for later fsyncs and checkpoints of the domain.
+    fn put_batch(
+        &self,
+        domain: &Domain,
+        state: &mut DomainState,
+        batch: &WriteBatch,
+    ) -> Result<Receipt, EngineError> {
+        let receipt =
+            self.db
+                .write_pinned(domain.id.0 as usize, batch, metadb::Durability::Buffered)?;
+        state.last_receipt = Some(receipt);
+        Ok(receipt)
     }
 
     /// The batch that points blocks `first..` of `ino` at `runs` (reserved, now written
@@ -756,12 +757,7 @@ impl Engine {
         }
         self.finish_batch(&mut state, domain, &mut batch);
         append(&mut batch, extra);
-        let receipt = self.failing(
-            self.db
-                .write_pinned(domain.id.0 as usize, &batch, metadb::Durability::Buffered)
-                .map_err(Into::into),
-        )?;
-        state.last_receipt = Some(receipt);
+        let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
         // Read under the lock: a number issued later may belong to a writer waiting
         // inside MetaDB, which the persist must not wait for.
         let seq = domain.tracker.issued();
