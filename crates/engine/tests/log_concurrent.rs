@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{memory_image, punch_from, read_values, small_config, try_mount, RandomWrite, BLOCK};
+use common::{
+    memory_image, punch_from, read_values, small_config, try_mount, write_block, RandomWrite, BLOCK,
+};
 use device::Device;
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
@@ -186,15 +188,7 @@ fn background_cleaner_runs_beside_writers() {
                     let ino = 1 + t + 3 * rng.below(files / 3);
                     let b = rng.below(BLOCKS);
                     let v = (i % 250) as u8 + 1;
-                    engine
-                        .write(
-                            InodeNo(ino),
-                            FileBlock(b),
-                            &vec![v; BLOCK],
-                            &WriteBatch::new(),
-                            Durability::Fsync,
-                        )
-                        .unwrap();
+                    write_block(&engine, ino, b, v, Durability::Fsync).unwrap();
                     model.entry(ino).or_default().insert(b, v);
                 }
                 model

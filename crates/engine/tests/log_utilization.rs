@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{memory_image, mount, small_config, BLOCK};
+use common::{memory_image, mount, small_config, write_block, BLOCK};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
 use format::constants::MIB;
@@ -64,20 +64,12 @@ fn fill_then_overwrite(utilization: f64, domains: u32) {
         let ino = 1 + rng.below(files);
         let b = rng.below(FILE_BLOCKS);
         let v = (i % 251) as u8 + 1;
-        engine
-            .write(
-                InodeNo(ino),
-                FileBlock(b),
-                &vec![v; BLOCK],
-                &WriteBatch::new(),
-                Durability::Fsync,
+        write_block(&engine, ino, b, v, Durability::Fsync).unwrap_or_else(|e| {
+            panic!(
+                "{utilization}: overwrite {i} of {overwrites}: {e} (live {live}, capacity {})",
+                data_capacity(&engine)
             )
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{utilization}: overwrite {i} of {overwrites}: {e} (live {live}, capacity {})",
-                    data_capacity(&engine)
-                )
-            });
+        });
         last[ino as usize - 1][b as usize] = v;
     }
     let user = engine.counters().blocks_written.load(Ordering::Relaxed) - written_before;

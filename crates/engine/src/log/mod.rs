@@ -359,20 +359,21 @@ impl Engine {
             data.len()
         );
         self.check_writable()?;
-        let count = (data.len() / BLOCK) as u32;
-        let crcs: Vec<u32> = data
-            .chunks(BLOCK)
-            .enumerate()
-            .map(|(i, b)| keys::block_crc(ino, FileBlock(first.0 + i as u64), b))
-            .collect();
+        let blocks = Blocks {
+            ino,
+            first,
+            data,
+            crcs: data
+                .chunks(BLOCK)
+                .enumerate()
+                .map(|(i, b)| keys::block_crc(ino, FileBlock(first.0 + i as u64), b))
+                .collect(),
+            extra,
+        };
         let domain = self.domain(ino);
         match self.config.fsync_path {
-            FsyncPath::Async => {
-                self.write_async(domain, ino, first, data, &crcs, count, extra, durability)
-            }
-            FsyncPath::Ordered => {
-                self.write_ordered(domain, ino, first, data, &crcs, count, extra, durability)
-            }
+            FsyncPath::Async => self.write_async(domain, &blocks, durability),
+            FsyncPath::Ordered => self.write_ordered(domain, &blocks, durability),
         }
     }
 
@@ -437,26 +438,20 @@ impl Engine {
         .into())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn write_async(
         &self,
         domain: &Domain,
-        ino: InodeNo,
-        first: FileBlock,
-        data: &[u8],
-        crcs: &[u32],
-        count: u32,
-        extra: &WriteBatch,
+        blocks: &Blocks<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        let count = blocks.count();
         let mut queue = self.device.queue()?;
         let (mut state, runs) = self.reserve(domain, HeadKind::User, count)?;
         let seq = domain.tracker.issue();
-        let submitted = submit_runs(&mut queue, &runs, data, IoCause::UserData);
+        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
         // From here the write's number must complete whatever happens.
         let made = submitted.and_then(|()| {
-            let batch =
-                self.index_batch(&mut state, domain, ino, first, &runs, crcs, seq, extra)?;
+            let batch = self.index_batch(&mut state, domain, blocks, &runs, seq)?;
             self.put_batch(domain, &mut state, &batch)
         });
         drop(state);
@@ -473,23 +468,18 @@ impl Engine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn write_ordered(
         &self,
         domain: &Domain,
-        ino: InodeNo,
-        first: FileBlock,
-        data: &[u8],
-        crcs: &[u32],
-        count: u32,
-        extra: &WriteBatch,
+        blocks: &Blocks<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        let count = blocks.count();
         let mut queue = self.device.queue()?;
         let (state, runs) = self.reserve(domain, HeadKind::User, count)?;
         let seq = domain.tracker.issue();
         drop(state);
-        let submitted = submit_runs(&mut queue, &runs, data, IoCause::UserData);
+        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
         let reaped = submitted.and_then(|()| reap(&mut queue));
         domain.tracker.complete(seq);
         self.failing(reaped)?;
@@ -500,7 +490,7 @@ impl Engine {
         }
         let mut state = domain.lock();
         let made = self
-            .index_batch(&mut state, domain, ino, first, &runs, crcs, seq, extra)
+            .index_batch(&mut state, domain, blocks, &runs, seq)
             .and_then(|batch| self.put_batch(domain, &mut state, &batch));
         drop(state);
         let receipt = self.failing(made)?;
@@ -530,20 +520,16 @@ impl Engine {
 
     /// The batch that points blocks `first..` of `ino` at `runs` (reserved, now written
     /// or in flight), invalidating what they replace. Under the domain's lock.
-    #[allow(clippy::too_many_arguments)]
     fn index_batch(
         &self,
         state: &mut DomainState,
         domain: &Domain,
-        ino: InodeNo,
-        first: FileBlock,
+        blocks: &Blocks<'_>,
         runs: &[Run],
-        crcs: &[u32],
         seq: u64,
-        extra: &WriteBatch,
     ) -> Result<WriteBatch, EngineError> {
-        let count = crcs.len() as u64;
-        let old = self.mappings(ino, first, count)?;
+        let (ino, first) = (blocks.ino, blocks.first);
+        let old = self.mappings(ino, first, u64::from(blocks.count()))?;
         let mut batch = WriteBatch::new();
         let addrs = runs
             .iter()
@@ -556,7 +542,7 @@ impl Engine {
             state.mark_valid(&self.geometry, addr);
             let mapping = Mapping {
                 addr,
-                crc: crcs[i],
+                crc: blocks.crcs[i],
                 write_seq: seq,
             };
             batch.put(
@@ -571,7 +557,7 @@ impl Engine {
         }
         state.unreserve(&self.geometry, runs);
         self.finish_batch(state, domain, &mut batch);
-        append(&mut batch, extra);
+        append(&mut batch, blocks.extra);
         Ok(batch)
     }
 
@@ -926,6 +912,22 @@ impl Engine {
             .iter()
             .map(|d| d.lock().seginfo.segment_count())
             .collect()
+    }
+}
+
+/// One write's blocks with their CRCs, as `Engine::write` prepared them.
+struct Blocks<'a> {
+    ino: InodeNo,
+    first: FileBlock,
+    data: &'a [u8],
+    crcs: Vec<u32>,
+    /// The caller's operations for the same batch.
+    extra: &'a WriteBatch,
+}
+
+impl Blocks<'_> {
+    fn count(&self) -> u32 {
+        self.crcs.len() as u32
     }
 }
 

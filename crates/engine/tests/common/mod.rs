@@ -133,6 +133,23 @@ impl RandomWrite {
     }
 }
 
+/// Writes block `block` of `ino` filled with `value`.
+pub fn write_block(
+    engine: &Engine,
+    ino: u64,
+    block: u64,
+    value: u8,
+    durability: Durability,
+) -> Result<(), EngineError> {
+    engine.write(
+        InodeNo(ino),
+        FileBlock(block),
+        &vec![value; BLOCK],
+        &WriteBatch::new(),
+        durability,
+    )
+}
+
 /// Unmaps blocks `from..` of `ino` (buffered).
 pub fn punch_from(engine: &Engine, ino: u64, from: u64) {
     engine
