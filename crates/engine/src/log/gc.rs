@@ -14,7 +14,8 @@
 
 use super::domain::{self, HeadKind, Run};
 use super::keys::{self, Mapping, Reverse};
-use super::{reap, submit_runs, Domain, Engine, BLOCK};
+use super::write::{reap, submit_runs};
+use super::{Domain, Engine, BLOCK};
 use crate::error::EngineError;
 use crate::space::victim::{self, Policy};
 use device::{AlignedBuf, IoCause, IoRequest};

@@ -1,0 +1,409 @@
+//! The write path (docs/DESIGN.md §4b): reserve blocks in the domain's head, submit the
+//! data, make the batch (mappings, reverse map, segment information, domain record, the
+//! caller's operations) under the domain's lock in the domain's lane, then fsync by the
+//! asynchronous or the ordered path. Also punch (unmap) and foreground cleaning.
+//!
+//! Invariants:
+//! - A write's data-write number is issued, and its data submitted, before its batch is
+//!   made (a memtable flush waits for the data of the batches it holds), and the number
+//!   is completed whatever happens after.
+//! - The persist of an fsync waits only for numbers issued before its batch, read under
+//!   the domain's lock: a later number may belong to a writer waiting inside MetaDB.
+
+use super::domain::{self, DomainState, HeadKind, Run};
+use super::keys::{self, DomainRecord, FileBlock, Mapping, Reverse};
+use super::{Domain, Durability, Engine, FsyncPath, BLOCK};
+use crate::error::EngineError;
+use device::{AlignedBuf, IoCause, IoRequest};
+use format::{BlockAddr, InodeNo};
+use metadb::{Receipt, WriteBatch};
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+impl Engine {
+    /// Writes `data` (whole 4 KiB blocks) as blocks `first..` of `ino`, and applies
+    /// `extra` (the caller's inode changes) in the same atomic batch.
+    pub fn write(
+        &self,
+        ino: InodeNo,
+        first: FileBlock,
+        data: &[u8],
+        extra: &WriteBatch,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        assert!(ino.0 != 0, "inode 0");
+        assert!(
+            !data.is_empty() && data.len() % BLOCK == 0,
+            "write of {} bytes",
+            data.len()
+        );
+        self.check_writable()?;
+        let blocks = Blocks {
+            ino,
+            first,
+            data,
+            crcs: data
+                .chunks(BLOCK)
+                .enumerate()
+                .map(|(i, b)| keys::block_crc(ino, FileBlock(first.0 + i as u64), b))
+                .collect(),
+            extra,
+        };
+        let domain = self.domain(ino);
+        match self.config.fsync_path {
+            FsyncPath::Async => self.write_async(domain, &blocks, durability),
+            FsyncPath::Ordered => self.write_ordered(domain, &blocks, durability),
+        }
+    }
+
+    /// Reserves `count` blocks in `domain`'s `kind` head, cleaning and checkpointing to
+    /// make room when the pool runs short; ENOSPC only when that cannot help.
+    pub(super) fn reserve<'a>(
+        &'a self,
+        domain: &'a Domain,
+        kind: HeadKind,
+        count: u32,
+    ) -> Result<(MutexGuard<'a, DomainState>, Vec<Run>), EngineError> {
+        let mut passes = 0;
+        loop {
+            let mut state = domain.lock();
+            match state.reserve(&self.pool, &self.geometry, kind, count) {
+                Ok(runs) => return Ok((state, runs)),
+                Err(e) => {
+                    drop(state);
+                    if passes >= 2 || kind == HeadKind::Gc {
+                        return Err(e.into());
+                    }
+                    passes += 1;
+                    self.make_room()?;
+                }
+            }
+        }
+    }
+
+    /// Foreground cleaning until an ordinary allocation can succeed: checkpoint the
+    /// domains with pending segments (they become free), else clean the segment with the
+    /// fewest valid blocks. ENOSPC when nothing is left to clean.
+    pub(super) fn make_room(&self) -> Result<(), EngineError> {
+        let config = self.pool.config();
+        let kept = config.reserve_segments + config.metadb_headroom;
+        for _ in 0..=self.geometry.segment_count {
+            // Tables MetaDB freed since the last checkpoint wait for their discard.
+            self.discard(self.pool.take_discards());
+            let stats = self.pool.stats();
+            if stats.free > kept {
+                return Ok(());
+            }
+            let pending = self.pool.pending_domains();
+            if !pending.is_empty() {
+                for d in pending {
+                    self.checkpoint(d)?;
+                }
+                continue;
+            }
+            if self
+                .gc_pass(crate::space::victim::Policy::Greedy)?
+                .is_none()
+            {
+                break;
+            }
+        }
+        let stats = self.pool.stats();
+        Err(crate::space::SpaceError::NoSpace {
+            free: stats.free,
+            reserve: kept,
+            pending: stats.pending,
+        }
+        .into())
+    }
+
+    fn write_async(
+        &self,
+        domain: &Domain,
+        blocks: &Blocks<'_>,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        let count = blocks.count();
+        let mut queue = self.device.queue()?;
+        let (mut state, runs) = self.reserve(domain, HeadKind::User, count)?;
+        let seq = domain.tracker.issue();
+        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
+        // From here the write's number must complete whatever happens.
+        let made = submitted.and_then(|()| {
+            let batch = self.index_batch(&mut state, domain, blocks, &runs, seq)?;
+            self.put_batch(domain, &mut state, &batch)
+        });
+        drop(state);
+        let reaped = reap(&mut queue);
+        domain.tracker.complete(seq);
+        self.failing(reaped)?;
+        let receipt = self.failing(made)?;
+        self.counters
+            .blocks_written
+            .fetch_add(u64::from(count), Ordering::Relaxed);
+        if durability == Durability::Fsync {
+            self.persist_domain(domain, receipt, seq)?;
+        }
+        Ok(())
+    }
+
+    fn write_ordered(
+        &self,
+        domain: &Domain,
+        blocks: &Blocks<'_>,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        let count = blocks.count();
+        let mut queue = self.device.queue()?;
+        let (state, runs) = self.reserve(domain, HeadKind::User, count)?;
+        let seq = domain.tracker.issue();
+        drop(state);
+        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
+        let reaped = submitted.and_then(|()| reap(&mut queue));
+        domain.tracker.complete(seq);
+        self.failing(reaped)?;
+        if durability == Durability::Fsync {
+            let prefix = domain.tracker.completed_prefix();
+            self.failing(self.device.flush(IoCause::UserData).map_err(Into::into))?;
+            domain.tracker.durable_after_flush(prefix);
+        }
+        let mut state = domain.lock();
+        let made = self
+            .index_batch(&mut state, domain, blocks, &runs, seq)
+            .and_then(|batch| self.put_batch(domain, &mut state, &batch));
+        drop(state);
+        let receipt = self.failing(made)?;
+        self.counters
+            .blocks_written
+            .fetch_add(u64::from(count), Ordering::Relaxed);
+        if durability == Durability::Fsync {
+            self.failing(self.db.persist(&[receipt]).map_err(Into::into))?;
+        }
+        Ok(())
+    }
+
+    /// Puts `batch` in `domain`'s own WAL lane, under the domain's lock, and keeps its
+    /// receipt for later fsyncs and checkpoints of the domain.
+    pub(super) fn put_batch(
+        &self,
+        domain: &Domain,
+        state: &mut DomainState,
+        batch: &WriteBatch,
+    ) -> Result<Receipt, EngineError> {
+        let receipt =
+            self.db
+                .write_pinned(domain.id.0 as usize, batch, metadb::Durability::Buffered)?;
+        state.last_receipt = Some(receipt);
+        Ok(receipt)
+    }
+
+    /// The batch that points blocks `first..` of `ino` at `runs` (reserved, now written
+    /// or in flight), invalidating what they replace. Under the domain's lock.
+    fn index_batch(
+        &self,
+        state: &mut DomainState,
+        domain: &Domain,
+        blocks: &Blocks<'_>,
+        runs: &[Run],
+        seq: u64,
+    ) -> Result<WriteBatch, EngineError> {
+        let (ino, first) = (blocks.ino, blocks.first);
+        let old = self.mappings(ino, first, u64::from(blocks.count()))?;
+        let mut batch = WriteBatch::new();
+        let addrs = runs
+            .iter()
+            .flat_map(|r| (0..u64::from(r.blocks)).map(move |i| BlockAddr(r.start.0 + i)));
+        for (i, addr) in addrs.enumerate() {
+            let block = FileBlock(first.0 + i as u64);
+            if let Some(m) = old.get(&block) {
+                state.invalidate(&self.geometry, m.addr);
+            }
+            state.mark_valid(&self.geometry, addr);
+            let mapping = Mapping {
+                addr,
+                crc: blocks.crcs[i],
+                write_seq: seq,
+            };
+            batch.put(
+                keys::mapping_key(ino, block).to_vec(),
+                mapping.encode().to_vec(),
+            );
+            let (segment, b) = domain::locate(&self.geometry, addr);
+            batch.put(
+                keys::reverse_key(segment, b as u16).to_vec(),
+                Reverse { ino, block }.encode().to_vec(),
+            );
+        }
+        state.unreserve(&self.geometry, runs);
+        self.finish_batch(state, domain, &mut batch);
+        append(&mut batch, blocks.extra);
+        Ok(batch)
+    }
+
+    pub(super) fn finish_batch(
+        &self,
+        state: &mut DomainState,
+        domain: &Domain,
+        batch: &mut WriteBatch,
+    ) {
+        let record = DomainRecord {
+            durable_seq: domain.tracker.durable(),
+            issued_seq: domain.tracker.issued(),
+            elapsed_ns: state.seginfo.now_ns(),
+        };
+        state.finish_batch(&self.pool, batch, record);
+    }
+
+    /// Makes `receipt` (a batch of `domain`) and every earlier batch of the domain
+    /// durable together with all data they name (writes up to `seq`).
+    pub(super) fn persist_domain(
+        &self,
+        domain: &Domain,
+        receipt: Receipt,
+        seq: u64,
+    ) -> Result<(), EngineError> {
+        let mut prefix = 0;
+        let tracker = &domain.tracker;
+        let r = self.db.persist_covering(&[receipt], &mut || {
+            prefix = tracker.wait_completed(seq);
+            Ok(())
+        });
+        self.failing(r.map_err(Into::into))?;
+        tracker.durable_after_flush(prefix);
+        Ok(())
+    }
+
+    /// fsync of writes made with `Durability::Buffered`: makes every batch of `ino`'s
+    /// domain durable with its data.
+    pub fn fsync(&self, ino: InodeNo) -> Result<(), EngineError> {
+        self.check_writable()?;
+        let domain = self.domain(ino);
+        let (receipt, seq) = {
+            let state = domain.lock();
+            (state.last_receipt, domain.tracker.issued())
+        };
+        match receipt {
+            Some(r) => self.persist_domain(domain, r, seq),
+            None => Ok(()),
+        }
+    }
+
+    /// Unmaps blocks `from..` (`to` exclusive, or to the end of the file) of `ino` and
+    /// applies `extra` in the same batch (truncate, hole punching, unlink).
+    pub fn punch(
+        &self,
+        ino: InodeNo,
+        from: FileBlock,
+        to: Option<FileBlock>,
+        extra: &WriteBatch,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        self.check_writable()?;
+        let domain = self.domain(ino);
+        let start = keys::mapping_key(ino, from);
+        let stop = match to {
+            Some(t) => keys::mapping_key(ino, t).to_vec(),
+            None => {
+                let mut p = keys::mapping_prefix(ino).to_vec();
+                p.push(0xff);
+                p
+            }
+        };
+        let mut state = domain.lock();
+        let mut batch = WriteBatch::new();
+        let mut found = Vec::new();
+        for item in self.db.range(&start, Some(&stop), None)? {
+            let (key, value) = item?;
+            found.push((key, Mapping::decode(&value)?));
+        }
+        for (key, m) in &found {
+            state.invalidate(&self.geometry, m.addr);
+            batch.delete(key.clone());
+        }
+        self.finish_batch(&mut state, domain, &mut batch);
+        append(&mut batch, extra);
+        let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
+        // Read under the lock: a number issued later may belong to a writer waiting
+        // inside MetaDB, which the persist must not wait for.
+        let seq = domain.tracker.issued();
+        drop(state);
+        if durability == Durability::Fsync {
+            self.persist_domain(domain, receipt, seq)?;
+        }
+        Ok(())
+    }
+}
+
+/// One write's blocks with their CRCs, as `Engine::write` prepared them.
+struct Blocks<'a> {
+    ino: InodeNo,
+    first: FileBlock,
+    data: &'a [u8],
+    crcs: Vec<u32>,
+    /// The caller's operations for the same batch.
+    extra: &'a WriteBatch,
+}
+
+impl Blocks<'_> {
+    fn count(&self) -> u32 {
+        self.crcs.len() as u32
+    }
+}
+
+/// Appends the operations of `extra` to `batch`.
+fn append(batch: &mut WriteBatch, extra: &WriteBatch) {
+    for (kind, key, value) in extra.ops() {
+        match kind {
+            metadb::ValueKind::Put => batch.put(key.to_vec(), value.to_vec()),
+            metadb::ValueKind::Delete => batch.delete(key.to_vec()),
+        };
+    }
+}
+
+/// Submits one write per run of `data` (without waiting).
+pub(super) fn submit_runs(
+    queue: &mut device::Queue<'_>,
+    runs: &[Run],
+    data: &[u8],
+    cause: IoCause,
+) -> Result<(), EngineError> {
+    let mut at = 0usize;
+    for run in runs {
+        let len = run.blocks as usize * BLOCK;
+        let buf = AlignedBuf::from_slice(&data[at..at + len]);
+        at += len;
+        let mut request = IoRequest::write(run.start.byte_offset(), buf, cause);
+        loop {
+            match queue.push(request) {
+                Ok(()) => break,
+                Err(back) => {
+                    request = back;
+                    queue.submit(1)?;
+                    while let Some(c) = queue.pop() {
+                        c.result?;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(at, data.len(), "runs cover the data");
+    queue.submit(0)?;
+    Ok(())
+}
+
+/// Waits for every request of `queue`; the first failure, after all have finished.
+pub(super) fn reap(queue: &mut device::Queue<'_>) -> Result<(), EngineError> {
+    let mut first_error = None;
+    while queue.outstanding() > 0 {
+        queue.submit(1)?;
+        while let Some(c) = queue.pop() {
+            if let Err(e) = c.result {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
