@@ -288,6 +288,27 @@ impl Engine {
         }
     }
 
+    /// Applies `batch` (the caller's metadata: inodes, directory entries) atomically in
+    /// the WAL lane of `ino`'s domain, ordered with that domain's other batches, so an
+    /// fsync of `ino` (or of any file of the domain) makes it durable too.
+    pub fn put_metadata(
+        &self,
+        ino: InodeNo,
+        batch: &WriteBatch,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        self.check_writable()?;
+        let domain = self.domain(ino);
+        let mut state = domain.lock();
+        let receipt = self.failing(self.put_batch(domain, &mut state, batch))?;
+        let seq = domain.tracker.issued();
+        drop(state);
+        if durability == Durability::Fsync {
+            self.persist_domain(domain, receipt, seq)?;
+        }
+        Ok(())
+    }
+
     /// Unmaps blocks `from..` (`to` exclusive, or to the end of the file) of `ino` and
     /// applies `extra` in the same batch (truncate, hole punching, unlink).
     pub fn punch(

@@ -473,7 +473,7 @@ impl MetaDb {
             self.inner.switch_memtable(&active)?;
         }
         while self.inner.flush_oldest()? {}
-        Ok(())
+        self.inner.compact_inline_if_behind()
     }
 
     /// Runs compactions until the policy picks none.
@@ -697,18 +697,27 @@ impl Inner {
             if self.current.load().immutables.len() >= self.config.immutables_max {
                 while self.flush_oldest()? {}
             }
-            while self.current.load().version.level(0).len() >= self.config.level0_stop_tables {
-                if !self.compact_once()? {
-                    break;
-                }
-            }
-            return Ok(());
+            return self.compact_inline_if_behind();
         }
         self.wait_for_jobs(|sv| {
             !Arc::ptr_eq(&sv.active, full)
                 || (sv.immutables.len() < self.config.immutables_max
                     && sv.version.level(0).len() < self.config.level0_stop_tables)
         })
+    }
+
+    /// Without job threads: compacts while level 0 holds `level0_stop_tables` tables (the
+    /// stall bound), so explicit flushes and reopens cannot grow level 0 without limit.
+    fn compact_inline_if_behind(&self) -> Result<(), MetaDbError> {
+        if self.config.background {
+            return Ok(());
+        }
+        while self.current.load().version.level(0).len() >= self.config.level0_stop_tables {
+            if !self.compact_once()? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Makes room after WalFull: flush inline, or wait for the background thread.

@@ -198,7 +198,7 @@ impl Inner {
         if pending.released < pending.generation_max {
             self.wal.release_through(pending.generation_max)?;
         }
-        Ok(())
+        self.compact_inline_if_behind()
     }
 }
 

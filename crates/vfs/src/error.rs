@@ -1,0 +1,75 @@
+//! VFS errors: each names its errno, which front ends (FUSE, the C ABI) return as is.
+
+use engine::EngineError;
+use format::Corruption;
+use metadb::MetaDbError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum VfsError {
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    #[error("{0}: file exists")]
+    Exists(String),
+    #[error("{0}: not a directory")]
+    NotDir(String),
+    #[error("{0}: is a directory")]
+    IsDir(String),
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    #[error("{0}: file name too long (more than 255 bytes)")]
+    NameTooLong(String),
+    #[error("{0}: too many levels of symbolic links")]
+    Loop(String),
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("{0}: bad file descriptor (not open for this access)")]
+    BadAccess(String),
+    #[error("file too large: {0}")]
+    TooLarge(String),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    MetaDb(#[from] MetaDbError),
+    #[error("corrupted {0}")]
+    Corruption(Corruption),
+}
+
+impl VfsError {
+    pub(crate) fn corrupt(
+        what: impl Into<String>,
+        field: &str,
+        expected: impl std::fmt::Display,
+        got: impl std::fmt::Display,
+    ) -> VfsError {
+        VfsError::Corruption(Corruption {
+            what: format!("{} {field}", what.into()),
+            location: "VFS records in MetaDB".into(),
+            expected: expected.to_string(),
+            got: got.to_string(),
+        })
+    }
+
+    /// The errno a front end reports.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VfsError::NotFound(_) => libc::ENOENT,
+            VfsError::Exists(_) => libc::EEXIST,
+            VfsError::NotDir(_) => libc::ENOTDIR,
+            VfsError::IsDir(_) => libc::EISDIR,
+            VfsError::NotEmpty(_) => libc::ENOTEMPTY,
+            VfsError::NameTooLong(_) => libc::ENAMETOOLONG,
+            VfsError::Loop(_) => libc::ELOOP,
+            VfsError::NotPermitted(_) => libc::EPERM,
+            VfsError::Invalid(_) => libc::EINVAL,
+            VfsError::BadAccess(_) => libc::EBADF,
+            VfsError::TooLarge(_) => libc::EFBIG,
+            VfsError::Engine(e) => e.errno(),
+            VfsError::MetaDb(e) => e.errno(),
+            VfsError::Corruption(_) => libc::EUCLEAN,
+        }
+    }
+}

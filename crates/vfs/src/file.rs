@@ -1,0 +1,244 @@
+//! Open files, shaped like `std::fs::File` and `std::fs::OpenOptions`.
+//!
+//! Invariants:
+//! - A handle keeps its inode alive: an unlinked file's blocks are freed when its last
+//!   handle is dropped (or closed).
+//! - O_APPEND writes take the size and write under one inode lock, so concurrent
+//!   appenders never overwrite each other.
+
+use crate::error::VfsError;
+use crate::fs::{FileSystem, Handle, Metadata};
+use crate::records::Kind;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+
+/// How to open a file (as `std::fs::OpenOptions`, plus the mode for new files).
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    read: bool,
+    write: bool,
+    append: bool,
+    truncate: bool,
+    create: bool,
+    create_new: bool,
+    mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions::new()
+    }
+}
+
+impl OpenOptions {
+    pub fn new() -> OpenOptions {
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            mode: 0o644,
+        }
+    }
+    pub fn read(&mut self, v: bool) -> &mut Self {
+        self.read = v;
+        self
+    }
+    pub fn write(&mut self, v: bool) -> &mut Self {
+        self.write = v;
+        self
+    }
+    pub fn append(&mut self, v: bool) -> &mut Self {
+        self.append = v;
+        self
+    }
+    pub fn truncate(&mut self, v: bool) -> &mut Self {
+        self.truncate = v;
+        self
+    }
+    pub fn create(&mut self, v: bool) -> &mut Self {
+        self.create = v;
+        self
+    }
+    pub fn create_new(&mut self, v: bool) -> &mut Self {
+        self.create_new = v;
+        self
+    }
+    /// Permission bits of a file this open creates.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Opens `path` in `fs` (O_CREAT, O_EXCL, O_TRUNC, O_APPEND as set).
+    pub fn open(&self, fs: &Arc<FileSystem>, path: &str) -> Result<File, VfsError> {
+        let writes = self.write || self.append;
+        if !self.read && !writes {
+            return Err(VfsError::Invalid(
+                "open for neither reading nor writing".into(),
+            ));
+        }
+        if (self.truncate || self.create || self.create_new) && !writes {
+            return Err(VfsError::Invalid(
+                "create or truncate without write access".into(),
+            ));
+        }
+        let ino = match fs.resolve(path, true) {
+            Ok(_) if self.create_new => return Err(VfsError::Exists(path.into())),
+            Ok(ino) => ino,
+            Err(VfsError::NotFound(_)) if self.create || self.create_new => {
+                let (parent, name) = fs.resolve_parent(path)?;
+                match fs.create(parent, name, Kind::File, self.mode, None) {
+                    Ok(ino) => ino,
+                    // Created by someone else meanwhile: O_CREAT opens it, O_EXCL fails.
+                    Err(VfsError::Exists(_)) if !self.create_new => fs.resolve(path, true)?,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = fs.stat_ino(ino)?;
+        if meta.kind == Kind::Dir && writes {
+            return Err(VfsError::IsDir(path.into()));
+        }
+        let handle = fs.handle(ino)?;
+        fs.opened(&handle)?;
+        let file = File {
+            fs: fs.clone(),
+            handle,
+            pos: 0,
+            read: self.read,
+            write: writes,
+            append: self.append,
+        };
+        if self.truncate && meta.kind == Kind::File && meta.size > 0 {
+            file.set_len(0)?;
+        }
+        Ok(file)
+    }
+}
+
+/// An open file.
+pub struct File {
+    fs: Arc<FileSystem>,
+    handle: Arc<Handle>,
+    pos: u64,
+    read: bool,
+    write: bool,
+    append: bool,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("ino", &self.handle.ino)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl File {
+    pub fn ino(&self) -> u64 {
+        self.handle.ino.0
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, VfsError> {
+        if !self.read {
+            return Err(VfsError::BadAccess("not open for reading".into()));
+        }
+        self.fs.read_at(self.handle.ino, offset, buf)
+    }
+
+    /// Writes at `offset` (at the end, for a handle opened with append).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, VfsError> {
+        if !self.write {
+            return Err(VfsError::BadAccess("not open for writing".into()));
+        }
+        let mut st = self.handle.write();
+        let at = if self.append {
+            crate::fs::live(&st, self.handle.ino)?.size
+        } else {
+            offset
+        };
+        self.fs.write_locked(self.handle.ino, &mut st, at, buf)
+    }
+
+    pub fn set_len(&self, size: u64) -> Result<(), VfsError> {
+        if !self.write {
+            return Err(VfsError::BadAccess("not open for writing".into()));
+        }
+        self.fs.truncate(self.handle.ino, size)
+    }
+
+    /// fsync.
+    pub fn sync_all(&self) -> Result<(), VfsError> {
+        self.fs.fsync_ino(self.handle.ino, false)
+    }
+
+    /// fdatasync.
+    pub fn sync_data(&self) -> Result<(), VfsError> {
+        self.fs.fsync_ino(self.handle.ino, true)
+    }
+
+    pub fn metadata(&self) -> Result<Metadata, VfsError> {
+        self.fs.stat_ino(self.handle.ino)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        // A failure here (the file system turned read-only) leaves the inode for fsck
+        // to reclaim; there is no one to report it to.
+        let _ = self.fs.release(&self.handle);
+    }
+}
+
+fn io_error(e: VfsError) -> io::Error {
+    io::Error::from_raw_os_error(e.errno())
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(buf, self.pos).map_err(io_error)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.write_at(buf, self.pos).map_err(io_error)?;
+        self.pos = if self.append {
+            self.metadata().map_err(io_error)?.size
+        } else {
+            self.pos + n as u64
+        };
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let base = match to {
+            SeekFrom::Start(n) => {
+                self.pos = n;
+                return Ok(n);
+            }
+            SeekFrom::Current(d) => (self.pos, d),
+            SeekFrom::End(d) => (self.metadata().map_err(io_error)?.size, d),
+        };
+        match base.0.checked_add_signed(base.1) {
+            Some(p) => {
+                self.pos = p;
+                Ok(p)
+            }
+            None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+    }
+}

@@ -1,0 +1,970 @@
+//! The file system: mount, the inode table, and every operation on inodes and names.
+//! Paths are resolved by [`crate::path`]; the std-like handles are in [`crate::file`].
+//!
+//! Invariants:
+//! - An inode's record changes only under its handle's write lock; a directory's entries
+//!   only under the directory's write lock. Cross-directory renames also take the rename
+//!   mutex (so two renames cannot create a cycle), then both directories in inode order.
+//! - Every operation is one MetaDB batch, except a hard-linked file's last unlink done
+//!   while the file is open (its blocks are freed at last close).
+//! - A name operation goes to the parent directory's domain lane (an fsync of the
+//!   directory makes it durable); a file's data and size go to the file's lane with its
+//!   blocks (an fsync of the file makes them durable, and the name it was created under).
+//! - Inode numbers are never reused: numbers are handed out only below a durable
+//!   high-water mark, raised 1024 at a time.
+
+use crate::error::VfsError;
+use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
+use engine::log::keys::FileBlock;
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
+use format::InodeNo;
+use metadb::WriteBatch;
+use platform::Clock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+pub(crate) const BLOCK: u64 = 4096;
+/// Blocks per engine write (keeps each batch well under MetaDB's record limit).
+const WRITE_CHUNK_BLOCKS: u64 = 256;
+/// Inode numbers reserved per durable high-water update.
+const INO_BATCH: u64 = 1024;
+/// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
+/// offsets within i64 for lseek).
+pub const FILE_SIZE_MAX: u64 = 1 << 50;
+
+/// An inode in memory: its attributes, and who uses it.
+#[derive(Debug)]
+pub(crate) struct InodeState {
+    /// `None` once the inode is deleted.
+    pub inode: Option<Inode>,
+    /// Open handles.
+    pub open: u32,
+    /// Directories whose lane holds the name this inode was created or renamed under,
+    /// not yet made durable by an fsync of this inode.
+    pub name_lanes: Vec<InodeNo>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Handle {
+    pub ino: InodeNo,
+    pub state: RwLock<InodeState>,
+}
+
+impl Handle {
+    pub fn read(&self) -> RwLockReadGuard<'_, InodeState> {
+        self.state.read().expect("inode lock")
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, InodeState> {
+        self.state.write().expect("inode lock")
+    }
+}
+
+/// Attributes as `stat` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metadata {
+    pub ino: u64,
+    pub kind: Kind,
+    /// `st_mode`: kind and permission bits.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte units, as `st_blocks` (an upper bound: holes are not subtracted yet).
+    pub blocks: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub btime_ns: i64,
+}
+
+/// One directory entry as readdir returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+/// File-system totals as `statfs` reports them (4 KiB blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub name_max: u32,
+}
+
+/// How `rename` treats an existing target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace a target of a compatible kind (POSIX).
+    #[default]
+    Replace,
+    /// Fail with EEXIST if the target exists (RENAME_NOREPLACE).
+    NoReplace,
+    /// Swap source and target, which must both exist (RENAME_EXCHANGE).
+    Exchange,
+}
+
+/// A mounted augefs.
+pub struct FileSystem {
+    pub(crate) engine: Engine,
+    clock: Arc<dyn Clock>,
+    inodes: Mutex<HashMap<InodeNo, Weak<Handle>>>,
+    /// (next number, durable high-water: numbers below it may be handed out).
+    next_ino: Mutex<(u64, u64)>,
+    rename_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for FileSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSystem")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+impl FileSystem {
+    /// Mounts (recovering) the image of `env`; creates the root directory on a freshly
+    /// formatted image.
+    pub fn mount(env: EngineEnv, config: EngineConfig) -> Result<FileSystem, VfsError> {
+        let clock = env.clock.clone();
+        let engine = Engine::open(env, config)?;
+        let db = engine.metadb();
+        let high = match db.get(records::COUNTER_KEY)? {
+            Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")),
+            Some(v) => return Err(VfsError::corrupt("inode counter", "length", 8, v.len())),
+            None => ROOT.0 + 1,
+        };
+        let fs = FileSystem {
+            engine,
+            clock,
+            inodes: Mutex::new(HashMap::new()),
+            next_ino: Mutex::new((high, high)),
+            rename_lock: Mutex::new(()),
+        };
+        if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
+            let now = fs.now();
+            let root = Inode {
+                kind: Kind::Dir,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                nlink: 2,
+                parent: ROOT.0,
+                size: 0,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                btime_ns: now,
+            };
+            let mut batch = WriteBatch::new();
+            batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
+            fs.engine.put_metadata(ROOT, &batch, Durability::Fsync)?;
+        }
+        Ok(fs)
+    }
+
+    /// Makes everything durable and unmounts. An error means something may not be.
+    pub fn unmount(self) -> Result<(), VfsError> {
+        self.engine.close()?;
+        Ok(())
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.wall_ns() as i64
+    }
+
+    /// The handle of `ino` (loaded from MetaDB on first use).
+    pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
+        let mut table = self.inodes.lock().expect("inode table lock");
+        if let Some(h) = table.get(&ino).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        let inode = match self.engine.metadb().get(&records::inode_key(ino))? {
+            Some(v) => Some(Inode::decode(ino, &v)?),
+            None => None,
+        };
+        let h = Arc::new(Handle {
+            ino,
+            state: RwLock::new(InodeState {
+                inode,
+                open: 0,
+                name_lanes: Vec::new(),
+            }),
+        });
+        table.insert(ino, Arc::downgrade(&h));
+        if table.len() > 4096 {
+            table.retain(|_, w| w.strong_count() > 0);
+        }
+        Ok(h)
+    }
+
+    /// A fresh inode number (never handed out before, even across crashes).
+    fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
+        let mut n = self.next_ino.lock().expect("inode counter lock");
+        if n.0 >= n.1 {
+            let high = n.1 + INO_BATCH;
+            self.engine.metadb().put(
+                records::COUNTER_KEY,
+                &high.to_le_bytes(),
+                metadb::Durability::Sync,
+            )?;
+            n.1 = high;
+        }
+        let ino = n.0;
+        n.0 += 1;
+        Ok(InodeNo(ino))
+    }
+
+    /// The entry `name` of directory `dir` (whose state the caller has locked or read).
+    pub(crate) fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Option<Dentry>, VfsError> {
+        match self.engine.metadb().get(&records::dentry_key(dir, name))? {
+            Some(v) => Ok(Some(Dentry::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Attributes of `ino`.
+    pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        let inode = live(&st, ino)?;
+        Ok(metadata(ino, inode))
+    }
+
+    /// Creates `name` in directory `parent`: a file, a directory or (with `target`) a
+    /// symbolic link. EEXIST if the name is taken.
+    pub fn create(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeNo, VfsError> {
+        check_name(name)?;
+        assert_eq!(
+            kind == Kind::Symlink,
+            target.is_some(),
+            "a symlink has a target"
+        );
+        let ph = self.handle(parent)?;
+        let mut pst = ph.write();
+        let mut pinode = live_dir(&pst, parent, name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(VfsError::Exists(show(name)));
+        }
+        let ino = self.allocate_ino()?;
+        let now = self.now();
+        let inode = Inode {
+            kind,
+            perm: perm & 0o7777,
+            uid: 0,
+            gid: 0,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            parent: if kind == Kind::Dir { parent.0 } else { 0 },
+            size: target.map_or(0, |t| t.len() as u64),
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            btime_ns: now,
+        };
+        pinode.mtime_ns = now;
+        pinode.ctime_ns = now;
+        if kind == Kind::Dir {
+            pinode.nlink += 1;
+        }
+        let mut batch = WriteBatch::new();
+        batch.put(
+            records::dentry_key(parent, name),
+            Dentry { ino, kind }.encode().to_vec(),
+        );
+        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        batch.put(
+            records::inode_key(parent).to_vec(),
+            pinode.encode().to_vec(),
+        );
+        if let Some(t) = target {
+            batch.put(records::symlink_key(ino).to_vec(), t.to_vec());
+        }
+        self.engine
+            .put_metadata(parent, &batch, Durability::Buffered)?;
+        pst.inode = Some(pinode);
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        st.inode = Some(inode);
+        st.name_lanes.push(parent);
+        Ok(ino)
+    }
+
+    /// The target of symbolic link `ino`.
+    pub fn readlink_ino(&self, ino: InodeNo) -> Result<Vec<u8>, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        if live(&st, ino)?.kind != Kind::Symlink {
+            return Err(VfsError::Invalid(format!(
+                "inode {ino} is not a symbolic link"
+            )));
+        }
+        self.engine
+            .metadb()
+            .get(&records::symlink_key(ino))?
+            .ok_or_else(|| {
+                VfsError::corrupt(format!("symlink {ino}"), "target", "present", "absent")
+            })
+    }
+
+    /// Entries of directory `dir` after `after` (a name a previous call returned, or
+    /// None to start), at most `max`. A cursor stays valid while entries come and go:
+    /// an entry present throughout is returned exactly once.
+    pub fn readdir(
+        &self,
+        dir: InodeNo,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>, VfsError> {
+        let h = self.handle(dir)?;
+        let st = h.read();
+        if live(&st, dir)?.kind != Kind::Dir {
+            return Err(VfsError::NotDir(format!("inode {dir}")));
+        }
+        let prefix = records::dentry_prefix(dir);
+        let start = match after {
+            Some(name) => {
+                let mut k = records::dentry_key(dir, name);
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let mut end = prefix.clone();
+        *end.last_mut().expect("prefix is not empty") += 1;
+        if end[1..] == [0; 8] {
+            unreachable!("directory inode u64::MAX");
+        }
+        let mut out = Vec::new();
+        for item in self.engine.metadb().range(&start, Some(&end), None)? {
+            let (key, value) = item?;
+            let d = Dentry::decode(&value)?;
+            out.push(DirEntry {
+                name: key[prefix.len()..].to_vec(),
+                ino: d.ino.0,
+                kind: d.kind,
+            });
+            if out.len() >= max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether directory `dir` has no entries (no lock taken: callers hold it).
+    fn is_empty_dir(&self, dir: InodeNo) -> Result<bool, VfsError> {
+        let prefix = records::dentry_prefix(dir);
+        let mut iter = self.engine.metadb().prefix(&prefix, None)?;
+        Ok(iter.next().transpose()?.is_none())
+    }
+
+    /// Removes `name` from `parent`: a non-directory (`dir` false) or an empty
+    /// directory (`dir` true).
+    pub fn remove(&self, parent: InodeNo, name: &[u8], dir: bool) -> Result<(), VfsError> {
+        check_name(name)?;
+        let ph = self.handle(parent)?;
+        let mut pst = ph.write();
+        let mut pinode = live_dir(&pst, parent, name)?;
+        let entry = self
+            .lookup(parent, name)?
+            .ok_or_else(|| VfsError::NotFound(show(name)))?;
+        match (dir, entry.kind == Kind::Dir) {
+            (false, true) => return Err(VfsError::IsDir(show(name))),
+            (true, false) => return Err(VfsError::NotDir(show(name))),
+            _ => {}
+        }
+        let ch = self.handle(entry.ino)?;
+        let mut cst = ch.write();
+        let mut child = *live(&cst, entry.ino)?;
+        if dir && !self.is_empty_dir(entry.ino)? {
+            return Err(VfsError::NotEmpty(show(name)));
+        }
+        let now = self.now();
+        pinode.mtime_ns = now;
+        pinode.ctime_ns = now;
+        let mut batch = WriteBatch::new();
+        batch.delete(records::dentry_key(parent, name));
+        if dir {
+            pinode.nlink -= 1;
+            child.nlink = 0;
+        } else {
+            child.nlink -= 1;
+        }
+        child.ctime_ns = now;
+        batch.put(
+            records::inode_key(parent).to_vec(),
+            pinode.encode().to_vec(),
+        );
+        let gone = child.nlink == 0 && cst.open == 0;
+        if gone {
+            self.delete_inode(entry.ino, &child, batch)?;
+            cst.inode = None;
+        } else {
+            batch.put(
+                records::inode_key(entry.ino).to_vec(),
+                child.encode().to_vec(),
+            );
+            self.engine
+                .put_metadata(parent, &batch, Durability::Buffered)?;
+            cst.inode = Some(child);
+        }
+        pst.inode = Some(pinode);
+        Ok(())
+    }
+
+    /// Deletes inode `ino` and its blocks, with `batch` (the name operation that
+    /// dropped its last link), in one batch of the inode's lane.
+    fn delete_inode(
+        &self,
+        ino: InodeNo,
+        inode: &Inode,
+        mut batch: WriteBatch,
+    ) -> Result<(), VfsError> {
+        batch.delete(records::inode_key(ino).to_vec());
+        if inode.kind == Kind::Symlink {
+            batch.delete(records::symlink_key(ino).to_vec());
+        }
+        self.engine
+            .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
+        Ok(())
+    }
+
+    /// The last handle of `ino` closed: an unlinked inode's blocks are freed now.
+    pub(crate) fn release(&self, h: &Handle) -> Result<(), VfsError> {
+        let mut st = h.write();
+        st.open -= 1;
+        if st.open == 0 {
+            if let Some(inode) = st.inode {
+                if inode.nlink == 0 {
+                    self.delete_inode(h.ino, &inode, WriteBatch::new())?;
+                    st.inode = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hard link: a new name `name` in `parent` for the non-directory `ino`.
+    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<(), VfsError> {
+        check_name(name)?;
+        // Directories have no hard links (checked before locking: `ino` may be `parent`).
+        if self.stat_ino(ino)?.kind == Kind::Dir {
+            return Err(VfsError::NotPermitted(format!(
+                "inode {ino}: hard links to directories"
+            )));
+        }
+        let ph = self.handle(parent)?;
+        let mut pst = ph.write();
+        let mut pinode = live_dir(&pst, parent, name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(VfsError::Exists(show(name)));
+        }
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        let mut inode = *live(&st, ino)?;
+        let now = self.now();
+        inode.nlink += 1;
+        inode.ctime_ns = now;
+        pinode.mtime_ns = now;
+        pinode.ctime_ns = now;
+        let mut batch = WriteBatch::new();
+        batch.put(
+            records::dentry_key(parent, name),
+            Dentry {
+                ino,
+                kind: inode.kind,
+            }
+            .encode()
+            .to_vec(),
+        );
+        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        batch.put(
+            records::inode_key(parent).to_vec(),
+            pinode.encode().to_vec(),
+        );
+        self.engine
+            .put_metadata(parent, &batch, Durability::Buffered)?;
+        st.inode = Some(inode);
+        st.name_lanes.push(parent);
+        pst.inode = Some(pinode);
+        Ok(())
+    }
+
+    /// Renames `sp/sname` to `dp/dname` atomically (one batch).
+    pub fn rename(
+        &self,
+        sp: InodeNo,
+        sname: &[u8],
+        dp: InodeNo,
+        dname: &[u8],
+        mode: RenameMode,
+    ) -> Result<(), VfsError> {
+        check_name(sname)?;
+        check_name(dname)?;
+        let _cross = (sp != dp).then(|| self.rename_lock.lock().expect("rename lock"));
+        let (sh, dh) = (self.handle(sp)?, self.handle(dp)?);
+        // Both parents, an ancestor before its descendant (the order every other
+        // operation takes parent and child in), else by inode number; the rename mutex
+        // keeps the tree's shape still meanwhile. One lock for one directory.
+        let source_first =
+            sp != dp && (self.is_ancestor(sp, dp)? || (!self.is_ancestor(dp, sp)? && sp < dp));
+        let (mut s_guard, mut d_guard) = if sp == dp {
+            (sh.write(), None)
+        } else if source_first {
+            let s = sh.write();
+            (s, Some(dh.write()))
+        } else {
+            let d = dh.write();
+            (sh.write(), Some(d))
+        };
+        let mut spi = live_dir(&s_guard, sp, sname)?;
+        let mut dpi = match &d_guard {
+            Some(g) => live_dir(g, dp, dname)?,
+            None => spi,
+        };
+        let src = self
+            .lookup(sp, sname)?
+            .ok_or_else(|| VfsError::NotFound(show(sname)))?;
+        let dst = self.lookup(dp, dname)?;
+        if sp == dp && sname == dname {
+            return match mode {
+                RenameMode::NoReplace => Err(VfsError::Exists(show(dname))),
+                _ => Ok(()),
+            };
+        }
+        let now = self.now();
+        let mut batch = WriteBatch::new();
+        let mut follow_up: Option<(InodeNo, Inode)> = None;
+        // Link-count changes of the source and destination directories.
+        let (mut s_links, mut d_links) = (0i64, 0i64);
+        match (mode, dst) {
+            (RenameMode::NoReplace, Some(_)) => return Err(VfsError::Exists(show(dname))),
+            (RenameMode::Exchange, None) => return Err(VfsError::NotFound(show(dname))),
+            (RenameMode::Exchange, Some(d)) => {
+                let into_itself = |dir: &Dentry, dest: InodeNo| -> Result<bool, VfsError> {
+                    Ok(dir.kind == Kind::Dir && sp != dp && self.is_ancestor(dir.ino, dest)?)
+                };
+                if into_itself(&src, dp)? || into_itself(&d, sp)? {
+                    return Err(VfsError::Invalid(format!(
+                        "cannot move {} into itself",
+                        show(dname)
+                    )));
+                }
+                batch.put(records::dentry_key(dp, dname), src.encode().to_vec());
+                batch.put(records::dentry_key(sp, sname), d.encode().to_vec());
+                if src.kind == Kind::Dir {
+                    self.reparent(src.ino, dp, now, &mut batch)?;
+                }
+                if d.kind == Kind::Dir {
+                    self.reparent(d.ino, sp, now, &mut batch)?;
+                }
+                if (src.kind == Kind::Dir) != (d.kind == Kind::Dir) {
+                    // A directory changes parents: one link moves with it.
+                    let delta: i64 = if src.kind == Kind::Dir { 1 } else { -1 };
+                    d_links += delta;
+                    s_links -= delta;
+                }
+            }
+            (_, target) => {
+                if src.kind == Kind::Dir && sp != dp && self.is_ancestor(src.ino, dp)? {
+                    return Err(VfsError::Invalid(format!(
+                        "cannot move {} into itself",
+                        show(sname)
+                    )));
+                }
+                if let Some(t) = target {
+                    if t.ino == src.ino {
+                        // Two names of one file: POSIX says do nothing.
+                        return Ok(());
+                    }
+                    match (src.kind == Kind::Dir, t.kind == Kind::Dir) {
+                        (false, true) => return Err(VfsError::IsDir(show(dname))),
+                        (true, false) => return Err(VfsError::NotDir(show(dname))),
+                        (true, true) => {
+                            if !self.is_empty_dir(t.ino)? {
+                                return Err(VfsError::NotEmpty(show(dname)));
+                            }
+                        }
+                        (false, false) => {}
+                    }
+                    let th = self.handle(t.ino)?;
+                    let mut tst = th.write();
+                    let mut tinode = *live(&tst, t.ino)?;
+                    tinode.ctime_ns = now;
+                    if t.kind == Kind::Dir {
+                        tinode.nlink = 0;
+                        d_links -= 1;
+                    } else {
+                        tinode.nlink -= 1;
+                    }
+                    if tinode.nlink == 0 && tst.open == 0 {
+                        follow_up = Some((t.ino, tinode));
+                        tst.inode = None;
+                    } else {
+                        batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
+                        tst.inode = Some(tinode);
+                    }
+                }
+                batch.delete(records::dentry_key(sp, sname));
+                batch.put(records::dentry_key(dp, dname), src.encode().to_vec());
+                if src.kind == Kind::Dir {
+                    self.reparent(src.ino, dp, now, &mut batch)?;
+                    s_links -= 1;
+                    d_links += 1;
+                }
+            }
+        }
+        spi.mtime_ns = now;
+        spi.ctime_ns = now;
+        dpi.mtime_ns = now;
+        dpi.ctime_ns = now;
+        let relink = |inode: &mut Inode, delta: i64| {
+            inode.nlink =
+                u32::try_from(i64::from(inode.nlink) + delta).expect("link count in range");
+        };
+        if sp == dp {
+            // One directory carries both changes.
+            relink(&mut spi, s_links + d_links);
+            dpi = spi;
+            batch.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
+        } else {
+            relink(&mut spi, s_links);
+            relink(&mut dpi, d_links);
+            batch.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
+            batch.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
+        }
+        match follow_up {
+            // The replaced file's last link: the whole rename goes to its lane with its
+            // deletion, so the rename and the freeing are one batch.
+            Some((ino, inode)) => self.delete_inode(ino, &inode, batch)?,
+            None => self.engine.put_metadata(dp, &batch, Durability::Buffered)?,
+        }
+        s_guard.inode = Some(spi);
+        if let Some(g) = d_guard.as_mut() {
+            g.inode = Some(dpi);
+        }
+        let moved = self.handle(src.ino)?;
+        moved.write().name_lanes.push(dp);
+        Ok(())
+    }
+
+    /// Points directory `dir`'s parent at `parent` (in `batch`).
+    fn reparent(
+        &self,
+        dir: InodeNo,
+        parent: InodeNo,
+        now: i64,
+        batch: &mut WriteBatch,
+    ) -> Result<(), VfsError> {
+        let h = self.handle(dir)?;
+        let mut st = h.write();
+        let mut inode = *live(&st, dir)?;
+        inode.parent = parent.0;
+        inode.ctime_ns = now;
+        batch.put(records::inode_key(dir).to_vec(), inode.encode().to_vec());
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    /// Whether directory `a` is `b` or one of `b`'s ancestors (walking `b`'s parents up to
+    /// the root; the rename mutex keeps the tree still).
+    fn is_ancestor(&self, a: InodeNo, mut b: InodeNo) -> Result<bool, VfsError> {
+        for _ in 0..1_000_000 {
+            if a == b {
+                return Ok(true);
+            }
+            if b == ROOT {
+                return Ok(false);
+            }
+            let inode = match self.engine.metadb().get(&records::inode_key(b))? {
+                Some(v) => Inode::decode(b, &v)?,
+                None => return Ok(false),
+            };
+            b = InodeNo(inode.parent);
+        }
+        Err(VfsError::corrupt(
+            "directory tree",
+            "depth",
+            "below 1000000",
+            "more (a cycle)",
+        ))
+    }
+
+    /// Changes attributes of `ino`: permission bits, owner, times (None leaves each).
+    pub fn set_attr(
+        &self,
+        ino: InodeNo,
+        perm: Option<u32>,
+        owner: Option<(u32, u32)>,
+        times: Option<(i64, i64)>,
+    ) -> Result<(), VfsError> {
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        let mut inode = *live(&st, ino)?;
+        if let Some(p) = perm {
+            inode.perm = p & 0o7777;
+        }
+        if let Some((uid, gid)) = owner {
+            inode.uid = uid;
+            inode.gid = gid;
+        }
+        if let Some((atime, mtime)) = times {
+            inode.atime_ns = atime;
+            inode.mtime_ns = mtime;
+        }
+        inode.ctime_ns = self.now();
+        let mut batch = WriteBatch::new();
+        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.engine
+            .put_metadata(ino, &batch, Durability::Buffered)?;
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` of file `ino` (growing it as needed); returns the bytes
+    /// written. Partial blocks are read, merged and written whole.
+    pub fn write_at(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize, VfsError> {
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        self.write_locked(ino, &mut st, offset, data)
+    }
+
+    /// `write_at` for a caller holding the inode's write lock (O_APPEND needs the size
+    /// and the write under one lock).
+    pub(crate) fn write_locked(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, VfsError> {
+        let mut inode = *live(st, ino)?;
+        if inode.kind != Kind::File {
+            return Err(VfsError::IsDir(format!("inode {ino}")));
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= FILE_SIZE_MAX)
+            .ok_or_else(|| VfsError::TooLarge(format!("write to {offset} + {}", data.len())))?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let first = offset / BLOCK;
+        let last = (end - 1) / BLOCK;
+        let mut at = first;
+        while at <= last {
+            let chunk_end = (at + WRITE_CHUNK_BLOCKS - 1).min(last);
+            let mut buf = vec![0u8; ((chunk_end - at + 1) * BLOCK) as usize];
+            let buf_start = at * BLOCK;
+            // Old contents of partial blocks at either end of this chunk.
+            for b in [at, chunk_end] {
+                let (b_lo, b_hi) = (b * BLOCK, (b + 1) * BLOCK);
+                let partial = offset > b_lo || end < b_hi;
+                if partial && b_lo < inode.size {
+                    let at_buf = ((b - at) * BLOCK) as usize;
+                    self.engine.read(
+                        ino,
+                        FileBlock(b),
+                        &mut buf[at_buf..at_buf + BLOCK as usize],
+                    )?;
+                }
+            }
+            let lo = offset.max(buf_start);
+            let hi = end.min((chunk_end + 1) * BLOCK);
+            buf[(lo - buf_start) as usize..(hi - buf_start) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            let now = self.now();
+            inode.size = inode.size.max(hi);
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            let mut extra = WriteBatch::new();
+            extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+            self.engine
+                .write(ino, FileBlock(at), &buf, &extra, Durability::Buffered)?;
+            st.inode = Some(inode);
+            at = chunk_end + 1;
+        }
+        Ok(data.len())
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns the bytes read
+    /// (0 at or past the end). Holes read as zeros.
+    pub fn read_at(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        let inode = live(&st, ino)?;
+        if inode.kind == Kind::Dir {
+            return Err(VfsError::IsDir(format!("inode {ino}")));
+        }
+        if offset >= inode.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let end = inode.size.min(offset + buf.len() as u64);
+        let first = offset / BLOCK;
+        let last = (end - 1) / BLOCK;
+        let mut blocks = vec![0u8; ((last - first + 1) * BLOCK) as usize];
+        self.engine.read(ino, FileBlock(first), &mut blocks)?;
+        let skip = (offset - first * BLOCK) as usize;
+        let n = (end - offset) as usize;
+        buf[..n].copy_from_slice(&blocks[skip..skip + n]);
+        Ok(n)
+    }
+
+    /// Sets file `ino`'s size: blocks past it are freed, the tail of the last block is
+    /// zeroed, growth leaves a hole.
+    pub fn truncate(&self, ino: InodeNo, size: u64) -> Result<(), VfsError> {
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        self.truncate_locked(ino, &mut st, size)
+    }
+
+    pub(crate) fn truncate_locked(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        size: u64,
+    ) -> Result<(), VfsError> {
+        let mut inode = *live(st, ino)?;
+        if inode.kind != Kind::File {
+            return Err(VfsError::IsDir(format!("inode {ino}")));
+        }
+        if size > FILE_SIZE_MAX {
+            return Err(VfsError::TooLarge(format!("size {size}")));
+        }
+        let now = self.now();
+        let old = inode.size;
+        inode.size = size;
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        let mut extra = WriteBatch::new();
+        extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        if size < old {
+            let keep = size.div_ceil(BLOCK);
+            if size % BLOCK != 0 {
+                // Zero the cut block's tail so a later growth reads zeros there.
+                let b = size / BLOCK;
+                let mut block = vec![0u8; BLOCK as usize];
+                let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
+                if mapped[0] {
+                    block[(size % BLOCK) as usize..].fill(0);
+                    self.engine.write(
+                        ino,
+                        FileBlock(b),
+                        &block,
+                        &WriteBatch::new(),
+                        Durability::Buffered,
+                    )?;
+                }
+            }
+            self.engine
+                .punch(ino, FileBlock(keep), None, &extra, Durability::Buffered)?;
+        } else {
+            self.engine
+                .put_metadata(ino, &extra, Durability::Buffered)?;
+        }
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    /// fsync: makes `ino`'s data and attributes durable, and the names it was created or
+    /// renamed under since its last fsync (`data_only`: fdatasync, the same here since
+    /// the size rides with the data).
+    pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
+        let _ = data_only;
+        let h = self.handle(ino)?;
+        let lanes = std::mem::take(&mut h.write().name_lanes);
+        self.engine.fsync(ino)?;
+        for dir in lanes {
+            self.engine.fsync(dir)?;
+        }
+        Ok(())
+    }
+
+    /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
+    pub fn sync(&self) -> Result<(), VfsError> {
+        self.engine.sync()?;
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let space = self.engine.space_report();
+        StatFs {
+            block_size: BLOCK as u32,
+            blocks: space.capacity_blocks,
+            blocks_free: space.capacity_blocks.saturating_sub(space.live_blocks),
+            name_max: NAME_MAX as u32,
+        }
+    }
+
+    pub(crate) fn opened(&self, h: &Handle) -> Result<(), VfsError> {
+        let mut st = h.write();
+        live(&st, h.ino)?;
+        st.open += 1;
+        Ok(())
+    }
+}
+
+/// The inode of a locked state, or ENOENT if it was deleted.
+pub(crate) fn live(st: &InodeState, ino: InodeNo) -> Result<&Inode, VfsError> {
+    st.inode
+        .as_ref()
+        .ok_or_else(|| VfsError::NotFound(format!("inode {ino}")))
+}
+
+/// A copy of a live directory's inode (for an operation on `name` in it).
+fn live_dir(st: &InodeState, dir: InodeNo, name: &[u8]) -> Result<Inode, VfsError> {
+    let inode = *live(st, dir)?;
+    if inode.kind != Kind::Dir {
+        return Err(VfsError::NotDir(format!(
+            "inode {dir} (looking for {})",
+            show(name)
+        )));
+    }
+    Ok(inode)
+}
+
+fn check_name(name: &[u8]) -> Result<(), VfsError> {
+    if name.len() > NAME_MAX {
+        return Err(VfsError::NameTooLong(show(name)));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(VfsError::Invalid(format!("file name {:?}", show(name))));
+    }
+    Ok(())
+}
+
+pub(crate) fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
+    Metadata {
+        ino: ino.0,
+        kind: inode.kind,
+        mode: inode.mode(),
+        nlink: inode.nlink,
+        uid: inode.uid,
+        gid: inode.gid,
+        size: inode.size,
+        blocks: inode.size.div_ceil(BLOCK) * (BLOCK / 512),
+        atime_ns: inode.atime_ns,
+        mtime_ns: inode.mtime_ns,
+        ctime_ns: inode.ctime_ns,
+        btime_ns: inode.btime_ns,
+    }
+}

@@ -1,0 +1,182 @@
+//! Path resolution and the path-level operations (shaped like `std::fs`).
+//!
+//! Invariants:
+//! - Paths are absolute inside the file system (`/` is its root); `.` and `..` are
+//!   handled here (`..` of the root is the root), never stored as entries.
+//! - At most [`SYMLINK_MAX`] symbolic links are followed per resolution (ELOOP beyond).
+//! - Resolution takes no lock across components: each lookup reads MetaDB's newest
+//!   state, so a concurrent rename is seen wholly before or wholly after.
+
+use crate::error::VfsError;
+use crate::fs::{show, DirEntry, FileSystem, Metadata, RenameMode};
+use crate::records::{Inode, Kind, ROOT};
+use format::InodeNo;
+
+/// Symbolic links followed in one resolution (Linux's MAXSYMLINKS).
+pub const SYMLINK_MAX: u32 = 40;
+
+fn components(path: &[u8]) -> Vec<&[u8]> {
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+impl FileSystem {
+    /// The inode `path` names; the last component's symlink is followed if `follow`.
+    pub fn resolve(&self, path: &str, follow: bool) -> Result<InodeNo, VfsError> {
+        let mut links = 0;
+        self.walk(ROOT, path.as_bytes(), follow, &mut links)
+    }
+
+    fn walk(
+        &self,
+        start: InodeNo,
+        path: &[u8],
+        follow: bool,
+        links: &mut u32,
+    ) -> Result<InodeNo, VfsError> {
+        let mut at = if path.first() == Some(&b'/') {
+            ROOT
+        } else {
+            start
+        };
+        let parts = components(path);
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            let inode = self.inode_of(at)?;
+            if inode.kind != Kind::Dir {
+                return Err(VfsError::NotDir(show(path)));
+            }
+            match *part {
+                b"." => continue,
+                b".." => {
+                    at = InodeNo(inode.parent);
+                    continue;
+                }
+                _ => {}
+            }
+            let entry = self
+                .lookup(at, part)?
+                .ok_or_else(|| VfsError::NotFound(show(path)))?;
+            if entry.kind == Kind::Symlink && (!last || follow) {
+                *links += 1;
+                if *links > SYMLINK_MAX {
+                    return Err(VfsError::Loop(show(path)));
+                }
+                let target = self.readlink_ino(entry.ino)?;
+                at = self.walk(at, &target, true, links)?;
+            } else {
+                at = entry.ino;
+            }
+        }
+        Ok(at)
+    }
+
+    fn inode_of(&self, ino: InodeNo) -> Result<Inode, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        Ok(*crate::fs::live(&st, ino)?)
+    }
+
+    /// The directory holding `path`'s last component, and that component.
+    pub fn resolve_parent<'p>(&self, path: &'p str) -> Result<(InodeNo, &'p [u8]), VfsError> {
+        let bytes = path.as_bytes();
+        let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
+        let cut = trimmed.iter().rposition(|&b| b == b'/');
+        let (dir, name) = match cut {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&b""[..], trimmed),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(VfsError::Invalid(format!("{path:?} names no entry")));
+        }
+        let mut links = 0;
+        let parent = self.walk(ROOT, dir, true, &mut links)?;
+        Ok((parent, name))
+    }
+
+    pub fn create_dir(&self, path: &str, perm: u32) -> Result<(), VfsError> {
+        let (parent, name) = self.resolve_parent(path)?;
+        self.create(parent, name, Kind::Dir, perm, None).map(|_| ())
+    }
+
+    pub fn symlink(&self, target: &str, path: &str) -> Result<(), VfsError> {
+        if target.is_empty() || target.len() > 4096 {
+            return Err(VfsError::Invalid(format!(
+                "symlink target of {} bytes",
+                target.len()
+            )));
+        }
+        let (parent, name) = self.resolve_parent(path)?;
+        self.create(parent, name, Kind::Symlink, 0o777, Some(target.as_bytes()))
+            .map(|_| ())
+    }
+
+    pub fn read_link(&self, path: &str) -> Result<Vec<u8>, VfsError> {
+        self.readlink_ino(self.resolve(path, false)?)
+    }
+
+    pub fn remove_file(&self, path: &str) -> Result<(), VfsError> {
+        let (parent, name) = self.resolve_parent(path)?;
+        self.remove(parent, name, false)
+    }
+
+    pub fn remove_dir(&self, path: &str) -> Result<(), VfsError> {
+        let (parent, name) = self.resolve_parent(path)?;
+        self.remove(parent, name, true)
+    }
+
+    pub fn rename_path(&self, from: &str, to: &str, mode: RenameMode) -> Result<(), VfsError> {
+        let (sp, sname) = self.resolve_parent(from)?;
+        let (dp, dname) = self.resolve_parent(to)?;
+        self.rename(sp, sname, dp, dname, mode)
+    }
+
+    pub fn hard_link(&self, existing: &str, new: &str) -> Result<(), VfsError> {
+        let ino = self.resolve(existing, false)?;
+        let (parent, name) = self.resolve_parent(new)?;
+        self.link(ino, parent, name)
+    }
+
+    /// `stat` (follows a final symlink).
+    pub fn metadata(&self, path: &str) -> Result<Metadata, VfsError> {
+        self.stat_ino(self.resolve(path, true)?)
+    }
+
+    /// `lstat`.
+    pub fn symlink_metadata(&self, path: &str) -> Result<Metadata, VfsError> {
+        self.stat_ino(self.resolve(path, false)?)
+    }
+
+    /// Every entry of the directory `path`, by name.
+    pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>, VfsError> {
+        let dir = self.resolve(path, true)?;
+        let mut out: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = out.last().map(|e| e.name.clone());
+            let page = self.readdir(dir, after.as_deref(), 1024)?;
+            if page.is_empty() {
+                return Ok(out);
+            }
+            out.extend(page);
+        }
+    }
+
+    pub fn set_permissions(&self, path: &str, perm: u32) -> Result<(), VfsError> {
+        self.set_attr(self.resolve(path, true)?, Some(perm), None, None)
+    }
+
+    pub fn chown(&self, path: &str, uid: u32, gid: u32) -> Result<(), VfsError> {
+        self.set_attr(self.resolve(path, true)?, None, Some((uid, gid)), None)
+    }
+
+    /// Sets access and modification times (nanoseconds since the epoch).
+    pub fn set_times(&self, path: &str, atime_ns: i64, mtime_ns: i64) -> Result<(), VfsError> {
+        self.set_attr(
+            self.resolve(path, true)?,
+            None,
+            None,
+            Some((atime_ns, mtime_ns)),
+        )
+    }
+}

@@ -1,0 +1,259 @@
+//! The VFS's records in MetaDB (docs/FORMAT.md §6.4): inodes, directory entries, symlink
+//! targets and the inode-number high-water mark. Keys are big-endian (a directory's
+//! entries are adjacent and sorted by name, which gives readdir stable cursors); values
+//! are little-endian field tables.
+//!
+//! Invariants:
+//! - Decoding never panics on bad bytes: lengths and kinds are checked, errors are typed
+//!   corruption.
+
+use crate::error::VfsError;
+use format::layout::{Field, StructLayout};
+use format::InodeNo;
+
+pub const INODE_TAG: u8 = b'i';
+pub const DENTRY_TAG: u8 = b'm';
+pub const SYMLINK_TAG: u8 = b'l';
+pub const COUNTER_KEY: &[u8] = b"c:next-ino";
+
+/// The root directory's inode number.
+pub const ROOT: InodeNo = InodeNo(1);
+/// Longest name in a directory, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        match v {
+            1 => Some(Kind::File),
+            2 => Some(Kind::Dir),
+            3 => Some(Kind::Symlink),
+            _ => None,
+        }
+    }
+
+    /// The `S_IFMT` bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            Kind::File => libc::S_IFREG,
+            Kind::Dir => libc::S_IFDIR,
+            Kind::Symlink => libc::S_IFLNK,
+        }
+    }
+}
+
+pub fn inode_key(ino: InodeNo) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = INODE_TAG;
+    k[1..].copy_from_slice(&ino.0.to_be_bytes());
+    k
+}
+
+pub fn symlink_key(ino: InodeNo) -> [u8; 9] {
+    let mut k = inode_key(ino);
+    k[0] = SYMLINK_TAG;
+    k
+}
+
+pub fn dentry_key(parent: InodeNo, name: &[u8]) -> Vec<u8> {
+    let mut k = dentry_prefix(parent);
+    k.extend_from_slice(name);
+    k
+}
+
+/// The prefix of every entry of directory `parent`.
+pub fn dentry_prefix(parent: InodeNo) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + NAME_MAX);
+    k.push(DENTRY_TAG);
+    k.extend_from_slice(&parent.0.to_be_bytes());
+    k
+}
+
+/// An inode's attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inode {
+    pub kind: Kind,
+    /// Permission bits (and setuid, setgid, sticky): `mode & 0o7777`.
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    /// For a directory, the directory that holds it (the root names itself); 0 otherwise.
+    pub parent: u64,
+    pub size: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub btime_ns: i64,
+}
+
+pub const I_KIND: Field = Field::at("kind", 0, 1);
+pub const I_PAD: Field = Field::after(I_KIND, "pad", 3);
+pub const I_PERM: Field = Field::after(I_PAD, "perm", 4);
+pub const I_UID: Field = Field::after(I_PERM, "uid", 4);
+pub const I_GID: Field = Field::after(I_UID, "gid", 4);
+pub const I_NLINK: Field = Field::after(I_GID, "nlink", 4);
+pub const I_RESERVED: Field = Field::after(I_NLINK, "reserved", 4);
+pub const I_PARENT: Field = Field::after(I_RESERVED, "parent", 8);
+pub const I_SIZE: Field = Field::after(I_PARENT, "size", 8);
+pub const I_ATIME: Field = Field::after(I_SIZE, "atime_ns", 8);
+pub const I_MTIME: Field = Field::after(I_ATIME, "mtime_ns", 8);
+pub const I_CTIME: Field = Field::after(I_MTIME, "ctime_ns", 8);
+pub const I_BTIME: Field = Field::after(I_CTIME, "btime_ns", 8);
+pub const INODE_BYTES: usize = 72;
+pub const INODE_LAYOUT: StructLayout = StructLayout {
+    name: "Inode value",
+    size: INODE_BYTES,
+    fields: &[
+        I_KIND, I_PAD, I_PERM, I_UID, I_GID, I_NLINK, I_RESERVED, I_PARENT, I_SIZE, I_ATIME,
+        I_MTIME, I_CTIME, I_BTIME,
+    ],
+};
+
+impl Inode {
+    pub fn encode(&self) -> [u8; INODE_BYTES] {
+        let mut v = [0u8; INODE_BYTES];
+        I_KIND.put_u8(&mut v, self.kind as u8);
+        I_PERM.put_u32(&mut v, self.perm);
+        I_UID.put_u32(&mut v, self.uid);
+        I_GID.put_u32(&mut v, self.gid);
+        I_NLINK.put_u32(&mut v, self.nlink);
+        I_PARENT.put_u64(&mut v, self.parent);
+        I_SIZE.put_u64(&mut v, self.size);
+        I_ATIME.put_u64(&mut v, self.atime_ns as u64);
+        I_MTIME.put_u64(&mut v, self.mtime_ns as u64);
+        I_CTIME.put_u64(&mut v, self.ctime_ns as u64);
+        I_BTIME.put_u64(&mut v, self.btime_ns as u64);
+        v
+    }
+
+    pub fn decode(ino: InodeNo, v: &[u8]) -> Result<Inode, VfsError> {
+        if v.len() != INODE_BYTES {
+            return Err(VfsError::corrupt(
+                format!("inode {ino}"),
+                "length",
+                INODE_BYTES,
+                v.len(),
+            ));
+        }
+        let kind = Kind::from_u8(I_KIND.get_u8(v)).ok_or_else(|| {
+            VfsError::corrupt(
+                format!("inode {ino}"),
+                "kind",
+                "1, 2 or 3",
+                I_KIND.get_u8(v),
+            )
+        })?;
+        Ok(Inode {
+            kind,
+            perm: I_PERM.get_u32(v),
+            uid: I_UID.get_u32(v),
+            gid: I_GID.get_u32(v),
+            nlink: I_NLINK.get_u32(v),
+            parent: I_PARENT.get_u64(v),
+            size: I_SIZE.get_u64(v),
+            atime_ns: I_ATIME.get_u64(v) as i64,
+            mtime_ns: I_MTIME.get_u64(v) as i64,
+            ctime_ns: I_CTIME.get_u64(v) as i64,
+            btime_ns: I_BTIME.get_u64(v) as i64,
+        })
+    }
+
+    /// `st_mode`: kind and permission bits.
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm
+    }
+}
+
+/// A directory entry's value: the inode it names and its kind (for readdir's `d_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dentry {
+    pub ino: InodeNo,
+    pub kind: Kind,
+}
+
+pub const E_INO: Field = Field::at("ino", 0, 8);
+pub const E_KIND: Field = Field::after(E_INO, "kind", 1);
+pub const DENTRY_BYTES: usize = 9;
+pub const DENTRY_LAYOUT: StructLayout = StructLayout {
+    name: "Directory entry value",
+    size: DENTRY_BYTES,
+    fields: &[E_INO, E_KIND],
+};
+
+impl Dentry {
+    pub fn encode(&self) -> [u8; DENTRY_BYTES] {
+        let mut v = [0u8; DENTRY_BYTES];
+        E_INO.put_u64(&mut v, self.ino.0);
+        E_KIND.put_u8(&mut v, self.kind as u8);
+        v
+    }
+
+    pub fn decode(v: &[u8]) -> Result<Dentry, VfsError> {
+        if v.len() != DENTRY_BYTES {
+            return Err(VfsError::corrupt(
+                "directory entry",
+                "length",
+                DENTRY_BYTES,
+                v.len(),
+            ));
+        }
+        let kind = Kind::from_u8(E_KIND.get_u8(v)).ok_or_else(|| {
+            VfsError::corrupt("directory entry", "kind", "1, 2 or 3", E_KIND.get_u8(v))
+        })?;
+        Ok(Dentry {
+            ino: InodeNo(E_INO.get_u64(v)),
+            kind,
+        })
+    }
+}
+
+/// The structures of this module whose tables appear in docs/FORMAT.md §6.4.
+pub fn layouts() -> Vec<StructLayout> {
+    vec![INODE_LAYOUT, DENTRY_LAYOUT]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_bad_bytes() {
+        let i = Inode {
+            kind: Kind::Dir,
+            perm: 0o755,
+            uid: 1000,
+            gid: 100,
+            nlink: 2,
+            parent: 1,
+            size: 0,
+            atime_ns: -5,
+            mtime_ns: 7,
+            ctime_ns: 8,
+            btime_ns: 9,
+        };
+        assert_eq!(Inode::decode(InodeNo(3), &i.encode()).unwrap(), i);
+        assert_eq!(i.mode(), libc::S_IFDIR | 0o755);
+        assert!(Inode::decode(InodeNo(3), &[0u8; 10]).is_err());
+        let mut bad = i.encode();
+        bad[0] = 9;
+        assert!(Inode::decode(InodeNo(3), &bad).is_err());
+        let d = Dentry {
+            ino: InodeNo(42),
+            kind: Kind::Symlink,
+        };
+        assert_eq!(Dentry::decode(&d.encode()).unwrap(), d);
+        assert!(dentry_key(ROOT, b"a") < dentry_key(ROOT, b"b"));
+        assert!(dentry_key(ROOT, b"zz").starts_with(&dentry_prefix(ROOT)));
+        for l in layouts() {
+            l.check_contiguous().unwrap();
+        }
+    }
+}
