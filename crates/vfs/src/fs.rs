@@ -765,6 +765,7 @@ impl FileSystem {
         }
         let first = offset / BLOCK;
         let last = (end - 1) / BLOCK;
+        self.zero_tail_before_growth(ino, &inode, first)?;
         let mut at = first;
         while at <= last {
             let chunk_end = (at + WRITE_CHUNK_BLOCKS - 1).min(last);
@@ -776,11 +777,13 @@ impl FileSystem {
                 let partial = offset > b_lo || end < b_hi;
                 if partial && b_lo < inode.size {
                     let at_buf = ((b - at) * BLOCK) as usize;
-                    self.engine.read(
-                        ino,
-                        FileBlock(b),
-                        &mut buf[at_buf..at_buf + BLOCK as usize],
-                    )?;
+                    let block = &mut buf[at_buf..at_buf + BLOCK as usize];
+                    self.engine.read(ino, FileBlock(b), block)?;
+                    // Bytes past the end of the file are never exposed: whatever an
+                    // earlier truncate left there reads as zeros once the file grows.
+                    if inode.size < b_hi {
+                        block[(inode.size - b_lo) as usize..].fill(0);
+                    }
                 }
             }
             let lo = offset.max(buf_start);
@@ -799,6 +802,37 @@ impl FileSystem {
             at = chunk_end + 1;
         }
         Ok(data.len())
+    }
+
+    /// Before a write starting at block `first` grows the file past a partial last
+    /// block it does not touch, that block's bytes past the end become zeros (a truncate
+    /// may have left old bytes there). Invisible until the write's batch extends the
+    /// size, so it needs no atomicity with it.
+    fn zero_tail_before_growth(
+        &self,
+        ino: InodeNo,
+        inode: &Inode,
+        first: u64,
+    ) -> Result<(), VfsError> {
+        let tail = inode.size % BLOCK;
+        let b = inode.size / BLOCK;
+        if tail == 0 || b >= first {
+            return Ok(());
+        }
+        let mut block = vec![0u8; BLOCK as usize];
+        if self.engine.read(ino, FileBlock(b), &mut block)?[0]
+            && block[tail as usize..].iter().any(|&x| x != 0)
+        {
+            block[tail as usize..].fill(0);
+            self.engine.write(
+                ino,
+                FileBlock(b),
+                &block,
+                &WriteBatch::new(),
+                Durability::Buffered,
+            )?;
+        }
+        Ok(())
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns the bytes read
@@ -853,25 +887,30 @@ impl FileSystem {
         let mut extra = WriteBatch::new();
         extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
         if size < old {
-            let keep = size.div_ceil(BLOCK);
-            if size % BLOCK != 0 {
-                // Zero the cut block's tail so a later growth reads zeros there.
-                let b = size / BLOCK;
-                let mut block = vec![0u8; BLOCK as usize];
-                let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
-                if mapped[0] {
-                    block[(size % BLOCK) as usize..].fill(0);
-                    self.engine.write(
-                        ino,
-                        FileBlock(b),
-                        &block,
-                        &WriteBatch::new(),
-                        Durability::Buffered,
-                    )?;
-                }
+            // One batch: the blocks past the new end and the size. Bytes of the last
+            // block past the end stay on the device; writes and growth zero them before
+            // they can be read (`write_locked`, below).
+            self.engine.punch(
+                ino,
+                FileBlock(size.div_ceil(BLOCK)),
+                None,
+                &extra,
+                Durability::Buffered,
+            )?;
+        } else if old % BLOCK != 0 && size > old {
+            // Growth: the old last block's bytes past the old end become zeros, in the
+            // same batch as the size.
+            let b = old / BLOCK;
+            let mut block = vec![0u8; BLOCK as usize];
+            let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
+            if mapped[0] {
+                block[(old % BLOCK) as usize..].fill(0);
+                self.engine
+                    .write(ino, FileBlock(b), &block, &extra, Durability::Buffered)?;
+            } else {
+                self.engine
+                    .put_metadata(ino, &extra, Durability::Buffered)?;
             }
-            self.engine
-                .punch(ino, FileBlock(keep), None, &extra, Durability::Buffered)?;
         } else {
             self.engine
                 .put_metadata(ino, &extra, Durability::Buffered)?;
