@@ -39,8 +39,10 @@ pub(crate) struct InodeState {
     pub inode: Option<Inode>,
     /// Open handles.
     pub open: u32,
-    /// Directories whose lane holds the name this inode was created or renamed under,
-    /// not yet made durable by an fsync of this inode.
+    /// Inodes whose domain lanes hold name operations this inode's fsync must make
+    /// durable: for a file, the directories it was created, linked or renamed under; for
+    /// a directory, the files whose lanes logged a change of its entries (a last unlink,
+    /// a rename replacing a file) and the destinations of renames out of it.
     pub name_lanes: Vec<InodeNo>,
 }
 
@@ -231,6 +233,15 @@ impl FileSystem {
         }
     }
 
+    /// Notes that `ino`'s domain lane holds a name operation an fsync must reach (one
+    /// entry per domain: the list stays as short as the domain count).
+    fn note_lane(&self, lanes: &mut Vec<InodeNo>, ino: InodeNo) {
+        let d = self.engine.domain_of(ino);
+        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
+            lanes.push(ino);
+        }
+    }
+
     /// Attributes of `ino`.
     pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
         let h = self.handle(ino)?;
@@ -300,7 +311,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let mut st = h.write();
         st.inode = Some(inode);
-        st.name_lanes.push(parent);
+        self.note_lane(&mut st.name_lanes, parent);
         Ok(ino)
     }
 
@@ -413,6 +424,8 @@ impl FileSystem {
         if gone {
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
+            // Logged in the file's lane: an fsync of the directory must reach it.
+            self.note_lane(&mut pst.name_lanes, entry.ino);
         } else {
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
@@ -499,7 +512,7 @@ impl FileSystem {
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
-        st.name_lanes.push(parent);
+        self.note_lane(&mut st.name_lanes, parent);
         pst.inode = Some(pinode);
         Ok(())
     }
@@ -647,18 +660,29 @@ impl FileSystem {
             batch.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
             batch.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
         }
-        match follow_up {
+        // The lane the rename is logged in; fsyncs of both directories must reach it.
+        let logged_in = match follow_up {
             // The replaced file's last link: the whole rename goes to its lane with its
             // deletion, so the rename and the freeing are one batch.
-            Some((ino, inode)) => self.delete_inode(ino, &inode, batch)?,
-            None => self.engine.put_metadata(dp, &batch, Durability::Buffered)?,
+            Some((ino, inode)) => {
+                self.delete_inode(ino, &inode, batch)?;
+                ino
+            }
+            None => {
+                self.engine.put_metadata(dp, &batch, Durability::Buffered)?;
+                dp
+            }
+        };
+        self.note_lane(&mut s_guard.name_lanes, logged_in);
+        if let Some(g) = d_guard.as_mut() {
+            self.note_lane(&mut g.name_lanes, logged_in);
         }
         s_guard.inode = Some(spi);
         if let Some(g) = d_guard.as_mut() {
             g.inode = Some(dpi);
         }
         let moved = self.handle(src.ino)?;
-        moved.write().name_lanes.push(dp);
+        self.note_lane(&mut moved.write().name_lanes, logged_in);
         Ok(())
     }
 
