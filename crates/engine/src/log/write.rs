@@ -117,6 +117,28 @@ impl Engine {
         .into())
     }
 
+    /// A queue, the domain's lock, `count` reserved blocks of the user head and the
+    /// write's number (issued under the lock, so numbers follow the domain's batches).
+    #[allow(clippy::type_complexity)]
+    fn start_write<'a>(
+        &'a self,
+        domain: &'a Domain,
+        count: u32,
+    ) -> Result<
+        (
+            device::Queue<'a>,
+            MutexGuard<'a, DomainState>,
+            Vec<Run>,
+            u64,
+        ),
+        EngineError,
+    > {
+        let queue = self.device.queue()?;
+        let (state, runs) = self.reserve(domain, HeadKind::User, count)?;
+        let seq = domain.tracker.issue();
+        Ok((queue, state, runs, seq))
+    }
+
     fn write_async(
         &self,
         domain: &Domain,
@@ -124,9 +146,7 @@ impl Engine {
         durability: Durability,
     ) -> Result<(), EngineError> {
         let count = blocks.count();
-        let mut queue = self.device.queue()?;
-        let (mut state, runs) = self.reserve(domain, HeadKind::User, count)?;
-        let seq = domain.tracker.issue();
+        let (mut queue, mut state, runs, seq) = self.start_write(domain, count)?;
         let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
         // From here the write's number must complete whatever happens.
         let made = submitted.and_then(|()| {
@@ -154,9 +174,7 @@ impl Engine {
         durability: Durability,
     ) -> Result<(), EngineError> {
         let count = blocks.count();
-        let mut queue = self.device.queue()?;
-        let (state, runs) = self.reserve(domain, HeadKind::User, count)?;
-        let seq = domain.tracker.issue();
+        let (mut queue, state, runs, seq) = self.start_write(domain, count)?;
         drop(state);
         let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
         let reaped = submitted.and_then(|()| reap(&mut queue));
