@@ -1,0 +1,202 @@
+//! The VFS under many threads (correctness, not speed: this machine has 2 cores): 32
+//! threads in one directory, 16 writers of disjoint ranges of one file beside readers,
+//! and directory renames across a small tree racing creates and removals (the lock
+//! order's deadlock check). Afterwards the tree is consistent: every entry names a live
+//! inode of its kind, link counts are right, and every thread's last write is there.
+
+use device::memory::MemoryBackend;
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use format::constants::MIB;
+use platform::{Rng, SystemClock};
+use std::sync::Arc;
+use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
+
+fn mounted(domains: u32) -> (Arc<Device>, Arc<FileSystem>) {
+    let dev = Device::new(Box::new(MemoryBackend::new(256 * MIB, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(domains),
+        fs_uuid: [8; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&dev, None, &opts, &NoProgress).unwrap();
+    let dev = Arc::new(dev);
+    let fs = FileSystem::mount(
+        EngineEnv {
+            device: dev.clone(),
+            pmr: None,
+            clock: Arc::new(SystemClock::new()),
+        },
+        EngineConfig::default(),
+    )
+    .unwrap();
+    (dev, Arc::new(fs))
+}
+
+/// Every entry under `dir` names a live inode of the entry's kind; directory link
+/// counts are 2 + subdirectories. Returns the number of entries seen.
+fn check_consistent(fs: &FileSystem, dir: &str) -> usize {
+    let mut seen = 0;
+    let mut subdirs = 0;
+    for e in fs.read_dir(dir).unwrap() {
+        let name = String::from_utf8(e.name).unwrap();
+        let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
+        let meta = fs.symlink_metadata(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+        assert_eq!(meta.kind, e.kind, "{path}");
+        assert_eq!(meta.ino, e.ino, "{path}");
+        seen += 1;
+        if e.kind == Kind::Dir {
+            subdirs += 1;
+            seen += check_consistent(fs, &path);
+        }
+    }
+    assert_eq!(fs.metadata(dir).unwrap().nlink, 2 + subdirs, "{dir} link count");
+    seen
+}
+
+#[test]
+fn thirty_two_threads_in_one_directory() {
+    let (_dev, fs) = mounted(4);
+    fs.create_dir("/d", 0o755).unwrap();
+    let threads: Vec<_> = (0..32u64)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::from_seed(t);
+                let mut mine = std::collections::BTreeMap::new();
+                for i in 0..150u64 {
+                    // Private names (checked at the end) and shared ones (racing).
+                    let private = format!("/d/t{t}-{}", rng.below(6));
+                    let shared = format!("/d/s{}", rng.below(8));
+                    match rng.below(6) {
+                        0 | 1 => {
+                            let f = OpenOptions::new().write(true).create(true).open(&fs, &private).unwrap();
+                            let v = vec![(i % 250) as u8 + 1; 1 + rng.below(5000) as usize];
+                            f.set_len(0).unwrap();
+                            f.write_at(&v, 0).unwrap();
+                            mine.insert(private, v);
+                        }
+                        2 => {
+                            if fs.remove_file(&private).is_ok() {
+                                mine.remove(&private);
+                            }
+                        }
+                        3 => {
+                            let _ = OpenOptions::new().write(true).create_new(true).open(&fs, &shared);
+                        }
+                        4 => {
+                            let _ = fs.remove_file(&shared);
+                        }
+                        _ => {
+                            let to = format!("/d/s{}", rng.below(8));
+                            let _ = fs.rename_path(&shared, &to, RenameMode::Replace);
+                        }
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    check_consistent(&fs, "/");
+    for mine in results {
+        for (path, want) in mine {
+            let f = OpenOptions::new().read(true).open(&fs, &path).unwrap();
+            let mut got = vec![0u8; want.len() + 10];
+            let n = f.read_at(&mut got, 0).unwrap();
+            assert_eq!(&got[..n], &want[..], "{path}");
+        }
+    }
+}
+
+#[test]
+fn sixteen_writers_of_one_file_beside_readers() {
+    let (_dev, fs) = mounted(2);
+    let file = OpenOptions::new().write(true).create(true).open(&fs, "/big").unwrap();
+    file.set_len(16 * 20_000).unwrap();
+    drop(file);
+    let writers: Vec<_> = (0..16u64)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let f = OpenOptions::new().write(true).open(&fs, "/big").unwrap();
+                let mut last = 0u8;
+                for i in 0..60u64 {
+                    last = ((t * 60 + i) % 251) as u8 + 1;
+                    // Unaligned range of its own: neighbours share 4 KiB blocks.
+                    f.write_at(&vec![last; 20_000], t * 20_000).unwrap();
+                }
+                last
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..4u64)
+        .map(|r| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let f = OpenOptions::new().read(true).open(&fs, "/big").unwrap();
+                let mut rng = Rng::from_seed(100 + r);
+                let mut buf = vec![0u8; 20_000];
+                for _ in 0..100 {
+                    let t = rng.below(16);
+                    f.read_at(&mut buf, t * 20_000).unwrap();
+                    // One writer's range: one value throughout (writes are atomic).
+                    assert!(buf.iter().all(|&x| x == buf[0]), "a torn range");
+                }
+            })
+        })
+        .collect();
+    let lasts: Vec<u8> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    let f = OpenOptions::new().read(true).open(&fs, "/big").unwrap();
+    let mut buf = vec![0u8; 16 * 20_000];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len());
+    for (t, want) in lasts.iter().enumerate() {
+        assert!(buf[t * 20_000..(t + 1) * 20_000].iter().all(|x| x == want), "writer {t}");
+    }
+}
+
+#[test]
+fn directory_renames_race_creates_and_removals() {
+    let (_dev, fs) = mounted(3);
+    for d in ["/a", "/b", "/c", "/a/x", "/b/y"] {
+        fs.create_dir(d, 0o755).unwrap();
+    }
+    let dirs = ["/a", "/b", "/c", "/a/x", "/b/y", "/c/z"];
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::from_seed(500 + t);
+                for _ in 0..300 {
+                    let from = dirs[rng.below(dirs.len() as u64) as usize];
+                    let to = format!("{}/m{}", dirs[rng.below(dirs.len() as u64) as usize], rng.below(3));
+                    match rng.below(4) {
+                        0 => {
+                            let _ = fs.create_dir(&to, 0o755);
+                        }
+                        1 => {
+                            let _ = fs.remove_dir(&to);
+                        }
+                        2 => {
+                            let _ = fs.rename_path(&format!("{from}/m{}", rng.below(3)), &to, RenameMode::Replace);
+                        }
+                        _ => {
+                            let _ = fs.rename_path(from, &to, RenameMode::Exchange);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let entries = check_consistent(&fs, "/");
+    assert!(entries >= 3, "the tree kept its directories ({entries} entries)");
+}
