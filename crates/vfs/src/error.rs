@@ -28,6 +28,12 @@ pub enum VfsError {
     Invalid(String),
     #[error("{0}: bad file descriptor (not open for this access)")]
     BadAccess(String),
+    #[error("{0}: no such attribute")]
+    NoAttribute(String),
+    #[error("{0}: attribute namespace not supported (user. and trusted. are)")]
+    AttributeNamespace(String),
+    #[error("attribute too large: {0}")]
+    AttributeTooLarge(String),
     #[error("file too large: {0}")]
     TooLarge(String),
     #[error(transparent)]
@@ -67,6 +73,9 @@ impl VfsError {
             VfsError::Invalid(_) => libc::EINVAL,
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
+            VfsError::NoAttribute(_) => libc::ENODATA,
+            VfsError::AttributeNamespace(_) => libc::EOPNOTSUPP,
+            VfsError::AttributeTooLarge(_) => libc::E2BIG,
             VfsError::Engine(e) => e.errno(),
             VfsError::MetaDb(e) => e.errno(),
             VfsError::Corruption(_) => libc::EUCLEAN,

@@ -451,6 +451,9 @@ impl FileSystem {
         if inode.kind == Kind::Symlink {
             batch.delete(records::symlink_key(ino).to_vec());
         }
+        for name in self.xattr_names(ino)? {
+            batch.delete(records::xattr_key(ino, &name));
+        }
         self.engine
             .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
         Ok(())

@@ -6,6 +6,7 @@
 //! - [`file`]: `OpenOptions` and `File` (Read, Write, Seek, read_at, write_at, set_len,
 //!   sync_all, sync_data).
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
+//! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //!
 //! This first slice writes file data through to the engine (no page cache yet) and
 //! checks no permissions (every caller is root); docs/SEMANTICS.md says what is durable
@@ -20,8 +21,10 @@ pub mod file;
 pub mod fs;
 pub mod path;
 pub mod records;
+pub mod xattr;
 
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::{DirEntry, FileSystem, Metadata, RenameMode, StatFs};
 pub use records::Kind;
+pub use xattr::XattrMode;

@@ -14,6 +14,7 @@ use format::InodeNo;
 pub const INODE_TAG: u8 = b'i';
 pub const DENTRY_TAG: u8 = b'm';
 pub const SYMLINK_TAG: u8 = b'l';
+pub const XATTR_TAG: u8 = b'a';
 pub const COUNTER_KEY: &[u8] = b"c:next-ino";
 
 /// The root directory's inode number.
@@ -59,6 +60,19 @@ pub fn inode_key(ino: InodeNo) -> [u8; 9] {
 pub fn symlink_key(ino: InodeNo) -> [u8; 9] {
     let mut k = inode_key(ino);
     k[0] = SYMLINK_TAG;
+    k
+}
+
+/// The prefix of every extended attribute of `ino`.
+pub fn xattr_prefix(ino: InodeNo) -> Vec<u8> {
+    let mut k = inode_key(ino).to_vec();
+    k[0] = XATTR_TAG;
+    k
+}
+
+pub fn xattr_key(ino: InodeNo, name: &[u8]) -> Vec<u8> {
+    let mut k = xattr_prefix(ino);
+    k.extend_from_slice(name);
     k
 }
 

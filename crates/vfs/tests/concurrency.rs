@@ -43,8 +43,14 @@ fn check_consistent(fs: &FileSystem, dir: &str) -> usize {
     let mut subdirs = 0;
     for e in fs.read_dir(dir).unwrap() {
         let name = String::from_utf8(e.name).unwrap();
-        let path = if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") };
-        let meta = fs.symlink_metadata(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+        let path = if dir == "/" {
+            format!("/{name}")
+        } else {
+            format!("{dir}/{name}")
+        };
+        let meta = fs
+            .symlink_metadata(&path)
+            .unwrap_or_else(|err| panic!("{path}: {err}"));
         assert_eq!(meta.kind, e.kind, "{path}");
         assert_eq!(meta.ino, e.ino, "{path}");
         seen += 1;
@@ -53,7 +59,11 @@ fn check_consistent(fs: &FileSystem, dir: &str) -> usize {
             seen += check_consistent(fs, &path);
         }
     }
-    assert_eq!(fs.metadata(dir).unwrap().nlink, 2 + subdirs, "{dir} link count");
+    assert_eq!(
+        fs.metadata(dir).unwrap().nlink,
+        2 + subdirs,
+        "{dir} link count"
+    );
     seen
 }
 
@@ -73,7 +83,11 @@ fn thirty_two_threads_in_one_directory() {
                     let shared = format!("/d/s{}", rng.below(8));
                     match rng.below(6) {
                         0 | 1 => {
-                            let f = OpenOptions::new().write(true).create(true).open(&fs, &private).unwrap();
+                            let f = OpenOptions::new()
+                                .write(true)
+                                .create(true)
+                                .open(&fs, &private)
+                                .unwrap();
                             let v = vec![(i % 250) as u8 + 1; 1 + rng.below(5000) as usize];
                             f.set_len(0).unwrap();
                             f.write_at(&v, 0).unwrap();
@@ -85,7 +99,10 @@ fn thirty_two_threads_in_one_directory() {
                             }
                         }
                         3 => {
-                            let _ = OpenOptions::new().write(true).create_new(true).open(&fs, &shared);
+                            let _ = OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .open(&fs, &shared);
                         }
                         4 => {
                             let _ = fs.remove_file(&shared);
@@ -115,7 +132,11 @@ fn thirty_two_threads_in_one_directory() {
 #[test]
 fn sixteen_writers_of_one_file_beside_readers() {
     let (_dev, fs) = mounted(2);
-    let file = OpenOptions::new().write(true).create(true).open(&fs, "/big").unwrap();
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/big")
+        .unwrap();
     file.set_len(16 * 20_000).unwrap();
     drop(file);
     let writers: Vec<_> = (0..16u64)
@@ -157,7 +178,10 @@ fn sixteen_writers_of_one_file_beside_readers() {
     let mut buf = vec![0u8; 16 * 20_000];
     assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len());
     for (t, want) in lasts.iter().enumerate() {
-        assert!(buf[t * 20_000..(t + 1) * 20_000].iter().all(|x| x == want), "writer {t}");
+        assert!(
+            buf[t * 20_000..(t + 1) * 20_000].iter().all(|x| x == want),
+            "writer {t}"
+        );
     }
 }
 
@@ -175,7 +199,11 @@ fn directory_renames_race_creates_and_removals() {
                 let mut rng = Rng::from_seed(500 + t);
                 for _ in 0..300 {
                     let from = dirs[rng.below(dirs.len() as u64) as usize];
-                    let to = format!("{}/m{}", dirs[rng.below(dirs.len() as u64) as usize], rng.below(3));
+                    let to = format!(
+                        "{}/m{}",
+                        dirs[rng.below(dirs.len() as u64) as usize],
+                        rng.below(3)
+                    );
                     match rng.below(4) {
                         0 => {
                             let _ = fs.create_dir(&to, 0o755);
@@ -184,7 +212,11 @@ fn directory_renames_race_creates_and_removals() {
                             let _ = fs.remove_dir(&to);
                         }
                         2 => {
-                            let _ = fs.rename_path(&format!("{from}/m{}", rng.below(3)), &to, RenameMode::Replace);
+                            let _ = fs.rename_path(
+                                &format!("{from}/m{}", rng.below(3)),
+                                &to,
+                                RenameMode::Replace,
+                            );
                         }
                         _ => {
                             let _ = fs.rename_path(from, &to, RenameMode::Exchange);
@@ -198,5 +230,8 @@ fn directory_renames_race_creates_and_removals() {
         t.join().unwrap();
     }
     let entries = check_consistent(&fs, "/");
-    assert!(entries >= 3, "the tree kept its directories ({entries} entries)");
+    assert!(
+        entries >= 3,
+        "the tree kept its directories ({entries} entries)"
+    );
 }

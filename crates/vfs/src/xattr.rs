@@ -1,0 +1,133 @@
+//! Extended attributes (`user.` and `trusted.` namespaces): one MetaDB record per
+//! attribute (`a` ino name -> value, docs/FORMAT.md §6.4), changed in the inode's domain
+//! lane with the inode's ctime, removed with the inode.
+//!
+//! Invariants:
+//! - Names are 1-255 bytes in a supported namespace; values at most 64 KiB (Linux's
+//!   XATTR_SIZE_MAX).
+//! - A set or remove is one batch with the inode's new ctime, under the inode's lock.
+
+use crate::error::VfsError;
+use crate::fs::{live, show, FileSystem};
+use crate::records;
+use engine::log::Durability;
+use format::InodeNo;
+use metadb::WriteBatch;
+
+/// Largest attribute value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_MAX: usize = 64 << 10;
+const NAMESPACES: [&[u8]; 2] = [b"user.", b"trusted."];
+
+/// How `set_xattr` treats an existing attribute (XATTR_CREATE, XATTR_REPLACE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrMode {
+    #[default]
+    Either,
+    /// Fail with EEXIST if it exists.
+    Create,
+    /// Fail with ENODATA if it does not.
+    Replace,
+}
+
+fn check_name(name: &[u8]) -> Result<(), VfsError> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(VfsError::Invalid(format!(
+            "attribute name of {} bytes",
+            name.len()
+        )));
+    }
+    if !NAMESPACES
+        .iter()
+        .any(|ns| name.len() > ns.len() && name.starts_with(ns))
+    {
+        return Err(VfsError::AttributeNamespace(show(name)));
+    }
+    Ok(())
+}
+
+impl FileSystem {
+    pub fn set_xattr(
+        &self,
+        path: &str,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<(), VfsError> {
+        check_name(name)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(VfsError::AttributeTooLarge(format!(
+                "{} bytes",
+                value.len()
+            )));
+        }
+        let ino = self.resolve(path, true)?;
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        let mut inode = *live(&st, ino)?;
+        let key = records::xattr_key(ino, name);
+        let exists = self.engine.metadb().get(&key)?.is_some();
+        match (mode, exists) {
+            (XattrMode::Create, true) => return Err(VfsError::Exists(show(name))),
+            (XattrMode::Replace, false) => return Err(VfsError::NoAttribute(show(name))),
+            _ => {}
+        }
+        inode.ctime_ns = self.now();
+        let mut batch = WriteBatch::new();
+        batch.put(key, value.to_vec());
+        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.engine
+            .put_metadata(ino, &batch, Durability::Buffered)?;
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    pub fn get_xattr(&self, path: &str, name: &[u8]) -> Result<Vec<u8>, VfsError> {
+        check_name(name)?;
+        let ino = self.resolve(path, true)?;
+        let h = self.handle(ino)?;
+        let st = h.read();
+        live(&st, ino)?;
+        self.engine
+            .metadb()
+            .get(&records::xattr_key(ino, name))?
+            .ok_or_else(|| VfsError::NoAttribute(show(name)))
+    }
+
+    /// Attribute names of `path`, sorted.
+    pub fn list_xattr(&self, path: &str) -> Result<Vec<Vec<u8>>, VfsError> {
+        let ino = self.resolve(path, true)?;
+        let h = self.handle(ino)?;
+        let st = h.read();
+        live(&st, ino)?;
+        self.xattr_names(ino)
+    }
+
+    pub(crate) fn xattr_names(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
+        let prefix = records::xattr_prefix(ino);
+        let mut names = Vec::new();
+        for item in self.engine.metadb().prefix(&prefix, None)? {
+            names.push(item?.0[prefix.len()..].to_vec());
+        }
+        Ok(names)
+    }
+
+    pub fn remove_xattr(&self, path: &str, name: &[u8]) -> Result<(), VfsError> {
+        check_name(name)?;
+        let ino = self.resolve(path, true)?;
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        let mut inode = *live(&st, ino)?;
+        let key = records::xattr_key(ino, name);
+        if self.engine.metadb().get(&key)?.is_none() {
+            return Err(VfsError::NoAttribute(show(name)));
+        }
+        inode.ctime_ns = self.now();
+        let mut batch = WriteBatch::new();
+        batch.delete(key);
+        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.engine
+            .put_metadata(ino, &batch, Durability::Buffered)?;
+        st.inode = Some(inode);
+        Ok(())
+    }
+}
