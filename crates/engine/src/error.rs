@@ -54,12 +54,7 @@ impl EngineError {
         expected: impl std::fmt::Display,
         got: impl std::fmt::Display,
     ) -> EngineError {
-        EngineError::Corruption(Corruption {
-            what: what.into(),
-            location: location.into(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        })
+        EngineError::Corruption(Corruption::new(what, location, expected, got))
     }
 
     /// The errno a front end reports.

@@ -15,6 +15,22 @@ pub struct Corruption {
     pub got: String,
 }
 
+impl Corruption {
+    pub fn new(
+        what: impl Into<String>,
+        location: impl Into<String>,
+        expected: impl fmt::Display,
+        got: impl fmt::Display,
+    ) -> Corruption {
+        Corruption {
+            what: what.into(),
+            location: location.into(),
+            expected: expected.to_string(),
+            got: got.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -60,11 +76,6 @@ impl FormatError {
         expected: impl fmt::Display,
         got: impl fmt::Display,
     ) -> Self {
-        FormatError::Corruption(Corruption {
-            what: what.into(),
-            location: location.into(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        })
+        FormatError::Corruption(Corruption::new(what, location, expected, got))
     }
 }

@@ -51,12 +51,12 @@ impl VfsError {
         expected: impl std::fmt::Display,
         got: impl std::fmt::Display,
     ) -> VfsError {
-        VfsError::Corruption(Corruption {
-            what: format!("{} {field}", what.into()),
-            location: "VFS records in MetaDB".into(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        })
+        VfsError::Corruption(Corruption::new(
+            format!("{} {field}", what.into()),
+            "VFS records in MetaDB",
+            expected,
+            got,
+        ))
     }
 
     /// The errno a front end reports.

@@ -247,12 +247,12 @@ pub fn block_crc(ino: InodeNo, block: FileBlock, data: &[u8]) -> u32 {
 }
 
 fn bad(what: &str, expected: impl std::fmt::Display, got: impl std::fmt::Display) -> EngineError {
-    EngineError::Corruption(Corruption {
-        what: what.into(),
-        location: "engine records in MetaDB".into(),
-        expected: expected.to_string(),
-        got: got.to_string(),
-    })
+    EngineError::Corruption(Corruption::new(
+        what,
+        "engine records in MetaDB",
+        expected,
+        got,
+    ))
 }
 
 #[cfg(test)]

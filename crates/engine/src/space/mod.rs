@@ -58,12 +58,7 @@ impl SpaceError {
         expected: impl std::fmt::Display,
         got: impl std::fmt::Display,
     ) -> SpaceError {
-        SpaceError::Corruption(Corruption {
-            what: what.into(),
-            location: location.into(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        })
+        SpaceError::Corruption(Corruption::new(what, location, expected, got))
     }
 
     /// The errno a front end reports.
