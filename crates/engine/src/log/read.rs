@@ -88,6 +88,9 @@ impl Engine {
                     });
                 }
             }
+            if retry.is_empty() {
+                break;
+            }
             // A mismatch is a block moved (and its segment reused) under us, or a write
             // whose batch is made while its data is still in flight; otherwise, with the
             // mapping unchanged, the data is corrupt.

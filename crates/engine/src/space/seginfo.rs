@@ -141,6 +141,22 @@ impl SegInfo {
         }
     }
 
+    /// A table whose file-system time resumes at `elapsed_ns` (after a mount).
+    fn resumed(
+        domain: DomainId,
+        clock: Arc<dyn Clock>,
+        elapsed_ns: u64,
+        segments: BTreeMap<SegmentNo, SegmentInfo>,
+    ) -> SegInfo {
+        let base_ns = elapsed_ns.wrapping_sub(clock.now_ns());
+        SegInfo {
+            domain,
+            clock,
+            base_ns,
+            segments,
+        }
+    }
+
     pub fn domain(&self) -> DomainId {
         self.domain
     }
@@ -299,13 +315,7 @@ impl SegInfo {
                 ));
             }
         }
-        let base_ns = elapsed_ns.wrapping_sub(clock.now_ns());
-        Ok(SegInfo {
-            domain,
-            clock,
-            base_ns,
-            segments,
-        })
+        Ok(SegInfo::resumed(domain, clock, elapsed_ns, segments))
     }
 
     /// Bytes of [`SegInfo::encode`]'s output.
@@ -397,13 +407,7 @@ impl SegInfo {
             previous = Some(segment);
             segments.insert(segment, info);
         }
-        let base_ns = elapsed_ns.wrapping_sub(clock.now_ns());
-        Ok(SegInfo {
-            domain,
-            clock,
-            base_ns,
-            segments,
-        })
+        Ok(SegInfo::resumed(domain, clock, elapsed_ns, segments))
     }
 }
 
