@@ -117,6 +117,14 @@ impl PoolRun {
         step: usize,
     ) {
         let seed = self.seed;
+        if self.free() <= keep {
+            // A short pool frees queued segments without their discard.
+            for m in self.state.iter_mut() {
+                if *m == Model::Queued {
+                    *m = Model::Free;
+                }
+            }
+        }
         let free = self.free();
         match got {
             Ok(s) => {

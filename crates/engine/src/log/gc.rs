@@ -287,6 +287,8 @@ impl Engine {
                     let Some(engine) = engine.upgrade() else {
                         break;
                     };
+                    // Tables MetaDB freed since the last checkpoint wait for their discard.
+                    engine.discard(engine.pool.take_discards());
                     let space = engine.space_report();
                     let low = (f64::from(space.segments) * config.low_free_share) as u32
                         + space.gc_reserve
