@@ -189,8 +189,8 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        // A failure here (the file system turned read-only) leaves the inode for fsck
-        // to reclaim; there is no one to report it to.
+        // A failure here (the file system turned read-only) leaves an orphan record: the
+        // next mount frees the inode. There is no one to report it to.
         let _ = self.fs.release(&self.handle);
     }
 }

@@ -166,6 +166,7 @@ impl FileSystem {
             batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
             fs.engine.put_metadata(ROOT, &batch, Durability::Fsync)?;
         }
+        fs.reap_orphans()?;
         Ok(fs)
     }
 
@@ -431,6 +432,11 @@ impl FileSystem {
                 records::inode_key(entry.ino).to_vec(),
                 child.encode().to_vec(),
             );
+            if child.nlink == 0 {
+                // Open, nameless: freed at last close, or by the next mount.
+                batch.put(records::orphan_key(entry.ino).to_vec(), Vec::new());
+                self.note_lane(&mut cst.name_lanes, parent);
+            }
             self.engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = Some(child);
@@ -440,7 +446,8 @@ impl FileSystem {
     }
 
     /// Deletes inode `ino` and its blocks, with `batch` (the name operation that
-    /// dropped its last link), in one batch of the inode's lane.
+    /// dropped its last link, or the deletion of its orphan record), in one batch of the
+    /// inode's lane.
     fn delete_inode(
         &self,
         ino: InodeNo,
@@ -466,12 +473,60 @@ impl FileSystem {
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
-                    self.delete_inode(h.ino, &inode, WriteBatch::new())?;
+                    self.reap_orphan(h.ino, &inode, &mut st.name_lanes)?;
                     st.inode = None;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Frees the orphan `ino`: its deletion goes to its own lane, the name operation
+    /// that orphaned it went to its parent's; that lane is made durable first, so a
+    /// crash never keeps the deletion without the unlink (a name for a freed inode).
+    fn reap_orphan(
+        &self,
+        ino: InodeNo,
+        inode: &Inode,
+        name_lanes: &mut Vec<InodeNo>,
+    ) -> Result<(), VfsError> {
+        for dir in std::mem::take(name_lanes) {
+            self.engine.fsync(dir)?;
+        }
+        let mut batch = WriteBatch::new();
+        batch.delete(records::orphan_key(ino).to_vec());
+        self.delete_inode(ino, inode, batch)
+    }
+
+    /// Mount: frees every orphan a crash (or a failed close) left. An orphan record whose
+    /// inode is gone or named again is dropped.
+    fn reap_orphans(&self) -> Result<u64, VfsError> {
+        let found = self
+            .engine
+            .metadb()
+            .prefix(&[records::ORPHAN_TAG], None)?
+            .map(|item| item.map(|(key, _)| key))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut reaped = 0;
+        for key in found {
+            let ino = records::parse_orphan_key(&key)?;
+            let h = self.handle(ino)?;
+            let mut st = h.write();
+            match st.inode {
+                Some(inode) if inode.nlink == 0 => {
+                    self.reap_orphan(ino, &inode, &mut Vec::new())?;
+                    st.inode = None;
+                    reaped += 1;
+                }
+                _ => {
+                    let mut batch = WriteBatch::new();
+                    batch.delete(key);
+                    self.engine
+                        .put_metadata(ino, &batch, Durability::Buffered)?;
+                }
+            }
+        }
+        Ok(reaped)
     }
 
     /// Hard link: a new name `name` in `parent` for the non-directory `ino`.
@@ -632,6 +687,11 @@ impl FileSystem {
                         tst.inode = None;
                     } else {
                         batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
+                        if tinode.nlink == 0 {
+                            // Open, nameless: freed at last close, or by the next mount.
+                            batch.put(records::orphan_key(t.ino).to_vec(), Vec::new());
+                            self.note_lane(&mut tst.name_lanes, dp);
+                        }
                         tst.inode = Some(tinode);
                     }
                 }

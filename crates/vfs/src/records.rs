@@ -15,6 +15,7 @@ pub const INODE_TAG: u8 = b'i';
 pub const DENTRY_TAG: u8 = b'm';
 pub const SYMLINK_TAG: u8 = b'l';
 pub const XATTR_TAG: u8 = b'a';
+pub const ORPHAN_TAG: u8 = b'o';
 pub const COUNTER_KEY: &[u8] = b"c:next-ino";
 
 /// The root directory's inode number.
@@ -61,6 +62,24 @@ pub fn symlink_key(ino: InodeNo) -> [u8; 9] {
     let mut k = inode_key(ino);
     k[0] = SYMLINK_TAG;
     k
+}
+
+/// The orphan record of `ino`: present while `ino` has no name but is still open, so
+/// that a mount after a crash frees it.
+pub fn orphan_key(ino: InodeNo) -> [u8; 9] {
+    let mut k = inode_key(ino);
+    k[0] = ORPHAN_TAG;
+    k
+}
+
+/// The inode an orphan key names.
+pub fn parse_orphan_key(key: &[u8]) -> Result<InodeNo, VfsError> {
+    match key {
+        [ORPHAN_TAG, rest @ ..] if rest.len() == 8 => Ok(InodeNo(u64::from_be_bytes(
+            rest.try_into().expect("8 bytes"),
+        ))),
+        _ => Err(VfsError::corrupt("orphan key", "length", 9, key.len())),
+    }
 }
 
 /// The prefix of every extended attribute of `ino`.
