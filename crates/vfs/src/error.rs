@@ -22,6 +22,8 @@ pub enum VfsError {
     NameTooLong(String),
     #[error("{0}: too many levels of symbolic links")]
     Loop(String),
+    #[error("{0}: permission denied")]
+    Access(String),
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
     #[error("invalid argument: {0}")]
@@ -69,6 +71,7 @@ impl VfsError {
             VfsError::NotEmpty(_) => libc::ENOTEMPTY,
             VfsError::NameTooLong(_) => libc::ENAMETOOLONG,
             VfsError::Loop(_) => libc::ELOOP,
+            VfsError::Access(_) => libc::EACCES,
             VfsError::NotPermitted(_) => libc::EPERM,
             VfsError::Invalid(_) => libc::EINVAL,
             VfsError::BadAccess(_) => libc::EBADF,

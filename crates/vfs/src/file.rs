@@ -6,6 +6,7 @@
 //! - O_APPEND writes take the size and write under one inode lock, so concurrent
 //!   appenders never overwrite each other.
 
+use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
 use crate::fs::{FileSystem, Handle, Metadata};
 use crate::records::Kind;
@@ -85,15 +86,19 @@ impl OpenOptions {
                 "create or truncate without write access".into(),
             ));
         }
-        let ino = match fs.resolve(path, true) {
+        let cx = fs.creds();
+        // (inode, whether this open created it: a new file is opened whatever its mode)
+        let (ino, created) = match fs.resolve_as(&cx, path, true) {
             Ok(_) if self.create_new => return Err(VfsError::Exists(path.into())),
-            Ok(ino) => ino,
+            Ok(ino) => (ino, false),
             Err(VfsError::NotFound(_)) if self.create || self.create_new => {
-                let (parent, name) = fs.resolve_parent(path)?;
-                match fs.create(parent, name, Kind::File, self.mode, None) {
-                    Ok(ino) => ino,
+                let (parent, name) = fs.resolve_parent_as(&cx, path)?;
+                match fs.create(&cx, parent, name, Kind::File, self.mode, None) {
+                    Ok(ino) => (ino, true),
                     // Created by someone else meanwhile: O_CREAT opens it, O_EXCL fails.
-                    Err(VfsError::Exists(_)) if !self.create_new => fs.resolve(path, true)?,
+                    Err(VfsError::Exists(_)) if !self.create_new => {
+                        (fs.resolve_as(&cx, path, true)?, false)
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -102,6 +107,10 @@ impl OpenOptions {
         let meta = fs.stat_ino(ino)?;
         if meta.kind == Kind::Dir && writes {
             return Err(VfsError::IsDir(path.into()));
+        }
+        if !created {
+            let mask = if self.read { MAY_READ } else { 0 } | if writes { MAY_WRITE } else { 0 };
+            fs.access(&cx, ino, mask)?;
         }
         let handle = fs.handle(ino)?;
         fs.opened(&handle)?;

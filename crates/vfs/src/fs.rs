@@ -13,6 +13,7 @@
 //! - Inode numbers are never reused: numbers are handed out only below a durable
 //!   high-water mark, raised 1024 at a time.
 
+use crate::creds::{Creds, MAY_EXEC, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
@@ -98,6 +99,26 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
+/// A change of a file's time by `utimensat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeChange {
+    /// The current time (UTIME_NOW): the owner, or anyone who may write the file.
+    Now,
+    /// This time, in nanoseconds since the epoch: the owner only.
+    At(i64),
+}
+
+/// What `set_attr` changes (None leaves a field as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AttrChanges {
+    /// Permission bits, setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeChange>,
+    pub mtime: Option<TimeChange>,
+}
+
 /// How `rename` treats an existing target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RenameMode {
@@ -118,6 +139,8 @@ pub struct FileSystem {
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
     rename_lock: Mutex<()>,
+    /// Who the path-level API and `File` act as.
+    creds: Mutex<Arc<Creds>>,
 }
 
 impl std::fmt::Debug for FileSystem {
@@ -146,6 +169,7 @@ impl FileSystem {
             inodes: Mutex::new(HashMap::new()),
             next_ino: Mutex::new((high, high)),
             rename_lock: Mutex::new(()),
+            creds: Mutex::new(Arc::new(Creds::of_process())),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
             let now = fs.now();
@@ -178,6 +202,36 @@ impl FileSystem {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Who the path-level API and `File` act as from now on (default: the process that
+    /// mounted). Name operations of the inode-level API take their caller's instead.
+    pub fn set_creds(&self, creds: Creds) {
+        *self.creds.lock().expect("creds lock") = Arc::new(creds);
+    }
+
+    /// The identity of the path-level API.
+    pub fn creds(&self) -> Arc<Creds> {
+        self.creds.lock().expect("creds lock").clone()
+    }
+
+    /// `access(2)`: Ok if `cx` may access `ino` as `mask` (MAY_* bits) says.
+    pub fn access(&self, cx: &Creds, ino: InodeNo, mask: u32) -> Result<(), VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        cx.check(live(&st, ino)?, mask, || format!("inode {ino}"))
+    }
+
+    /// The inode `name` in directory `dir` names (search permission on `dir` needed).
+    pub fn lookup_in(&self, cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo, VfsError> {
+        let h = self.handle(dir)?;
+        let st = h.read();
+        let inode = live_dir(&st, dir, name)?;
+        cx.check(&inode, MAY_EXEC, || show(name))?;
+        check_name(name)?;
+        self.lookup(dir, name)?
+            .map(|d| d.ino)
+            .ok_or_else(|| VfsError::NotFound(show(name)))
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -255,6 +309,7 @@ impl FileSystem {
     /// symbolic link. EEXIST if the name is taken.
     pub fn create(
         &self,
+        cx: &Creds,
         parent: InodeNo,
         name: &[u8],
         kind: Kind,
@@ -270,16 +325,27 @@ impl FileSystem {
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         if self.lookup(parent, name)?.is_some() {
             return Err(VfsError::Exists(show(name)));
+        }
+        cx.check(&pinode, MAY_WRITE, || show(name))?;
+        // A set-group-ID directory hands its group (and, to directories, the bit) down.
+        let inherit = pinode.perm & S_ISGID != 0;
+        let gid = if inherit { pinode.gid } else { cx.gid };
+        let mut perm = perm & 0o7777;
+        if kind == Kind::Dir && inherit {
+            perm |= S_ISGID;
+        } else if kind == Kind::File && !cx.is_root() && !cx.in_group(gid) {
+            perm &= !S_ISGID;
         }
         let ino = self.allocate_ino()?;
         let now = self.now();
         let inode = Inode {
             kind,
-            perm: perm & 0o7777,
-            uid: 0,
-            gid: 0,
+            perm,
+            uid: cx.uid,
+            gid,
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             parent: if kind == Kind::Dir { parent.0 } else { 0 },
             size: target.map_or(0, |t| t.len() as u64),
@@ -338,15 +404,18 @@ impl FileSystem {
     /// an entry present throughout is returned exactly once.
     pub fn readdir(
         &self,
+        cx: &Creds,
         dir: InodeNo,
         after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, VfsError> {
         let h = self.handle(dir)?;
         let st = h.read();
-        if live(&st, dir)?.kind != Kind::Dir {
+        let inode = live(&st, dir)?;
+        if inode.kind != Kind::Dir {
             return Err(VfsError::NotDir(format!("inode {dir}")));
         }
+        cx.check(inode, crate::creds::MAY_READ, || format!("directory {dir}"))?;
         let prefix = records::dentry_prefix(dir);
         let start = match after {
             Some(name) => {
@@ -386,11 +455,18 @@ impl FileSystem {
 
     /// Removes `name` from `parent`: a non-directory (`dir` false) or an empty
     /// directory (`dir` true).
-    pub fn remove(&self, parent: InodeNo, name: &[u8], dir: bool) -> Result<(), VfsError> {
+    pub fn remove(
+        &self,
+        cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        dir: bool,
+    ) -> Result<(), VfsError> {
         check_name(name)?;
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         let entry = self
             .lookup(parent, name)?
             .ok_or_else(|| VfsError::NotFound(show(name)))?;
@@ -402,6 +478,7 @@ impl FileSystem {
         let ch = self.handle(entry.ino)?;
         let mut cst = ch.write();
         let mut child = *live(&cst, entry.ino)?;
+        cx.may_delete(&pinode, &child, || show(name))?;
         if dir && !self.is_empty_dir(entry.ino)? {
             return Err(VfsError::NotEmpty(show(name)));
         }
@@ -530,7 +607,13 @@ impl FileSystem {
     }
 
     /// Hard link: a new name `name` in `parent` for the non-directory `ino`.
-    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<(), VfsError> {
+    pub fn link(
+        &self,
+        cx: &Creds,
+        ino: InodeNo,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<(), VfsError> {
         check_name(name)?;
         // Directories have no hard links (checked before locking: `ino` may be `parent`).
         if self.stat_ino(ino)?.kind == Kind::Dir {
@@ -541,9 +624,11 @@ impl FileSystem {
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         if self.lookup(parent, name)?.is_some() {
             return Err(VfsError::Exists(show(name)));
         }
+        cx.check(&pinode, MAY_WRITE, || show(name))?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
@@ -578,6 +663,7 @@ impl FileSystem {
     /// Renames `sp/sname` to `dp/dname` atomically (one batch).
     pub fn rename(
         &self,
+        cx: &Creds,
         sp: InodeNo,
         sname: &[u8],
         dp: InodeNo,
@@ -607,10 +693,13 @@ impl FileSystem {
             Some(g) => live_dir(g, dp, dname)?,
             None => spi,
         };
+        cx.check(&spi, MAY_EXEC, || show(sname))?;
+        cx.check(&dpi, MAY_EXEC, || show(dname))?;
         let src = self
             .lookup(sp, sname)?
             .ok_or_else(|| VfsError::NotFound(show(sname)))?;
         let dst = self.lookup(dp, dname)?;
+        self.may_rename(cx, (sp, &spi, sname, &src), (dp, &dpi, dname, dst.as_ref()))?;
         if sp == dp && sname == dname {
             return match mode {
                 RenameMode::NoReplace => Err(VfsError::Exists(show(dname))),
@@ -749,6 +838,41 @@ impl FileSystem {
         Ok(())
     }
 
+    /// Permission for a rename: write and search on both parents, the sticky rule for the
+    /// source and for a target it replaces, and write on a directory that changes
+    /// parents (its `..` changes).
+    fn may_rename(
+        &self,
+        cx: &Creds,
+        (sp, spi, sname, src): (InodeNo, &Inode, &[u8], &Dentry),
+        (dp, dpi, dname, dst): (InodeNo, &Inode, &[u8], Option<&Dentry>),
+    ) -> Result<(), VfsError> {
+        if cx.is_root() {
+            return Ok(());
+        }
+        // The parents are locked by the caller: their inodes are taken from it, never
+        // locked again (a rename into itself names a parent as source or target).
+        let inode_of = |ino: InodeNo| match ino {
+            _ if ino == sp => Ok(*spi),
+            _ if ino == dp => Ok(*dpi),
+            _ => self.inode_of(ino),
+        };
+        let moves = sp != dp;
+        let source = inode_of(src.ino)?;
+        cx.may_delete(spi, &source, || show(sname))?;
+        match dst {
+            Some(d) if d.ino != src.ino => {
+                let target = inode_of(d.ino)?;
+                cx.may_delete(dpi, &target, || show(dname))?;
+            }
+            _ => cx.check(dpi, MAY_WRITE | MAY_EXEC, || show(dname))?,
+        }
+        if moves && source.kind == Kind::Dir {
+            cx.check(&source, MAY_WRITE, || show(sname))?;
+        }
+        Ok(())
+    }
+
     /// Points directory `dir`'s parent at `parent` (in `batch`).
     fn reparent(
         &self,
@@ -791,29 +915,77 @@ impl FileSystem {
         ))
     }
 
-    /// Changes attributes of `ino`: permission bits, owner, times (None leaves each).
+    /// Changes attributes of `ino` (chmod, chown, utimensat), with POSIX's rules: the
+    /// owner (or root) changes mode and sets explicit times; only root changes the owner,
+    /// and the owner may change the group to one of their groups; anyone who may write
+    /// the file sets its times to now. A chown by anyone but root, or a chmod by a
+    /// non-member of the file's group, clears set-group-ID; chown clears set-user-ID.
     pub fn set_attr(
         &self,
+        cx: &Creds,
         ino: InodeNo,
-        perm: Option<u32>,
-        owner: Option<(u32, u32)>,
-        times: Option<(i64, i64)>,
+        changes: &AttrChanges,
     ) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
-        if let Some(p) = perm {
-            inode.perm = p & 0o7777;
+        let what = || format!("inode {ino}");
+        let owner = cx.owns(&inode);
+        if let Some(uid) = changes.uid {
+            if uid != inode.uid && !cx.is_root() {
+                return Err(VfsError::NotPermitted(format!("{}: chown", what())));
+            }
         }
-        if let Some((uid, gid)) = owner {
+        if let Some(gid) = changes.gid {
+            if gid != inode.gid && !(cx.is_root() || (owner && cx.in_group(gid))) {
+                return Err(VfsError::NotPermitted(format!("{}: chgrp", what())));
+            }
+        }
+        if changes.perm.is_some() && !owner {
+            return Err(VfsError::NotPermitted(format!("{}: chmod", what())));
+        }
+        for t in [changes.atime, changes.mtime].into_iter().flatten() {
+            match t {
+                TimeChange::At(_) if !owner => {
+                    return Err(VfsError::NotPermitted(format!("{}: set times", what())));
+                }
+                TimeChange::Now if !owner => cx.check(&inode, MAY_WRITE, what)?,
+                _ => {}
+            }
+        }
+        let now = self.now();
+        if let Some(p) = changes.perm {
+            inode.perm = p & 0o7777;
+            if !cx.is_root() && !cx.in_group(inode.gid) && inode.kind != Kind::Dir {
+                inode.perm &= !S_ISGID;
+            }
+        }
+        let chown = changes.uid.is_some() || changes.gid.is_some();
+        if let Some(uid) = changes.uid {
             inode.uid = uid;
+        }
+        if let Some(gid) = changes.gid {
             inode.gid = gid;
         }
-        if let Some((atime, mtime)) = times {
-            inode.atime_ns = atime;
-            inode.mtime_ns = mtime;
+        if chown && inode.kind == Kind::File {
+            inode.perm &= !S_ISUID;
+            // A group-executable set-group-ID file loses the bit; without group execute
+            // it marks mandatory locking and stays (Linux).
+            if inode.perm & 0o010 != 0 {
+                inode.perm &= !S_ISGID;
+            }
         }
-        inode.ctime_ns = self.now();
+        let at = |t: TimeChange| match t {
+            TimeChange::Now => now,
+            TimeChange::At(ns) => ns,
+        };
+        if let Some(t) = changes.atime {
+            inode.atime_ns = at(t);
+        }
+        if let Some(t) = changes.mtime {
+            inode.mtime_ns = at(t);
+        }
+        inode.ctime_ns = now;
         let mut batch = WriteBatch::new();
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
         self.engine
