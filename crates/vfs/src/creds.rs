@@ -137,6 +137,7 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
             btime_ns: 0,
+            blocks: 0,
         }
     }
 

@@ -36,6 +36,10 @@ pub enum VfsError {
     AttributeNamespace(String),
     #[error("attribute too large: {0}")]
     AttributeTooLarge(String),
+    #[error("{0}: no data or hole at or after this offset")]
+    NoSuchOffset(String),
+    #[error("operation not supported: {0}")]
+    Unsupported(String),
     #[error("file too large: {0}")]
     TooLarge(String),
     #[error(transparent)]
@@ -76,6 +80,8 @@ impl VfsError {
             VfsError::Invalid(_) => libc::EINVAL,
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
+            VfsError::NoSuchOffset(_) => libc::ENXIO,
+            VfsError::Unsupported(_) => libc::EOPNOTSUPP,
             VfsError::NoAttribute(_) => libc::ENODATA,
             VfsError::AttributeNamespace(_) => libc::EOPNOTSUPP,
             VfsError::AttributeTooLarge(_) => libc::E2BIG,

@@ -10,6 +10,7 @@ use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
 use crate::fs::{FileSystem, Handle, Metadata};
 use crate::records::Kind;
+use crate::sparse::Fallocate;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
@@ -179,6 +180,26 @@ impl File {
             return Err(VfsError::BadAccess("not open for writing".into()));
         }
         self.fs.truncate(self.handle.ino, size)
+    }
+
+    /// `fallocate(2)` (needs a handle open for writing).
+    pub fn fallocate(&self, op: Fallocate, offset: u64, len: u64) -> Result<(), VfsError> {
+        if !self.write {
+            return Err(VfsError::BadAccess("not open for writing".into()));
+        }
+        self.fs.fallocate(self.handle.ino, op, offset, len)
+    }
+
+    /// `lseek(fd, offset, SEEK_DATA)`: moves to and returns the next data offset.
+    pub fn seek_data(&mut self, offset: u64) -> Result<u64, VfsError> {
+        self.pos = self.fs.seek_data(self.handle.ino, offset)?;
+        Ok(self.pos)
+    }
+
+    /// `lseek(fd, offset, SEEK_HOLE)`: moves to and returns the next hole offset.
+    pub fn seek_hole(&mut self, offset: u64) -> Result<u64, VfsError> {
+        self.pos = self.fs.seek_hole(self.handle.ino, offset)?;
+        Ok(self.pos)
     }
 
     /// fsync.

@@ -17,14 +17,14 @@ use crate::creds::{Creds, MAY_EXEC, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, Extra};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Clock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-pub(crate) const BLOCK: u64 = 4096;
+pub const BLOCK: u64 = 4096;
 /// Blocks per engine write (keeps each batch well under MetaDB's record limit).
 const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// Inode numbers reserved per durable high-water update.
@@ -185,6 +185,7 @@ impl FileSystem {
                 mtime_ns: now,
                 ctime_ns: now,
                 btime_ns: now,
+                blocks: 0,
             };
             let mut batch = WriteBatch::new();
             batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
@@ -353,6 +354,7 @@ impl FileSystem {
             mtime_ns: now,
             ctime_ns: now,
             btime_ns: now,
+            blocks: 0,
         };
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
@@ -1053,14 +1055,53 @@ impl FileSystem {
             inode.size = inode.size.max(hi);
             inode.mtime_ns = now;
             inode.ctime_ns = now;
-            let mut extra = WriteBatch::new();
-            extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-            self.engine
-                .write(ino, FileBlock(at), &buf, &extra, Durability::Buffered)?;
+            self.write_blocks(ino, &mut inode, FileBlock(at), &buf)?;
             st.inode = Some(inode);
             at = chunk_end + 1;
         }
         Ok(data.len())
+    }
+
+    /// Writes whole blocks `first..` of `ino` with `inode` (its new attributes) in the
+    /// same batch, its block count adjusted by the blocks the write newly maps.
+    pub(crate) fn write_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        first: FileBlock,
+        data: &[u8],
+    ) -> Result<(), VfsError> {
+        let counted = Counted::new(ino, inode);
+        self.engine.write_with(
+            ino,
+            first,
+            data,
+            Extra::Counted(&|delta| counted.batch(delta)),
+            Durability::Buffered,
+        )?;
+        *inode = counted.done();
+        Ok(())
+    }
+
+    /// Unmaps blocks `from..to` (to the end without `to`) of `ino` with `inode` in the
+    /// same batch, its block count adjusted.
+    pub(crate) fn punch_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        from: FileBlock,
+        to: Option<FileBlock>,
+    ) -> Result<(), VfsError> {
+        let counted = Counted::new(ino, inode);
+        self.engine.punch_with(
+            ino,
+            from,
+            to,
+            Extra::Counted(&|delta| counted.batch(delta)),
+            Durability::Buffered,
+        )?;
+        *inode = counted.done();
+        Ok(())
     }
 
     /// Before a write starting at block `first` grows the file past a partial last
@@ -1149,13 +1190,7 @@ impl FileSystem {
             // One batch: the blocks past the new end and the size. Bytes of the last
             // block past the end stay on the device; writes and growth zero them before
             // they can be read (`write_locked`, below).
-            self.engine.punch(
-                ino,
-                FileBlock(size.div_ceil(BLOCK)),
-                None,
-                &extra,
-                Durability::Buffered,
-            )?;
+            self.punch_blocks(ino, &mut inode, FileBlock(size.div_ceil(BLOCK)), None)?;
         } else if old % BLOCK != 0 && size > old {
             // Growth: the old last block's bytes past the old end become zeros, in the
             // same batch as the size.
@@ -1164,8 +1199,7 @@ impl FileSystem {
             let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
             if mapped[0] {
                 block[(old % BLOCK) as usize..].fill(0);
-                self.engine
-                    .write(ino, FileBlock(b), &block, &extra, Durability::Buffered)?;
+                self.write_blocks(ino, &mut inode, FileBlock(b), &block)?;
             } else {
                 self.engine
                     .put_metadata(ino, &extra, Durability::Buffered)?;
@@ -1216,6 +1250,39 @@ impl FileSystem {
     }
 }
 
+/// An inode record made for a batch once the engine knows how many blocks the batch maps
+/// or unmaps (`Extra::Counted`), and the inode as that batch wrote it.
+struct Counted {
+    ino: InodeNo,
+    inode: std::cell::Cell<Inode>,
+}
+
+impl Counted {
+    fn new(ino: InodeNo, inode: &Inode) -> Counted {
+        Counted {
+            ino,
+            inode: std::cell::Cell::new(*inode),
+        }
+    }
+
+    fn batch(&self, delta: i64) -> WriteBatch {
+        let mut inode = self.inode.get();
+        // Exact unless the record was corrupted (fsck's business): never below zero.
+        inode.blocks = inode.blocks.saturating_add_signed(delta);
+        self.inode.set(inode);
+        let mut batch = WriteBatch::new();
+        batch.put(
+            records::inode_key(self.ino).to_vec(),
+            inode.encode().to_vec(),
+        );
+        batch
+    }
+
+    fn done(self) -> Inode {
+        self.inode.into_inner()
+    }
+}
+
 /// The inode of a locked state, or ENOENT if it was deleted.
 pub(crate) fn live(st: &InodeState, ino: InodeNo) -> Result<&Inode, VfsError> {
     st.inode
@@ -1259,7 +1326,7 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         uid: inode.uid,
         gid: inode.gid,
         size: inode.size,
-        blocks: inode.size.div_ceil(BLOCK) * (BLOCK / 512),
+        blocks: inode.blocks * (BLOCK / 512),
         atime_ns: inode.atime_ns,
         mtime_ns: inode.mtime_ns,
         ctime_ns: inode.ctime_ns,

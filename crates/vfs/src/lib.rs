@@ -7,6 +7,7 @@
 //!   sync_all, sync_data).
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
+//! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //!
 //! - [`creds`]: who is asking, and the POSIX permission rules.
 //!
@@ -26,6 +27,7 @@ pub mod file;
 pub mod fs;
 pub mod path;
 pub mod records;
+pub mod sparse;
 pub mod xattr;
 
 pub use creds::Creds;
@@ -33,4 +35,5 @@ pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, StatFs, TimeChange};
 pub use records::Kind;
+pub use sparse::Fallocate;
 pub use xattr::XattrMode;
