@@ -19,7 +19,6 @@
 use crate::run::{self, Promise, Recorded, Scope};
 use crate::snapshot::{show, Snapshot};
 use crate::workload::Workload;
-use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, CrashState};
 use device::Device;
 use std::sync::Arc;
@@ -66,8 +65,9 @@ fn check_state(
     state: &CrashState,
     extra: Option<ImageCheck<'_>>,
 ) -> Result<(), String> {
-    let image = recorded.recording.image(state);
-    let device = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+    let device = Arc::new(Device::new(Box::new(
+        recorded.recording.crash_device(state, 512),
+    )));
     let fs = run::mount(device.clone()).map_err(|e| format!("recovery failed: {e}"))?;
     let got = Snapshot::take(&fs).map_err(|e| format!("reading the recovered tree: {e}"))?;
     drop(fs);

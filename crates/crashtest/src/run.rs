@@ -17,8 +17,8 @@ use engine::mkfs::{format, MkfsOptions};
 use engine::progress::NoProgress;
 use format::InodeNo;
 use platform::ManualClock;
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use vfs::{Fallocate, FileSystem, VfsError, XattrMode};
 
 /// Image size of every run (the smallest the format accepts, so images copy fast).
@@ -85,30 +85,8 @@ pub fn mount(device: Arc<Device>) -> Result<FileSystem, VfsError> {
 /// An error here is the harness's or the workload's (a setup step failed), not a crash
 /// finding.
 pub fn record(workload: &Workload) -> Result<Recorded, String> {
-    let base = Device::new(Box::new(MemoryBackend::new(IMAGE_BYTES, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(workload.domains),
-        fs_uuid: [0xc7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&base, None, &opts, &NoProgress).map_err(|e| format!("mkfs: {e}"))?;
-    let base = Arc::new(base);
-    {
-        let fs = mount(base.clone()).map_err(|e| format!("mount: {e}"))?;
-        for (i, step) in workload.setup.iter().enumerate() {
-            apply(&fs, step, i)
-                .map_err(|e| format!("setup line {}: {}: {e}", step.line, step.op))?;
-        }
-        fs.unmount()
-            .map_err(|e| format!("unmount after setup: {e}"))?;
-    }
-    let image = base
-        .read(0, AlignedBuf::zeroed(IMAGE_BYTES as usize), IoCause::Tool)
-        .map_err(|e| format!("reading the set-up image: {e}"))?
-        .to_vec();
-    drop(base);
-    let (backend, handle) = RecordingBackend::new(image, 512);
+    let image = set_up_image(workload)?;
+    let (backend, handle) = RecordingBackend::over_shared(image, 512);
     let fs = mount(Arc::new(Device::new(Box::new(backend)))).map_err(|e| format!("mount: {e}"))?;
     let mut states = vec![Snapshot::take(&fs).map_err(|e| format!("snapshot: {e}"))?];
     let mut writes = vec![handle.write_count()];
@@ -138,6 +116,51 @@ pub fn record(workload: &Workload) -> Result<Recorded, String> {
         promises,
         recording: handle.snapshot(),
     })
+}
+
+/// The image after mkfs and `workload`'s setup, shared by every workload with the same
+/// domain count and setup (the generated ones all share one).
+fn set_up_image(workload: &Workload) -> Result<Arc<[u8]>, String> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<[u8]>>>> = OnceLock::new();
+    let key = format!(
+        "{}\n{}",
+        workload.domains,
+        workload
+            .setup
+            .iter()
+            .map(|s| s.op.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(image) = cache.lock().expect("image cache").get(&key) {
+        return Ok(image.clone());
+    }
+    let base = Device::new(Box::new(MemoryBackend::new(IMAGE_BYTES, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(workload.domains),
+        fs_uuid: [0xc7; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&base, None, &opts, &NoProgress).map_err(|e| format!("mkfs: {e}"))?;
+    let base = Arc::new(base);
+    let fs = mount(base.clone()).map_err(|e| format!("mount: {e}"))?;
+    for (i, step) in workload.setup.iter().enumerate() {
+        apply(&fs, step, i).map_err(|e| format!("setup line {}: {}: {e}", step.line, step.op))?;
+    }
+    fs.unmount()
+        .map_err(|e| format!("unmount after setup: {e}"))?;
+    let image: Arc<[u8]> = base
+        .read(0, AlignedBuf::zeroed(IMAGE_BYTES as usize), IoCause::Tool)
+        .map_err(|e| format!("reading the set-up image: {e}"))?
+        .to_vec()
+        .into();
+    cache
+        .lock()
+        .expect("image cache")
+        .insert(key, image.clone());
+    Ok(image)
 }
 
 /// What `op` promises if it succeeds (None: not a persistence point, or its path names
