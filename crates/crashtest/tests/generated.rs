@@ -41,3 +41,34 @@ fn run_all(workloads: Vec<Workload>) {
 fn one_operation_sequences_one_domain() {
     run_all(sequences(1, 1));
 }
+
+/// Every `CRASH_SAMPLE`-th two-operation sequence (default 8, so CI covers an eighth of
+/// them, a different eighth for each of the two domain counts; `CRASH_SAMPLE=1` runs all).
+fn two_operation_sample(domains: u32, phase: usize) -> Vec<Workload> {
+    let every: usize = std::env::var("CRASH_SAMPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(8);
+    sequences(2, domains)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % every == phase % every)
+        .map(|(_, w)| w)
+        .collect()
+}
+
+#[test]
+fn one_operation_sequences_three_domains() {
+    run_all(sequences(1, 3));
+}
+
+#[test]
+fn two_operation_sequences_one_domain() {
+    run_all(two_operation_sample(1, 0));
+}
+
+#[test]
+fn two_operation_sequences_three_domains() {
+    run_all(two_operation_sample(3, 3));
+}

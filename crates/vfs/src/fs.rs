@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 pub const BLOCK: u64 = 4096;
 /// Blocks per engine write (keeps each batch well under MetaDB's record limit).
 const WRITE_CHUNK_BLOCKS: u64 = 256;
+/// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
+const NAME_LANES_MAX: usize = 1 << 16;
 /// Inode numbers reserved per durable high-water update.
 const INO_BATCH: u64 = 1024;
 /// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
@@ -40,11 +42,6 @@ pub(crate) struct InodeState {
     pub inode: Option<Inode>,
     /// Open handles.
     pub open: u32,
-    /// Inodes whose domain lanes hold name operations this inode's fsync must make
-    /// durable: for a file, the directories it was created, linked or renamed under; for
-    /// a directory, the files whose lanes logged a change of its entries (a last unlink,
-    /// a rename replacing a file) and the destinations of renames out of it.
-    pub name_lanes: Vec<InodeNo>,
 }
 
 #[derive(Debug)]
@@ -139,6 +136,13 @@ pub struct FileSystem {
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
     rename_lock: Mutex<()>,
+    /// Per inode, inodes whose domain lanes hold name operations its fsync must make
+    /// durable: for a file, the directories it was created, linked, unlinked or renamed
+    /// under (and a replaced target's); for a directory, the files whose lanes logged a
+    /// change of its entries (a last unlink, a rename replacing a file). Kept here, not
+    /// in the inode's handle, which lives only while the inode is in use; cleared by
+    /// fsync of the inode and by sync.
+    name_lanes: Mutex<HashMap<InodeNo, Vec<InodeNo>>>,
     /// Who the path-level API and `File` act as.
     creds: Mutex<Arc<Creds>>,
 }
@@ -169,6 +173,7 @@ impl FileSystem {
             inodes: Mutex::new(HashMap::new()),
             next_ino: Mutex::new((high, high)),
             rename_lock: Mutex::new(()),
+            name_lanes: Mutex::new(HashMap::new()),
             creds: Mutex::new(Arc::new(Creds::of_process())),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
@@ -251,11 +256,7 @@ impl FileSystem {
         };
         let h = Arc::new(Handle {
             ino,
-            state: RwLock::new(InodeState {
-                inode,
-                open: 0,
-                name_lanes: Vec::new(),
-            }),
+            state: RwLock::new(InodeState { inode, open: 0 }),
         });
         table.insert(ino, Arc::downgrade(&h));
         if table.len() > 4096 {
@@ -289,13 +290,40 @@ impl FileSystem {
         }
     }
 
-    /// Notes that `ino`'s domain lane holds a name operation an fsync must reach (one
-    /// entry per domain: the list stays as short as the domain count).
-    fn note_lane(&self, lanes: &mut Vec<InodeNo>, ino: InodeNo) {
-        let d = self.engine.domain_of(ino);
-        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
-            lanes.push(ino);
+    /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
+    /// reach (one entry per domain: each list stays as short as the domain count).
+    fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
+        let d = self.engine.domain_of(lane);
+        if d == self.engine.domain_of(ino) {
+            return;
         }
+        let mut map = self.name_lanes.lock().expect("name lanes lock");
+        let lanes = map.entry(ino).or_default();
+        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
+            lanes.push(lane);
+        }
+        if map.len() > NAME_LANES_MAX {
+            // Many inodes never fsync'd: forget them once their lanes are durable (one
+            // device flush per domain, rarely).
+            let all = std::mem::take(&mut *map);
+            drop(map);
+            let mut done = std::collections::HashSet::new();
+            for lane in all.into_values().flatten() {
+                if done.insert(self.engine.domain_of(lane)) {
+                    // An error turns the file system read-only; the next fsync reports it.
+                    let _ = self.engine.fsync(lane);
+                }
+            }
+        }
+    }
+
+    /// The lanes `ino`'s fsync must persist, forgotten here.
+    fn take_lanes(&self, ino: InodeNo) -> Vec<InodeNo> {
+        self.name_lanes
+            .lock()
+            .expect("name lanes lock")
+            .remove(&ino)
+            .unwrap_or_default()
     }
 
     /// Attributes of `ino`.
@@ -380,7 +408,8 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let mut st = h.write();
         st.inode = Some(inode);
-        self.note_lane(&mut st.name_lanes, parent);
+        drop(st);
+        self.note_lane(ino, parent);
         Ok(ino)
     }
 
@@ -505,7 +534,7 @@ impl FileSystem {
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
             // Logged in the file's lane: an fsync of the directory must reach it.
-            self.note_lane(&mut pst.name_lanes, entry.ino);
+            self.note_lane(parent, entry.ino);
         } else {
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
@@ -514,8 +543,9 @@ impl FileSystem {
             if child.nlink == 0 {
                 // Open, nameless: freed at last close, or by the next mount.
                 batch.put(records::orphan_key(entry.ino).to_vec(), Vec::new());
-                self.note_lane(&mut cst.name_lanes, parent);
             }
+            // The link count changed in the parent's lane: the file's fsync reaches it.
+            self.note_lane(entry.ino, parent);
             self.engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = Some(child);
@@ -552,7 +582,7 @@ impl FileSystem {
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
-                    self.reap_orphan(h.ino, &inode, &mut st.name_lanes)?;
+                    self.reap_orphan(h.ino, &inode)?;
                     st.inode = None;
                 }
             }
@@ -563,13 +593,8 @@ impl FileSystem {
     /// Frees the orphan `ino`: its deletion goes to its own lane, the name operation
     /// that orphaned it went to its parent's; that lane is made durable first, so a
     /// crash never keeps the deletion without the unlink (a name for a freed inode).
-    fn reap_orphan(
-        &self,
-        ino: InodeNo,
-        inode: &Inode,
-        name_lanes: &mut Vec<InodeNo>,
-    ) -> Result<(), VfsError> {
-        for dir in std::mem::take(name_lanes) {
+    fn reap_orphan(&self, ino: InodeNo, inode: &Inode) -> Result<(), VfsError> {
+        for dir in self.take_lanes(ino) {
             self.engine.fsync(dir)?;
         }
         let mut batch = WriteBatch::new();
@@ -593,7 +618,7 @@ impl FileSystem {
             let mut st = h.write();
             match st.inode {
                 Some(inode) if inode.nlink == 0 => {
-                    self.reap_orphan(ino, &inode, &mut Vec::new())?;
+                    self.reap_orphan(ino, &inode)?;
                     st.inode = None;
                     reaped += 1;
                 }
@@ -657,7 +682,7 @@ impl FileSystem {
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
-        self.note_lane(&mut st.name_lanes, parent);
+        self.note_lane(ino, parent);
         pst.inode = Some(pinode);
         Ok(())
     }
@@ -781,8 +806,8 @@ impl FileSystem {
                         if tinode.nlink == 0 {
                             // Open, nameless: freed at last close, or by the next mount.
                             batch.put(records::orphan_key(t.ino).to_vec(), Vec::new());
-                            self.note_lane(&mut tst.name_lanes, dp);
                         }
+                        self.note_lane(t.ino, dp);
                         tst.inode = Some(tinode);
                     }
                 }
@@ -827,16 +852,16 @@ impl FileSystem {
                 dp
             }
         };
-        self.note_lane(&mut s_guard.name_lanes, logged_in);
-        if let Some(g) = d_guard.as_mut() {
-            self.note_lane(&mut g.name_lanes, logged_in);
-        }
+        self.note_lane(sp, logged_in);
+        self.note_lane(dp, logged_in);
         s_guard.inode = Some(spi);
         if let Some(g) = d_guard.as_mut() {
             g.inode = Some(dpi);
         }
-        let moved = self.handle(src.ino)?;
-        self.note_lane(&mut moved.write().name_lanes, logged_in);
+        self.note_lane(src.ino, logged_in);
+        if let (RenameMode::Exchange, Some(d)) = (mode, dst) {
+            self.note_lane(d.ino, logged_in);
+        }
         Ok(())
     }
 
@@ -1217,8 +1242,7 @@ impl FileSystem {
     /// the size rides with the data).
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
         let _ = data_only;
-        let h = self.handle(ino)?;
-        let lanes = std::mem::take(&mut h.write().name_lanes);
+        let lanes = self.take_lanes(ino);
         self.engine.fsync(ino)?;
         for dir in lanes {
             self.engine.fsync(dir)?;
@@ -1228,6 +1252,8 @@ impl FileSystem {
 
     /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
     pub fn sync(&self) -> Result<(), VfsError> {
+        // What was noted before the sync is covered by it.
+        std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
         self.engine.sync()?;
         Ok(())
     }
