@@ -7,6 +7,7 @@
 //!   sync_all, sync_data).
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
+//! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
 //!
 //! This first slice writes file data through to the engine (no page cache yet) and
 //! checks no permissions (every caller is root); docs/SEMANTICS.md says what is durable
@@ -19,6 +20,7 @@
 pub mod error;
 pub mod file;
 pub mod fs;
+pub mod inode_api;
 pub mod path;
 pub mod records;
 pub mod xattr;
@@ -26,5 +28,6 @@ pub mod xattr;
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::{DirEntry, FileSystem, Metadata, RenameMode, StatFs};
+pub use inode_api::{OpenInode, SetAttr, SetTime};
 pub use records::Kind;
 pub use xattr::XattrMode;

@@ -54,13 +54,25 @@ impl FileSystem {
         mode: XattrMode,
     ) -> Result<(), VfsError> {
         check_name(name)?;
+        let ino = self.resolve(path, true)?;
+        self.set_xattr_ino(ino, name, value, mode)
+    }
+
+    /// [`FileSystem::set_xattr`] of inode `ino` (front ends that hold inode numbers).
+    pub fn set_xattr_ino(
+        &self,
+        ino: InodeNo,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<(), VfsError> {
+        check_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(VfsError::AttributeTooLarge(format!(
                 "{} bytes",
                 value.len()
             )));
         }
-        let ino = self.resolve(path, true)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
@@ -84,6 +96,11 @@ impl FileSystem {
     pub fn get_xattr(&self, path: &str, name: &[u8]) -> Result<Vec<u8>, VfsError> {
         check_name(name)?;
         let ino = self.resolve(path, true)?;
+        self.get_xattr_ino(ino, name)
+    }
+
+    pub fn get_xattr_ino(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>, VfsError> {
+        check_name(name)?;
         let h = self.handle(ino)?;
         let st = h.read();
         live(&st, ino)?;
@@ -96,6 +113,11 @@ impl FileSystem {
     /// Attribute names of `path`, sorted.
     pub fn list_xattr(&self, path: &str) -> Result<Vec<Vec<u8>>, VfsError> {
         let ino = self.resolve(path, true)?;
+        self.list_xattr_ino(ino)
+    }
+
+    /// Attribute names of inode `ino`, sorted.
+    pub fn list_xattr_ino(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
         live(&st, ino)?;
@@ -114,6 +136,11 @@ impl FileSystem {
     pub fn remove_xattr(&self, path: &str, name: &[u8]) -> Result<(), VfsError> {
         check_name(name)?;
         let ino = self.resolve(path, true)?;
+        self.remove_xattr_ino(ino, name)
+    }
+
+    pub fn remove_xattr_ino(&self, ino: InodeNo, name: &[u8]) -> Result<(), VfsError> {
+        check_name(name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
