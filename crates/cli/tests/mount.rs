@@ -128,11 +128,18 @@ impl Fixture {
     }
 
     fn mount(&self) {
-        let out = augefs(&[
-            "mount".as_ref(),
-            self.image.as_os_str(),
-            self.mnt.as_os_str(),
-        ]);
+        self.mount_with(BIN, &["mount"], &[]);
+    }
+
+    /// Mounts by running `program` with `args`, the image, the mount point and `tail`.
+    fn mount_with(&self, program: &str, args: &[&str], tail: &[&str]) {
+        let out = Command::new(program)
+            .args(args)
+            .arg(&self.image)
+            .arg(&self.mnt)
+            .args(tail)
+            .output()
+            .expect("run augefs mount");
         check("augefs mount", &out);
         assert!(is_mounted(&self.mnt), "mounted once `augefs mount` exits");
         assert_eq!(daemons(&self.mnt).len(), 1, "one daemon serves the mount");
@@ -469,5 +476,49 @@ fn bad_input_gives_clear_errors() {
     let out = augefs(&[m, fx.image.as_os_str(), second.as_os_str()]);
     assert!(!out.status.success(), "a second mount of one image fails");
     assert!(!is_mounted(&second));
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn writeback_cache_mount_keeps_data_intact() {
+    let fx = Fixture::new();
+    let src = fx.host.join("src");
+    fs::create_dir(&src).expect("src");
+    make_tree(&src);
+    fx.mount_with(BIN, &["mount"], &["-o", "writeback_cache,threads=2"]);
+    let v = fx.vars();
+    sh(
+        "cp -a \"$HOST/src\" \"$MNT/copy\" && \
+         printf abc | dd of=\"$MNT/copy/dir0/sub0/deep/f9\" bs=1 seek=5000 conv=notrunc && \
+         printf abc | dd of=\"$HOST/src/dir0/sub0/deep/f9\" bs=1 seek=5000 conv=notrunc && \
+         echo tail >> \"$MNT/copy/sparse\" && echo tail >> \"$HOST/src/sparse\" && \
+         diff -r --no-dereference \"$HOST/src\" \"$MNT/copy\"",
+        &v,
+    );
+    fx.unmount_with(&["umount"]);
+    fx.mount();
+    sh("diff -r --no-dereference \"$HOST/src\" \"$MNT/copy\"", &v);
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn the_mount_helper_takes_mount8_arguments() {
+    // mount(8) runs /sbin/mount.fuse.augefs IMAGE DIR [-n] [-s] [-v] -o OPTS; a symlink
+    // to the binary under that name is the helper (not installed here: a private one).
+    let fx = Fixture::new();
+    let helper = fx.host.join("mount.fuse.augefs");
+    symlink(BIN, &helper).expect("symlink the helper");
+    fx.mount_with(
+        &helper.to_string_lossy(),
+        &[],
+        &["-n", "-o", "rw,nosuid,noexec,noauto,_netdev"],
+    );
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let dir = fx.mnt.to_string_lossy();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
+        .expect("the mount is listed");
+    assert!(line.contains("noexec"), "{line}");
     fx.unmount_with(&["umount"]);
 }
