@@ -1,5 +1,5 @@
 //! The augefs FUSE front end: every process on the machine reaches an augefs image
-//! through a kernel mount (docs/DESIGN.md §8).
+//! through a kernel mount (docs/DESIGN.md §4d).
 //!
 //! - [`adapter`]: the [`fuser::Filesystem`] implementation, one vfs call per request.
 //! - [`tables`]: the open-file and open-directory tables behind FUSE file handles.
