@@ -304,14 +304,34 @@ fn real_programs_on_a_mount_and_the_copy_survives_a_remount() {
          truncate -s 3 \"$f\" && test $(stat -c %s \"$f\") = 3",
         &v,
     );
-    // Extended attributes through the kernel.
-    sh(
-        "python3 - \"$MNT/keep\" <<'EOF'\nimport os, sys\np = sys.argv[1]\n\
-         os.setxattr(p, 'user.k', b'v' * 1000)\nassert os.getxattr(p, 'user.k') == b'v' * 1000\n\
-         assert os.listxattr(p) == ['user.k']\nos.removexattr(p, 'user.k')\n\
-         assert os.listxattr(p) == []\nEOF",
-        &v,
-    );
+    // Extended attributes, and renameat2's EXCHANGE and NOREPLACE, through the kernel.
+    let script = r#"
+import ctypes, errno, os, sys
+mnt = sys.argv[1]
+p = mnt + '/keep'
+os.setxattr(p, 'user.k', b'v' * 1000)
+assert os.getxattr(p, 'user.k') == b'v' * 1000
+assert os.listxattr(p) == ['user.k']
+try:
+    os.setxattr(p, 'user.k', b'w', os.XATTR_CREATE)
+    raise SystemExit('XATTR_CREATE replaced an attribute')
+except OSError as e:
+    assert e.errno == errno.EEXIST, e
+os.removexattr(p, 'user.k')
+assert os.listxattr(p) == []
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, NOREPLACE, EXCHANGE = -100, 1, 2
+a, b = (mnt + '/xa').encode(), (mnt + '/xb').encode()
+open(a, 'w').write('A')
+os.mkdir(b)
+assert libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, EXCHANGE) == 0, ctypes.get_errno()
+assert os.path.isdir(a) and open(b).read() == 'A'
+assert libc.renameat2(AT_FDCWD, b, AT_FDCWD, a, NOREPLACE) == -1
+assert ctypes.get_errno() == errno.EEXIST
+os.rmdir(a)
+os.unlink(b)
+"#;
+    sh(&format!("python3 - \"$MNT\" <<'EOF'{script}EOF"), &v);
     let statfs = sh("stat -f -c '%b %S' \"$MNT\"", &v);
     assert_ne!(
         statfs.split(' ').next(),
@@ -520,5 +540,29 @@ fn the_mount_helper_takes_mount8_arguments() {
         .find(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
         .expect("the mount is listed");
     assert!(line.contains("noexec"), "{line}");
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn foreground_mount_exits_zero_on_sigterm() {
+    let fx = Fixture::new();
+    let mut child = Command::new(BIN)
+        .arg("mount")
+        .arg(&fx.image)
+        .arg(&fx.mnt)
+        .arg("-f")
+        .spawn()
+        .expect("augefs mount -f");
+    wait_until("the foreground mount works", || is_mounted(&fx.mnt));
+    fs::write(fx.mnt.join("f"), b"kept").expect("write");
+    sh(&format!("kill -TERM {}", child.id()), &[]);
+    let status = child.wait().expect("wait for augefs mount -f");
+    assert!(
+        status.success(),
+        "augefs mount -f exits 0 on SIGTERM: {status}"
+    );
+    assert!(!is_mounted(&fx.mnt));
+    fx.mount();
+    assert_eq!(fs::read(fx.mnt.join("f")).expect("read"), b"kept");
     fx.unmount_with(&["umount"]);
 }
