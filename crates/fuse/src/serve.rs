@@ -4,7 +4,9 @@
 //!
 //! Invariants:
 //! - `FileSystem::unmount` runs on every path out of [`serve`] once the vfs was handed
-//!   in, including a failed kernel mount; its error is [`serve`]'s error.
+//!   in, including a failed kernel mount; its error is [`serve`]'s error. (The one
+//!   exception, said as an error: a request thread panicked and fuser stopped waiting
+//!   for the others, which still hold the vfs.)
 //! - The mount is ready (the kernel's INIT exchange is done) when `on_ready` runs.
 
 use crate::adapter::AugeFuse;
@@ -131,8 +133,16 @@ pub fn serve(
             })
         }
     };
-    // The session and its adapter are gone: this is the last reference.
-    let fs = Arc::into_inner(fs).expect("the FUSE session released the file system");
-    let unmounted = fs.unmount().map_err(FuseError::from);
+    // The session and its adapter are gone, so this is the last reference, unless a
+    // request thread panicked and fuser returned before joining the others.
+    let unmounted = match Arc::into_inner(fs) {
+        Some(fs) => fs.unmount().map_err(FuseError::from),
+        None => Err(FuseError::Unmount {
+            dir: dir.to_path_buf(),
+            why: "request threads still hold the file system; it was not unmounted \
+                  (what was not fsync'd may be lost)"
+                .to_string(),
+        }),
+    };
     served.and(unmounted)
 }
