@@ -9,6 +9,8 @@ mod stats;
 mod ui;
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -28,6 +30,8 @@ enum Command {
     Mkfs(cmd::mkfs::Args),
     /// Show an image's superblock, geometry, checkpoint state and IO backend.
     Inspect(cmd::inspect::Args),
+    /// Mount an image with FUSE (as a daemon unless -f; unmount with `umount DIR`).
+    Mount(cmd::mount::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -47,11 +51,34 @@ enum BenchCommand {
     EngineCrashChild(cmd::bench_engine::CrashChildArgs),
 }
 
+/// The arguments, with those of a `mount.fuse.augefs IMAGE DIR [-o OPTS]` invocation
+/// (the helper mount(8) runs for `mount -t fuse.augefs`, a symlink to this binary)
+/// turned into `augefs mount IMAGE DIR [-o OPTS]`. mount(8)'s -n (no mtab), -s
+/// (sloppy) and -v (verbose) flags mean nothing here and are dropped.
+fn arguments() -> Vec<OsString> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let helper = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|n| n.to_string_lossy().starts_with("mount."));
+    if !helper {
+        return args;
+    }
+    let mut out = vec![OsString::from("augefs"), OsString::from("mount")];
+    out.extend(
+        args.into_iter()
+            .skip(1)
+            .filter(|a| !["-n", "-s", "-v"].iter().any(|f| a == f)),
+    );
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(arguments());
     let result = match cli.command {
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Mount(args) => cmd::mount::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
         Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
         Command::Bench(BenchCommand::Engine(args)) => cmd::bench_engine::run(args),

@@ -228,18 +228,6 @@ impl FileSystem {
         cx.check(live(&st, ino)?, mask, || format!("inode {ino}"))
     }
 
-    /// The inode `name` in directory `dir` names (search permission on `dir` needed).
-    pub fn lookup_in(&self, cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo, VfsError> {
-        let h = self.handle(dir)?;
-        let st = h.read();
-        let inode = live_dir(&st, dir, name)?;
-        cx.check(&inode, MAY_EXEC, || show(name))?;
-        check_name(name)?;
-        self.lookup(dir, name)?
-            .map(|d| d.ino)
-            .ok_or_else(|| VfsError::NotFound(show(name)))
-    }
-
     pub(crate) fn now(&self) -> i64 {
         self.clock.wall_ns() as i64
     }

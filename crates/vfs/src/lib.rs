@@ -8,6 +8,7 @@
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
+//! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
 //!
 //! - [`creds`]: who is asking, and the POSIX permission rules.
 //!
@@ -25,6 +26,7 @@ pub mod creds;
 pub mod error;
 pub mod file;
 pub mod fs;
+pub mod inode_api;
 pub mod path;
 pub mod records;
 pub mod sparse;
@@ -34,6 +36,7 @@ pub use creds::Creds;
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, StatFs, TimeChange};
+pub use inode_api::OpenInode;
 pub use records::Kind;
 pub use sparse::Fallocate;
 pub use xattr::XattrMode;

@@ -5,3 +5,4 @@ pub mod bench_engine;
 pub mod bench_metadb;
 pub mod inspect;
 pub mod mkfs;
+pub mod mount;

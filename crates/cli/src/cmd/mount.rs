@@ -1,0 +1,196 @@
+//! `augefs mount IMAGE DIR [-f] [-o OPT,...] [--pmr FILE]`: the FUSE mount
+//! (crates/fuse, docs/DESIGN.md §4d).
+//!
+//! Without `-f` the command starts itself again as a daemon (`--daemon-child`, a new
+//! session, cwd `/`) and exits 0 only once the daemon says the mount works; otherwise it
+//! prints the daemon's error and exits non-zero. The daemon (or `-f`) serves until the
+//! kernel ends the mount, through `umount DIR`, `fusermount3 -u DIR` or SIGTERM, SIGINT
+//! or SIGHUP (which unmount, lazily if files are still open), then unmounts the file
+//! system so everything is durable, and exits 0.
+//!
+//! Invoked as `mount.fuse.augefs IMAGE DIR [-o OPTS]` (a symlink to the binary, the
+//! helper `mount -t fuse.augefs` and /etc/fstab run), it behaves as `augefs mount`.
+
+use crate::bench::image::open_device;
+use crate::cmd::inspect::BackendArg;
+use augefs_fuse::{serve, MountOptions};
+use engine::log::{EngineConfig, EngineEnv};
+use platform::SystemClock;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+/// What a daemon prints on stdout once its mount works.
+const READY: &str = "augefs-mount-ready";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Image file or block device (formatted by `augefs mkfs`).
+    pub image: PathBuf,
+    /// Directory to mount on.
+    pub dir: PathBuf,
+    /// Stay in the foreground (otherwise: a daemon, once the mount works).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Mount options, comma-separated: allow_other, allow_root, writeback_cache,
+    /// threads=N (default 4), fsname=NAME, pmr=FILE, nosuid, nodev, noexec (and
+    /// suid, dev, exec); fstab's defaults, noauto, nofail, _netdev, rw, noatime are
+    /// accepted. Permissions are always checked by the kernel (default_permissions).
+    #[arg(short = 'o', value_name = "OPT,...")]
+    pub options: Vec<String>,
+    /// The PMR file the image was formatted with (as -o pmr=FILE).
+    #[arg(long)]
+    pub pmr: Option<PathBuf>,
+    /// IO backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// Internal: this process is the daemon of a background mount.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let mut opts = MountOptions::parse(&args.options).map_err(|e| e.to_string())?;
+    if args.pmr.is_some() {
+        opts.pmr.clone_from(&args.pmr);
+    }
+    check_paths(&args)?;
+    if !args.foreground && !args.daemon_child {
+        return start_daemon(&args);
+    }
+    let image = args.image.display().to_string();
+    let device = open_device(&args.image, args.backend.into())?;
+    let pmr = match &opts.pmr {
+        Some(p) => Some(Arc::new(
+            pmr::Pmr::open(p, pmr::PmrOptions::default())
+                .map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let env = EngineEnv {
+        device,
+        pmr,
+        clock: Arc::new(SystemClock::new()),
+    };
+    let fs = vfs::FileSystem::mount(env, EngineConfig::default())
+        .map_err(|e| format!("{image}: cannot mount: {e}"))?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let daemon = args.daemon_child;
+    serve(fs, &args.dir, &image, &opts, move |unmounter| {
+        std::thread::spawn(move || {
+            for _ in signals.forever() {
+                if let Err(e) = unmounter.unmount() {
+                    eprintln!("augefs: {e}");
+                }
+            }
+        });
+        if daemon {
+            announce_ready();
+        }
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Errors a user can fix, found before anything is opened.
+fn check_paths(args: &Args) -> Result<(), String> {
+    if !args.image.exists() {
+        return Err(format!(
+            "{}: no such image file or device",
+            args.image.display()
+        ));
+    }
+    match std::fs::metadata(&args.dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{}: not a directory", args.dir.display())),
+        Err(e) => Err(format!("{}: {e}", args.dir.display())),
+    }
+}
+
+/// Tells the waiting parent the mount works, then lets go of its pipes (they would
+/// keep a caller that reads the parent's output waiting for the daemon's exit).
+fn announce_ready() {
+    let mut out = std::io::stdout();
+    // A parent that died meanwhile changes nothing: the mount is up either way.
+    let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..=2 {
+            // SAFETY: dup2 onto the standard descriptors, which this process owns; Rust's
+            // handles for them stay valid (they now refer to /dev/null).
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// Starts the daemon and waits until it reports the mount working or fails.
+fn start_daemon(args: &Args) -> Result<(), String> {
+    let abs = |p: &Path| std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()));
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my executable: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(abs(&args.image)?)
+        .arg(abs(&args.dir)?)
+        .arg("--daemon-child")
+        .arg("--backend")
+        .arg(backend_name(args.backend));
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
+    }
+    if let Some(p) = &args.pmr {
+        cmd.arg("--pmr").arg(abs(p)?);
+    }
+    cmd.current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory of this process; the
+    // daemon leaves the terminal's session so hangups and Ctrl-C there do not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the mount daemon: {e}"))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        // EOF (the daemon exited) leaves `line` empty.
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    if line.trim() == READY {
+        return Ok(());
+    }
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the mount daemon: {e}"))?;
+    let err = err.trim();
+    let err = err.strip_prefix("augefs: error: ").unwrap_or(err);
+    Err(if err.is_empty() {
+        format!("the mount daemon failed ({status})")
+    } else {
+        err.to_string()
+    })
+}
+
+fn backend_name(b: BackendArg) -> &'static str {
+    match b {
+        BackendArg::Auto => "auto",
+        BackendArg::IoUring => "io_uring",
+        BackendArg::Pread => "pread",
+    }
+}

@@ -1,0 +1,568 @@
+//! `augefs mount`, exercised with real programs through the kernel: cp -a, diff -r, tar,
+//! find, du, mv, rm -r, stat, chmod, touch, sha256sum and python's xattr calls on a FUSE
+//! mount of a fresh image; byte-identical after an unmount and a remount; a file removed
+//! while open still read; SIGTERM leaving a clean, remountable image; clear errors.
+//!
+//! These tests need root (or a working fusermount3) and /dev/fuse, as CI has; a guard
+//! unmounts and kills the daemon even when a test panics.
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_augefs");
+
+fn check(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs a bash script (set -euo pipefail) with `vars` in its environment; its stdout.
+fn sh(script: &str, vars: &[(&str, &Path)]) -> String {
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(format!("set -euo pipefail\n{script}"));
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run bash");
+    check(script, &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn augefs(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(BIN).args(args).output().expect("run augefs")
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let dir = dir.to_string_lossy();
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
+}
+
+/// Processes whose command line is a mount daemon serving `dir`.
+fn daemons(dir: &Path) -> Vec<u32> {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for e in fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "--daemon-child") && args.contains(&dir) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Running (not gone, not a zombie: a zombie holds no locks).
+fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A fresh image and a mount point; unmounts and kills its daemon when dropped.
+struct Fixture {
+    _tmp: TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+    /// Scratch space on the host file system.
+    host: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is missing: these tests mount with FUSE"
+        );
+        let tmp = TempDir::new().expect("tempdir");
+        let root = fs::canonicalize(tmp.path()).expect("canonical tempdir");
+        let (image, mnt, host) = (root.join("img"), root.join("mnt"), root.join("host"));
+        fs::create_dir(&mnt).expect("mount point");
+        fs::create_dir(&host).expect("host dir");
+        let out = augefs(&[
+            "mkfs".as_ref(),
+            image.as_os_str(),
+            "--size".as_ref(),
+            "512M".as_ref(),
+        ]);
+        check("mkfs", &out);
+        Fixture {
+            _tmp: tmp,
+            image,
+            mnt,
+            host,
+        }
+    }
+
+    fn mount(&self) {
+        self.mount_with(BIN, &["mount"], &[]);
+    }
+
+    /// Mounts by running `program` with `args`, the image, the mount point and `tail`.
+    fn mount_with(&self, program: &str, args: &[&str], tail: &[&str]) {
+        let out = Command::new(program)
+            .args(args)
+            .arg(&self.image)
+            .arg(&self.mnt)
+            .args(tail)
+            .output()
+            .expect("run augefs mount");
+        check("augefs mount", &out);
+        assert!(is_mounted(&self.mnt), "mounted once `augefs mount` exits");
+        assert_eq!(daemons(&self.mnt).len(), 1, "one daemon serves the mount");
+    }
+
+    /// Unmounts with `cmd` (e.g. `umount DIR`) and waits for the daemon to finish.
+    fn unmount_with(&self, cmd: &[&str]) {
+        let pids = daemons(&self.mnt);
+        let out = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&self.mnt)
+            .output()
+            .expect("run unmount");
+        check(cmd[0], &out);
+        wait_until("the daemon exits", || pids.iter().all(|&p| !alive(p)));
+        assert!(!is_mounted(&self.mnt));
+    }
+
+    fn vars(&self) -> Vec<(&'static str, &Path)> {
+        vec![("MNT", &self.mnt), ("HOST", &self.host)]
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .output();
+        }
+        for pid in daemons(&self.mnt) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
+        }
+    }
+}
+
+/// Deterministic bytes (xorshift64*).
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// A tree of files of many sizes (holes and block edges included), nested directories,
+/// symlinks (relative, absolute, dangling, to a directory), hard links and odd modes.
+fn make_tree(root: &Path) {
+    const SIZES: [usize; 12] = [
+        0, 1, 100, 4095, 4096, 4097, 8192, 65_536, 200_001, 1_048_576, 1_048_579, 3_000_001,
+    ];
+    for d in 0..4 {
+        let dir = root.join(format!("dir{d}/sub{d}/deep"));
+        fs::create_dir_all(&dir).expect("mkdir");
+        for (i, &size) in SIZES.iter().enumerate() {
+            let seed = (d * 100 + i) as u64;
+            fs::write(dir.join(format!("f{i}")), bytes(seed, size)).expect("write");
+            fs::write(
+                root.join(format!("dir{d}/small{i}.txt")),
+                format!("{d} {i}\n"),
+            )
+            .expect("write");
+        }
+    }
+    fs::create_dir(root.join("empty")).expect("mkdir");
+    fs::write(root.join("secret"), b"0600\n").expect("write");
+    fs::set_permissions(root.join("secret"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    fs::write(root.join("tool"), b"#!/bin/sh\necho tool ran\n").expect("write");
+    fs::set_permissions(root.join("tool"), fs::Permissions::from_mode(0o755)).expect("chmod");
+    symlink("dir0/small0.txt", root.join("link-rel")).expect("symlink");
+    symlink("/nonexistent/target", root.join("link-dangling")).expect("symlink");
+    symlink("dir1", root.join("link-dir")).expect("symlink");
+    fs::hard_link(root.join("dir2/small3.txt"), root.join("hard-a")).expect("link");
+    fs::hard_link(root.join("dir2/small3.txt"), root.join("dir3/hard-b")).expect("link");
+    // A sparse file: a hole in the middle.
+    sh(
+        "truncate -s 5000000 \"$T/sparse\" && printf end >> \"$T/sparse\"",
+        &[("T", root)],
+    );
+}
+
+#[test]
+fn real_programs_on_a_mount_and_the_copy_survives_a_remount() {
+    let fx = Fixture::new();
+    let src = fx.host.join("src");
+    fs::create_dir(&src).expect("src");
+    make_tree(&src);
+    fx.mount();
+    let v = fx.vars();
+
+    // cp -a in; diff -r, checksums, and the hard links' shared inode.
+    sh(
+        "cp -a \"$HOST/src\" \"$MNT/copy\" && diff -r --no-dereference \"$HOST/src\" \"$MNT/copy\"",
+        &v,
+    );
+    let sums = |dir: &str| {
+        sh(
+            &format!("cd \"{dir}\" && find . -type f -print0 | sort -z | xargs -0 sha256sum"),
+            &v,
+        )
+    };
+    let want = sums(&src.to_string_lossy());
+    assert_eq!(sums(&fx.mnt.join("copy").to_string_lossy()), want);
+    let inode = |p: &str| sh(&format!("stat -c %i \"$MNT/copy/{p}\""), &v);
+    assert_eq!(inode("hard-a"), inode("dir3/hard-b"));
+    assert_eq!(sh("stat -c %h \"$MNT/copy/hard-a\"", &v).trim(), "3");
+    assert_eq!(sh("stat -c %a \"$MNT/copy/secret\"", &v).trim(), "600");
+    assert_eq!(
+        sh("readlink \"$MNT/copy/link-dangling\"", &v).trim(),
+        "/nonexistent/target"
+    );
+    assert_eq!(sh("\"$MNT/copy/tool\"", &v).trim(), "tool ran");
+    // cp -a kept modification times.
+    assert_eq!(
+        sh("stat -c %Y \"$MNT/copy/dir1/sub1/deep/f7\"", &v),
+        sh("stat -c %Y \"$HOST/src/dir1/sub1/deep/f7\"", &v)
+    );
+
+    // tar out of the mount and back into it.
+    sh(
+        "tar -C \"$MNT\" -cf \"$HOST/t.tar\" copy && mkdir \"$MNT/untar\" && \
+         tar -C \"$MNT/untar\" -xf \"$HOST/t.tar\" && \
+         diff -r --no-dereference \"$HOST/src\" \"$MNT/untar/copy\"",
+        &v,
+    );
+    // find and du agree with the host.
+    let listing = |d: &str| sh(&format!("cd \"{d}\" && find . | sort"), &v);
+    assert_eq!(
+        listing(&fx.mnt.join("copy").to_string_lossy()),
+        listing(&src.to_string_lossy())
+    );
+    let du: u64 = sh("du -s --apparent-size -B1 \"$MNT/copy\" | cut -f1", &v)
+        .trim()
+        .parse()
+        .expect("du prints a number");
+    assert!(du > 4 * 5_000_000, "du {du}");
+
+    // mv (also across directories and with -n: RENAME_NOREPLACE), rm -r.
+    sh(
+        "mv \"$MNT/untar/copy/dir0\" \"$MNT/moved\" && test -f \"$MNT/moved/sub0/deep/f11\" && \
+         ! test -e \"$MNT/untar/copy/dir0\" && \
+         mv \"$MNT/untar/copy/secret\" \"$MNT/untar/copy/tool2\" && \
+         echo keep > \"$MNT/keep\" && mv -n \"$MNT/moved/small1.txt\" \"$MNT/keep\" && \
+         test \"$(cat \"$MNT/keep\")\" = keep && \
+         rm -r \"$MNT/untar\" \"$MNT/moved\" && test -z \"$(ls \"$MNT/\" | grep -v -e copy -e keep)\"",
+        &v,
+    );
+    // stat, chmod, touch (explicit times and now), truncate, chown.
+    sh(
+        "f=\"$MNT/copy/dir1/small2.txt\"; chmod 640 \"$f\" && test $(stat -c %a \"$f\") = 640 && \
+         touch -d '2001-02-03 04:05:06.789 UTC' \"$f\" && \
+         test $(stat -c %Y \"$f\") = 981173106 && \
+         touch -a -d '1999-01-01 UTC' \"$f\" && test $(stat -c %X \"$f\") = 915148800 && \
+         test $(stat -c %Y \"$f\") = 981173106 && \
+         touch \"$f\" && test $(( $(date +%s) - $(stat -c %Y \"$f\") )) -lt 60 && \
+         chown 1234:5678 \"$f\" && test \"$(stat -c %u:%g \"$f\")\" = 1234:5678 && \
+         truncate -s 3 \"$f\" && test $(stat -c %s \"$f\") = 3",
+        &v,
+    );
+    // Extended attributes, and renameat2's EXCHANGE and NOREPLACE, through the kernel.
+    let script = r#"
+import ctypes, errno, os, sys
+mnt = sys.argv[1]
+p = mnt + '/keep'
+os.setxattr(p, 'user.k', b'v' * 1000)
+assert os.getxattr(p, 'user.k') == b'v' * 1000
+assert os.listxattr(p) == ['user.k']
+try:
+    os.setxattr(p, 'user.k', b'w', os.XATTR_CREATE)
+    raise SystemExit('XATTR_CREATE replaced an attribute')
+except OSError as e:
+    assert e.errno == errno.EEXIST, e
+os.removexattr(p, 'user.k')
+assert os.listxattr(p) == []
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, NOREPLACE, EXCHANGE = -100, 1, 2
+a, b = (mnt + '/xa').encode(), (mnt + '/xb').encode()
+open(a, 'w').write('A')
+os.mkdir(b)
+assert libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, EXCHANGE) == 0, ctypes.get_errno()
+assert os.path.isdir(a) and open(b).read() == 'A'
+assert libc.renameat2(AT_FDCWD, b, AT_FDCWD, a, NOREPLACE) == -1
+assert ctypes.get_errno() == errno.EEXIST
+os.rmdir(a)
+os.unlink(b)
+"#;
+    sh(&format!("python3 - \"$MNT\" <<'EOF'{script}EOF"), &v);
+    let statfs = sh("stat -f -c '%b %S' \"$MNT\"", &v);
+    assert_ne!(
+        statfs.split(' ').next(),
+        Some("0"),
+        "statfs reports the size"
+    );
+
+    // Unmount, remount: byte-identical.
+    fx.unmount_with(&["umount"]);
+    fx.mount();
+    sh(
+        "diff -r --no-dereference -x small2.txt \"$HOST/src\" \"$MNT/copy\"",
+        &v,
+    );
+    let after = sums(&fx.mnt.join("copy").to_string_lossy());
+    let changed = "./dir1/small2.txt";
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.ends_with(changed))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&after), strip(&want));
+    assert_eq!(sh("cat \"$MNT/copy/dir1/small2.txt\"", &v), "1 2");
+    assert_eq!(
+        sh("stat -c %u:%g:%a \"$MNT/copy/dir1/small2.txt\"", &v).trim(),
+        "1234:5678:640"
+    );
+    fx.unmount_with(&["fusermount3", "-u"]);
+}
+
+#[test]
+fn a_file_removed_while_open_is_still_read_until_closed() {
+    let fx = Fixture::new();
+    fx.mount();
+    let v = fx.vars();
+    let data = bytes(7, 300_000);
+    fs::write(fx.mnt.join("f"), &data).expect("write");
+    // Another process: opens, removes, reads through its descriptor.
+    let out = sh(
+        "exec 3< \"$MNT/f\"; rm \"$MNT/f\"; test ! -e \"$MNT/f\"; sha256sum <&3 | cut -d' ' -f1",
+        &v,
+    );
+    fs::write(fx.host.join("d"), &data).expect("host copy");
+    let want = sh("sha256sum \"$HOST/d\" | cut -d' ' -f1", &v);
+    assert_eq!(out, want);
+    // This process: writes to and reads an unlinked file.
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(fx.mnt.join("g"))
+        .expect("open g");
+    fs::remove_file(fx.mnt.join("g")).expect("unlink g");
+    use std::io::{Read, Seek, Write};
+    f.write_all(&data).expect("write unlinked");
+    f.rewind().expect("rewind");
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).expect("read unlinked");
+    assert!(
+        back == data,
+        "an unlinked open file reads back what was written"
+    );
+    drop(f);
+    assert!(fs::read_dir(&fx.mnt).expect("readdir").next().is_none());
+    fx.unmount_with(&["umount"]);
+    fx.mount();
+    assert!(fs::read_dir(&fx.mnt).expect("readdir").next().is_none());
+}
+
+#[test]
+fn sigterm_unmounts_cleanly_and_the_image_remounts() {
+    let fx = Fixture::new();
+    fx.mount();
+    let v = fx.vars();
+    sh(
+        "mkdir \"$MNT/d\" && for i in $(seq 1 50); do echo $i > \"$MNT/d/$i\"; done",
+        &v,
+    );
+    // A process holds a file open: the unmount is lazy and ends at its close.
+    let mut holder = Command::new("bash")
+        .arg("-c")
+        .arg("exec 3< \"$MNT/d/1\"; read -r _ </dev/stdin || true")
+        .env("MNT", &fx.mnt)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("holder");
+    wait_until("the holder opens its file", || {
+        fs::read_dir(format!("/proc/{}/fd", holder.id()))
+            .map(|d| d.count() >= 4)
+            .unwrap_or(false)
+    });
+    let pids = daemons(&fx.mnt);
+    assert_eq!(pids.len(), 1);
+    sh(&format!("kill -TERM {}", pids[0]), &v);
+    wait_until("the mount is detached", || !is_mounted(&fx.mnt));
+    assert!(
+        alive(pids[0]),
+        "the daemon serves the open file until its close"
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().expect("holder").success());
+    wait_until("the daemon exits", || !alive(pids[0]));
+
+    fx.mount();
+    let n = sh("ls \"$MNT/d\" | wc -l", &v);
+    assert_eq!(n.trim(), "50");
+    assert_eq!(sh("cat \"$MNT/d/37\"", &v), "37\n");
+    let pids = daemons(&fx.mnt);
+    sh(&format!("kill -INT {}", pids[0]), &v);
+    wait_until("the daemon exits", || !alive(pids[0]));
+    assert!(!is_mounted(&fx.mnt));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let fx = Fixture::new();
+    let fails = |args: &[&std::ffi::OsStr], says: &str| {
+        let out = augefs(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(says),
+            "{args:?}: stderr {err:?} lacks {says:?}"
+        );
+    };
+    let m = "mount".as_ref();
+    let missing = fx.host.join("missing");
+    fails(
+        &[m, missing.as_os_str(), fx.mnt.as_os_str()],
+        "no such image",
+    );
+    let junk = fx.host.join("junk");
+    fs::write(&junk, vec![0u8; 1 << 20]).expect("junk");
+    fails(
+        &[m, junk.as_os_str(), fx.mnt.as_os_str()],
+        "not an augefs image",
+    );
+    fails(
+        &[m, fx.image.as_os_str(), junk.as_os_str()],
+        "not a directory",
+    );
+    fails(
+        &[m, fx.image.as_os_str(), missing.as_os_str()],
+        "No such file",
+    );
+    fails(
+        &[
+            m,
+            fx.image.as_os_str(),
+            fx.mnt.as_os_str(),
+            "-o".as_ref(),
+            "bogus".as_ref(),
+        ],
+        "unknown mount option",
+    );
+    // Mounted once already: the image is locked.
+    fx.mount();
+    let second = fx.host.join("second");
+    fs::create_dir(&second).expect("mkdir");
+    let out = augefs(&[m, fx.image.as_os_str(), second.as_os_str()]);
+    assert!(!out.status.success(), "a second mount of one image fails");
+    assert!(!is_mounted(&second));
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn writeback_cache_mount_keeps_data_intact() {
+    let fx = Fixture::new();
+    let src = fx.host.join("src");
+    fs::create_dir(&src).expect("src");
+    make_tree(&src);
+    fx.mount_with(BIN, &["mount"], &["-o", "writeback_cache,threads=2"]);
+    let v = fx.vars();
+    sh(
+        "cp -a \"$HOST/src\" \"$MNT/copy\" && \
+         printf abc | dd of=\"$MNT/copy/dir0/sub0/deep/f9\" bs=1 seek=5000 conv=notrunc && \
+         printf abc | dd of=\"$HOST/src/dir0/sub0/deep/f9\" bs=1 seek=5000 conv=notrunc && \
+         echo tail >> \"$MNT/copy/sparse\" && echo tail >> \"$HOST/src/sparse\" && \
+         diff -r --no-dereference \"$HOST/src\" \"$MNT/copy\"",
+        &v,
+    );
+    fx.unmount_with(&["umount"]);
+    fx.mount();
+    sh("diff -r --no-dereference \"$HOST/src\" \"$MNT/copy\"", &v);
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn the_mount_helper_takes_mount8_arguments() {
+    // mount(8) runs /sbin/mount.fuse.augefs IMAGE DIR [-n] [-s] [-v] -o OPTS; a symlink
+    // to the binary under that name is the helper (not installed here: a private one).
+    let fx = Fixture::new();
+    let helper = fx.host.join("mount.fuse.augefs");
+    symlink(BIN, &helper).expect("symlink the helper");
+    fx.mount_with(
+        &helper.to_string_lossy(),
+        &[],
+        &["-n", "-o", "rw,nosuid,noexec,noauto,_netdev"],
+    );
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let dir = fx.mnt.to_string_lossy();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
+        .expect("the mount is listed");
+    assert!(line.contains("noexec"), "{line}");
+    fx.unmount_with(&["umount"]);
+}
+
+#[test]
+fn foreground_mount_exits_zero_on_sigterm() {
+    let fx = Fixture::new();
+    let mut child = Command::new(BIN)
+        .arg("mount")
+        .arg(&fx.image)
+        .arg(&fx.mnt)
+        .arg("-f")
+        .spawn()
+        .expect("augefs mount -f");
+    wait_until("the foreground mount works", || is_mounted(&fx.mnt));
+    fs::write(fx.mnt.join("f"), b"kept").expect("write");
+    sh(&format!("kill -TERM {}", child.id()), &[]);
+    let status = child.wait().expect("wait for augefs mount -f");
+    assert!(
+        status.success(),
+        "augefs mount -f exits 0 on SIGTERM: {status}"
+    );
+    assert!(!is_mounted(&fx.mnt));
+    fx.mount();
+    assert_eq!(fs::read(fx.mnt.join("f")).expect("read"), b"kept");
+    fx.unmount_with(&["umount"]);
+}

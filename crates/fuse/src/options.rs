@@ -1,0 +1,184 @@
+//! `-o` mount options of `augefs mount` (and of `mount -t fuse.augefs`, whose helper
+//! passes the options of /etc/fstab through).
+//!
+//! Invariants:
+//! - An option this front end does not understand is an error, never ignored silently;
+//!   the generic options mount(8) adds for every file system (`defaults`, `noauto`,
+//!   `nofail`, `_netdev`, ...) are accepted and have no effect here.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Request threads when `threads=` is not given.
+pub const THREADS_DEFAULT: usize = 4;
+/// Most request threads `threads=` accepts.
+pub const THREADS_MAX: usize = 64;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OptionError {
+    #[error("unknown mount option {0:?} (see `augefs mount --help`)")]
+    Unknown(String),
+    #[error("mount option {0:?} needs a value ({0}=...)")]
+    MissingValue(String),
+    #[error("mount option {name}: bad value {value:?}: {why}")]
+    BadValue {
+        name: String,
+        value: String,
+        why: String,
+    },
+    #[error("mount option {0:?} is not supported yet: {1}")]
+    Unsupported(String, &'static str),
+}
+
+/// What the `-o` options ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Users other than the mounting one may use the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Root may use the mount too (`allow_root`).
+    pub allow_root: bool,
+    /// The kernel caches writes and sends them in the background (`writeback_cache`).
+    pub writeback_cache: bool,
+    /// Threads serving requests (`threads=N`).
+    pub threads: usize,
+    /// Source name shown in /proc/mounts (`fsname=`; default: the image path).
+    pub fsname: Option<String>,
+    /// The PMR file the image was formatted with (`pmr=FILE`).
+    pub pmr: Option<PathBuf>,
+    /// Kernel mount flags passed through (`nosuid`, `nodev`, `noexec` and their
+    /// opposites).
+    pub flags: Vec<String>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            allow_other: false,
+            allow_root: false,
+            writeback_cache: false,
+            threads: THREADS_DEFAULT,
+            fsname: None,
+            pmr: None,
+            flags: Vec::new(),
+        }
+    }
+}
+
+/// Accepted for fstab compatibility, without effect.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "auto",
+    "noauto",
+    "nofail",
+    "_netdev",
+    "user",
+    "nouser",
+    "users",
+    "rw",
+    "async",
+    "noatime",
+    "relatime",
+    "default_permissions",
+];
+/// Kernel mount flags handed to the mount as they are.
+const FLAGS: &[&str] = &["dev", "nodev", "suid", "nosuid", "exec", "noexec"];
+
+impl MountOptions {
+    /// Parses `-o` arguments, each a comma-separated list.
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<MountOptions, OptionError> {
+        let mut o = MountOptions::default();
+        for arg in args {
+            for opt in arg.as_ref().split(',').filter(|s| !s.is_empty()) {
+                o.apply(opt)?;
+            }
+        }
+        Ok(o)
+    }
+
+    fn apply(&mut self, opt: &str) -> Result<(), OptionError> {
+        let (name, value) = match opt.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (opt, None),
+        };
+        let need = |v: Option<&str>| {
+            v.filter(|v| !v.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| OptionError::MissingValue(name.to_string()))
+        };
+        match name {
+            "allow_other" => self.allow_other = true,
+            "allow_root" => self.allow_root = true,
+            "writeback_cache" => self.writeback_cache = true,
+            "fsname" => self.fsname = Some(need(value)?),
+            "pmr" => self.pmr = Some(PathBuf::from(need(value)?)),
+            "threads" => {
+                let v = need(value)?;
+                let bad = |why: &str| OptionError::BadValue {
+                    name: name.to_string(),
+                    value: v.clone(),
+                    why: why.to_string(),
+                };
+                let n: usize = v.parse().map_err(|_| bad("not a number"))?;
+                if n == 0 || n > THREADS_MAX {
+                    return Err(bad(&format!("between 1 and {THREADS_MAX}")));
+                }
+                self.threads = n;
+            }
+            "ro" => {
+                return Err(OptionError::Unsupported(
+                    name.to_string(),
+                    "the vfs has no read-only mount",
+                ))
+            }
+            "atime" | "strictatime" => {
+                return Err(OptionError::Unsupported(
+                    name.to_string(),
+                    "augefs never updates access times (noatime)",
+                ))
+            }
+            n if IGNORED.contains(&n) && value.is_none() => {}
+            n if FLAGS.contains(&n) && value.is_none() => self.flags.push(n.to_string()),
+            _ => return Err(OptionError::Unknown(opt.to_string())),
+        }
+        if self.allow_other && self.allow_root {
+            return Err(OptionError::BadValue {
+                name: "allow_root".to_string(),
+                value: String::new(),
+                why: "allow_other and allow_root exclude each other".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_rejects_what_it_does_not_know() {
+        let o = MountOptions::parse(&["allow_other,threads=8", "nosuid,defaults,pmr=/p"])
+            .expect("valid options");
+        assert!(o.allow_other && !o.writeback_cache);
+        assert_eq!(o.threads, 8);
+        assert_eq!(o.flags, vec!["nosuid".to_string()]);
+        assert_eq!(o.pmr, Some(PathBuf::from("/p")));
+        assert_eq!(
+            MountOptions::parse::<&str>(&[]),
+            Ok(MountOptions::default())
+        );
+
+        let err = |s: &str| MountOptions::parse(&[s]).expect_err(s);
+        assert_eq!(err("bogus"), OptionError::Unknown("bogus".into()));
+        assert_eq!(err("threads"), OptionError::MissingValue("threads".into()));
+        assert!(matches!(err("threads=0"), OptionError::BadValue { .. }));
+        assert!(matches!(err("threads=x"), OptionError::BadValue { .. }));
+        assert!(matches!(err("ro"), OptionError::Unsupported(..)));
+        assert!(matches!(
+            err("allow_other,allow_root"),
+            OptionError::BadValue { .. }
+        ));
+        assert_eq!(err("nosuid=1"), OptionError::Unknown("nosuid=1".into()));
+    }
+}

@@ -1,0 +1,69 @@
+//! Inode-level calls for front ends that hold inode numbers instead of paths (the FUSE
+//! adapter, later the C ABI): name lookup and open references that keep an unlinked
+//! file's data alive. (Attribute changes are `FileSystem::set_attr`.)
+//!
+//! Invariants:
+//! - An [`OpenInode`] counts as one open handle of its inode (as a [`crate::File`]
+//!   does) from [`FileSystem::open_ino`] until [`FileSystem::close_ino`] consumes it;
+//!   an inode whose last name is removed meanwhile keeps its blocks until then.
+
+use crate::creds::{Creds, MAY_EXEC};
+use crate::error::VfsError;
+use crate::fs::{live, show, FileSystem, Handle};
+use crate::records::{Kind, NAME_MAX};
+use format::InodeNo;
+use std::sync::Arc;
+
+/// One open reference to an inode, held by a front end (for example per FUSE file
+/// handle). Give it back with [`FileSystem::close_ino`]; dropping it instead leaves the
+/// inode counted as open until unmount (an unlinked file then stays an orphan).
+#[derive(Debug)]
+pub struct OpenInode {
+    handle: Arc<Handle>,
+}
+
+impl OpenInode {
+    pub fn ino(&self) -> InodeNo {
+        self.handle.ino
+    }
+}
+
+impl FileSystem {
+    /// The inode named `name` in directory `dir` (`.` is `dir`, `..` its parent); `cx`
+    /// needs search permission on `dir`.
+    pub fn lookup_ino(&self, cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo, VfsError> {
+        if name.len() > NAME_MAX {
+            return Err(VfsError::NameTooLong(show(name)));
+        }
+        let h = self.handle(dir)?;
+        let st = h.read();
+        let inode = live(&st, dir)?;
+        if inode.kind != Kind::Dir {
+            return Err(VfsError::NotDir(format!(
+                "inode {dir} (looking for {})",
+                show(name)
+            )));
+        }
+        cx.check(inode, MAY_EXEC, || show(name))?;
+        match name {
+            b"." => return Ok(dir),
+            b".." => return Ok(InodeNo(inode.parent)),
+            _ => {}
+        }
+        self.lookup(dir, name)?
+            .map(|d| d.ino)
+            .ok_or_else(|| VfsError::NotFound(show(name)))
+    }
+
+    /// Opens `ino` (any kind): counts one handle until [`FileSystem::close_ino`].
+    pub fn open_ino(&self, ino: InodeNo) -> Result<OpenInode, VfsError> {
+        let handle = self.handle(ino)?;
+        self.opened(&handle)?;
+        Ok(OpenInode { handle })
+    }
+
+    /// Closes an [`OpenInode`]: the last close of an unlinked inode frees its blocks.
+    pub fn close_ino(&self, open: OpenInode) -> Result<(), VfsError> {
+        self.release(&open.handle)
+    }
+}
