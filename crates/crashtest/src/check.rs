@@ -134,7 +134,7 @@ fn check_state(
     // One domain: a prefix of the whole history.
     if workload.domains == 1 {
         let point = acked.iter().map(|p| p.step).max().unwrap_or(0);
-        if !recorded.states[point..].iter().any(|s| *s == got) {
+        if !recorded.states[point..].contains(&got) {
             let nearest = recorded.states[point..]
                 .iter()
                 .min_by_key(|s| s.diff(&got).len())

@@ -54,8 +54,10 @@ impl Snapshot {
                     snap.entries.insert((dir, e.name.clone()), e.ino);
                     if e.kind == Kind::Dir {
                         dirs.push(e.ino);
-                    } else if !snap.objects.contains_key(&e.ino) {
-                        snap.objects.insert(e.ino, object(fs, &root, e.ino)?);
+                    } else if let std::collections::btree_map::Entry::Vacant(v) =
+                        snap.objects.entry(e.ino)
+                    {
+                        v.insert(object(fs, &root, e.ino)?);
                     }
                 }
             }
