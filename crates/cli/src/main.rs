@@ -32,6 +32,8 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Mount an image with FUSE (as a daemon unless -f; unmount with `umount DIR`).
     Mount(cmd::mount::Args),
+    /// Run crash workloads: every crash state recovered and checked (docs/TESTING.md).
+    Crashtest(cmd::crashtest::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Mount(args) => cmd::mount::run(args),
+        Command::Crashtest(args) => cmd::crashtest::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
         Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
         Command::Bench(BenchCommand::Engine(args)) => cmd::bench_engine::run(args),

@@ -3,6 +3,7 @@
 pub mod bench_device;
 pub mod bench_engine;
 pub mod bench_metadb;
+pub mod crashtest;
 pub mod inspect;
 pub mod mkfs;
 pub mod mount;
