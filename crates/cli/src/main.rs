@@ -28,6 +28,8 @@ enum Command {
     Mkfs(cmd::mkfs::Args),
     /// Show an image's superblock, geometry, checkpoint state and IO backend.
     Inspect(cmd::inspect::Args),
+    /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
+    Fsck(cmd::fsck::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -48,8 +50,17 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // fsck's usage errors exit 16, as e2fsck's do; other commands keep clap's 2.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("fsck") => {
+            let _ = e.print();
+            return ExitCode::from(cmd::fsck::EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
+        Command::Fsck(args) => return cmd::fsck::run(args),
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),

@@ -3,5 +3,6 @@
 pub mod bench_device;
 pub mod bench_engine;
 pub mod bench_metadb;
+pub mod fsck;
 pub mod inspect;
 pub mod mkfs;
