@@ -14,7 +14,8 @@
 //! Repairs keep the mappings as the authority where the data agrees with them: a bit
 //! that no mapping claims is cleared (leaked space), a mapping whose bit is clear is
 //! marked valid again if its data verifies (else dropped), of two mappings of one block
-//! the one whose data verifies stays. Ownership conflicts are never repaired.
+//! the one whose data verifies stays. Of two owners of a segment, a domain entry that no
+//! mapping uses is deleted; a conflict where both sides hold data is never repaired.
 
 use crate::open::Recovered;
 use crate::problem::{Class, Kind, Objects};
@@ -109,22 +110,18 @@ impl Fsck<'_> {
             loc: vec![None; r.mappings.len()],
             ..BlockState::default()
         };
-        self.check_seginfo(r, rec, &mut b)?;
+        self.check_seginfo(r, &mut b)?;
         self.progress
             .step("checking the block index", r.mappings.len() as u64);
         self.locate_mappings(r, &mut b);
+        self.check_conflicts(r, rec, &mut b);
         self.check_shared_blocks(r, &mut b)?;
         self.check_validity(r, &mut b)?;
         Ok(b)
     }
 
     /// Ranges, ownership, counts and times of the `s` entries.
-    fn check_seginfo(
-        &mut self,
-        r: &mut Records,
-        rec: &Recovered,
-        b: &mut BlockState,
-    ) -> Result<(), FsckError> {
+    fn check_seginfo(&mut self, r: &mut Records, b: &mut BlockState) -> Result<(), FsckError> {
         let g = self.geometry;
         let out_of_range: Vec<_> = r
             .seginfo
@@ -146,23 +143,6 @@ impl Fsck<'_> {
             ) {
                 self.delete(&keys::seginfo_key(d, s));
             }
-        }
-        for c in &rec.conflicts {
-            let holder = match c.holder {
-                Some(Owner::MetaDb) => "MetaDB's manifest (a table)".to_string(),
-                Some(Owner::Domain(o)) => format!("domain {o}"),
-                None => "another owner".to_string(),
-            };
-            self.report(
-                Kind::SegmentOwnerConflict,
-                Class::None,
-                Objects::segment(c.domain, c.segment),
-                format!(
-                    "segment {} is named by domain {}'s segment information and by {holder}",
-                    c.segment, c.domain
-                ),
-                None,
-            );
         }
         let elapsed = self.elapsed_per_domain(r)?;
         let keys: Vec<_> = r.seginfo.keys().copied().collect();
@@ -252,6 +232,44 @@ impl Fsck<'_> {
                 Some("drop the mapping (the file reads a hole there)"),
             ) {
                 self.drop_mapping(r, b, i);
+            }
+        }
+    }
+
+    /// Segments an `s` entry names that the pool gave another owner first (MetaDB's
+    /// manifest, or a domain earlier in key order). An entry no mapping points into is
+    /// deleted (the segment stays its other owner's); otherwise both sides hold data
+    /// and fsck cannot tell which is right.
+    fn check_conflicts(&mut self, r: &mut Records, rec: &Recovered, b: &mut BlockState) {
+        for c in &rec.conflicts {
+            let holder = match c.holder {
+                Some(Owner::MetaDb) => "MetaDB's manifest (a table)".to_string(),
+                Some(Owner::Domain(o)) => format!("domain {o}"),
+                None => "another owner".to_string(),
+            };
+            let used: Vec<usize> = (0..r.mappings.len())
+                .filter(|&i| {
+                    b.kept[i]
+                        && b.loc[i].is_some_and(|l| l.domain == c.domain && l.segment == c.segment)
+                })
+                .collect();
+            let repair = used
+                .is_empty()
+                .then_some("delete the domain's entry (no mapping points into the segment)");
+            if self.report(
+                Kind::SegmentOwnerConflict,
+                Class::Safe,
+                Objects::segment(c.domain, c.segment),
+                format!(
+                    "segment {} is named by domain {}'s segment information ({} mappings point into it) and by {holder}",
+                    c.segment,
+                    c.domain,
+                    used.len()
+                ),
+                repair,
+            ) {
+                r.seginfo.remove(&(c.domain, c.segment));
+                self.delete(&keys::seginfo_key(c.domain, c.segment));
             }
         }
     }

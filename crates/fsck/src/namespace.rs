@@ -469,6 +469,11 @@ impl Fsck<'_> {
                     &Dentry { ino, kind: K::Dir }.encode(),
                 );
                 *t.subdirs.entry(ROOT).or_insert(0) += 1;
+                // The root gains a subdirectory: part of this repair, not a new problem.
+                if let Some(root) = r.inodes.get_mut(&ROOT) {
+                    root.nlink = root.nlink.saturating_add(1);
+                    t.dirty.insert(ROOT);
+                }
                 t.visited.insert(ino);
                 t.paths.insert(ino, "/lost+found".into());
                 ino
@@ -485,12 +490,13 @@ impl Fsck<'_> {
             .inodes
             .keys()
             .chain(r.bad_inodes.iter())
-            .map(|i| i.0 + 1)
+            .map(|i| i.0.saturating_add(1))
             .max()
             .unwrap_or(ROOT.0 + 1);
         let ino = r.counter.unwrap_or(0).max(above);
-        r.counter = Some(ino + 1);
-        self.put(records::COUNTER_KEY, &(ino + 1).to_le_bytes());
+        let next = ino.saturating_add(1);
+        r.counter = Some(next);
+        self.put(records::COUNTER_KEY, &next.to_le_bytes());
         InodeNo(ino)
     }
 
@@ -608,8 +614,7 @@ impl Fsck<'_> {
             }
             None => {
                 t.skip_count.insert(ino);
-                self.walk(r, t, ino, String::new());
-                t.paths.remove(&ino);
+                self.walk(r, t, ino, format!("(unattached inode {ino})"));
             }
         }
     }
@@ -777,7 +782,7 @@ impl Fsck<'_> {
             .keys()
             .chain(r.bad_inodes.iter())
             .chain(r.orphans.iter())
-            .map(|i| i.0 + 1)
+            .map(|i| i.0.saturating_add(1))
             .max()
             .unwrap_or(ROOT.0 + 1);
         let counter = r.counter.unwrap_or(ROOT.0 + 1);

@@ -65,13 +65,14 @@ fn not_an_image_is_an_operational_error() {
 
 /// Injects with `inject` on a mounted copy of the workload image, then: `-n` finds
 /// `kind` (exit 4) and leaves the file untouched; `mode` repairs (exit 1); a second
-/// check is clean; the repaired image mounts and reads. Returns the repair report.
+/// check is clean; the repaired image mounts and reads. Returns the repair report and
+/// the repaired image (its directory lives as long as the returned guard).
 fn case(
     inject: impl FnOnce(&FileSystem, &Path),
     kind: Kind,
     mode: Mode,
     verify_data: bool,
-) -> fsck::Report {
+) -> (fsck::Report, tempfile::TempDir, std::path::PathBuf) {
     let dir = scratch();
     let path = workload_image(dir.path());
     let fs = mount(&path);
@@ -97,13 +98,13 @@ fn case(
     let again = run(&path, Mode::Check, verify_data);
     assert_eq!(again.problems, vec![], "second check after repair");
     walk_all(&path);
-    fixed
+    (fixed, dir, path)
 }
 
 #[test]
 fn deleted_dentry_makes_an_unreachable_inode_linked_into_lost_found() {
     let mut victim = InodeNo(0);
-    case(
+    let (r, _dir, path) = case(
         |fs, _| {
             victim = ino(fs, "/d1/small");
             delete(fs, &records::dentry_key(ino(fs, "/d1"), b"small"));
@@ -112,6 +113,13 @@ fn deleted_dentry_makes_an_unreachable_inode_linked_into_lost_found() {
         Mode::Repair,
         false,
     );
+    assert_eq!(kinds(&r), vec![Kind::UnreachableInode], "{:#?}", r.problems);
+    let fs = mount(&path);
+    let found = format!("/lost+found/#{}", victim.0);
+    assert_eq!(ino(&fs, &found), victim);
+    let meta = fs.metadata(&found).unwrap();
+    assert_eq!((meta.size, meta.nlink), (100, 1));
+    unmount(fs);
 }
 
 #[test]
@@ -203,7 +211,7 @@ fn mapping_to_an_invalid_block_is_dropped() {
 
 #[test]
 fn mapping_whose_bit_was_cleared_is_revalidated_by_preen() {
-    let r = case(
+    let (r, _, _) = case(
         |fs, _| {
             let f = ino(fs, "/d1/two");
             let m = mapping(fs, f, 0);
@@ -226,7 +234,7 @@ fn mapping_whose_bit_was_cleared_is_revalidated_by_preen() {
 
 #[test]
 fn two_mappings_of_one_block_keep_the_one_that_verifies() {
-    let r = case(
+    let (r, _, _) = case(
         |fs, _| {
             let f = ino(fs, "/d2/sub/big");
             let m = mapping(fs, f, 3);
@@ -290,7 +298,7 @@ fn mapping_for_a_missing_inode_is_dropped() {
 
 #[test]
 fn corrupt_data_block_is_found_with_verify_data() {
-    let r = case(
+    let (r, _, _) = case(
         |fs, _| {
             let f = ino(fs, "/d2/sub/big");
             let m = mapping(fs, f, 7);
@@ -343,4 +351,23 @@ fn orphans_are_accepted_only_with_a_record() {
     assert!(kinds(&r).contains(&Kind::OrphanWithoutInode));
     assert_eq!(run(&path, Mode::Repair, false).exit_code(), 1);
     assert_eq!(run(&path, Mode::Check, true).problems, vec![]);
+}
+
+#[test]
+fn segment_named_by_two_domains_loses_the_unused_claim() {
+    case(
+        |fs, _| {
+            let f = ino(fs, "/d2/sub/big");
+            let m = mapping(fs, f, 0);
+            let seg = fs.engine().geometry().segment_of(m.addr).unwrap();
+            let other = format::DomainId(1 - fs.engine().domain_of(f).0);
+            let mut v = [0u8; 80];
+            v[0..4].copy_from_slice(&seg.0.to_le_bytes());
+            v[4] = 1;
+            put(fs, &keys::seginfo_key(other, seg), &v);
+        },
+        Kind::SegmentOwnerConflict,
+        Mode::Preen,
+        false,
+    );
 }
