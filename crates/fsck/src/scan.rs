@@ -5,8 +5,8 @@
 //! Invariants:
 //! - Every key is visited once, in key order; each lands in exactly one of the maps
 //!   below or becomes a [`Kind::BadRecord`] / [`Kind::UnknownRecord`] problem.
-//! - Memory: about 60 bytes per file block mapping and a few hundred per inode (fsck
-//!   holds the whole index; DESIGN.md "fsck" gives the limit this sets).
+//! - Memory: about 100 bytes per mapped block (mapping, reverse entry, verdicts) and a
+//!   few hundred per inode; fsck holds the whole index (DESIGN.md §4d gives the limit).
 
 use crate::problem::{Class, Kind, Objects};
 use crate::Fsck;
