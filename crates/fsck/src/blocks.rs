@@ -19,7 +19,7 @@
 
 use crate::open::Recovered;
 use crate::problem::{Class, Kind, Objects};
-use crate::scan::{MapRec, Records};
+use crate::scan::{MapRec, Records, SegEntry};
 use crate::{Fsck, FsckError};
 use device::{AlignedBuf, IoRequest};
 use engine::log::keys::{self, DomainRecord, Reverse};
@@ -113,6 +113,7 @@ impl Fsck<'_> {
         self.check_seginfo(r, &mut b)?;
         self.progress
             .step("checking the block index", r.mappings.len() as u64);
+        self.recreate_missing_seginfo(r, rec);
         self.locate_mappings(r, &mut b);
         self.check_conflicts(r, rec, &mut b);
         self.check_shared_blocks(r, &mut b)?;
@@ -199,6 +200,38 @@ impl Fsck<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Mappings into a segment no one owns (no `s` entry of any domain, not MetaDB's)
+    /// whose file's domain has no entry there: the entry was lost, not the data. It is
+    /// recreated from the mappings (their data is then verified one by one, like those
+    /// of an undecodable entry), rather than dropping every block of the segment.
+    fn recreate_missing_seginfo(&mut self, r: &mut Records, rec: &Recovered) {
+        for &(d, s) in &rec.lost {
+            let count = r
+                .mappings
+                .iter()
+                .filter(|m| self.geometry.segment_of(m.m.addr) == Some(s))
+                .count();
+            // Recovery claimed the segment already, so no table lands on it.
+            self.report(
+                Kind::SeginfoMissing,
+                Class::Safe,
+                Objects::segment(d, s),
+                format!("{count} mappings point into segment {s}, which has no segment information and no owner (domain {d} takes it)"),
+                Some("recreate the entry from the mappings whose data verifies"),
+            );
+            r.seginfo.insert(
+                (d, s),
+                SegEntry {
+                    decoded: false,
+                    kind: 1,
+                    count: 0,
+                    modified_ns: 0,
+                    bitmap: [0; 8],
+                },
+            );
+        }
     }
 
     /// Each mapping must point into a segment its file's domain owns.
@@ -339,6 +372,22 @@ impl Fsck<'_> {
             let MapRec { ino, block, m } = r.mappings[i];
             let entry = &r.seginfo[&(loc.domain, loc.segment)];
             let objects = Objects::block(ino, block.0, m.addr);
+            if !entry.decoded && !claimed.contains(&m.addr.0) && !self.verifies(r, i)? {
+                // The entry is rebuilt from the mappings: only data that verifies counts.
+                if self.report(
+                    Kind::MappingToInvalidBlock,
+                    Class::Destructive,
+                    objects,
+                    format!(
+                        "block {} of inode {ino} is mapped to device block {} in segment {}, whose segment information is lost, and its data does not verify",
+                        block.0, m.addr, loc.segment
+                    ),
+                    Some("drop the mapping (the file reads a hole there)"),
+                ) {
+                    self.drop_mapping(r, b, i);
+                }
+                continue;
+            }
             if entry.decoded && !entry.is_valid(loc.block) && !claimed.contains(&m.addr.0) {
                 let sound = self.verifies(r, i)?;
                 let (class, repair) = if sound {

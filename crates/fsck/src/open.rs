@@ -3,12 +3,14 @@
 //! the device are dropped as a mount would drop them), but without the engine's strict
 //! rebuild of the domains, which refuses an image with one bad segment information
 //! entry. Every segment an `s` key names is claimed for its domain before MetaDB's
-//! recovery flush allocates tables, conflicts are noted, never fatal.
+//! recovery flush allocates tables, conflicts are noted, never fatal; so is every
+//! segment a mapping points into that no `s` key names (a lost entry: its data must not
+//! be overwritten by a table before the checks decide what to do with it).
 //!
 //! Invariants:
-//! - Before MetaDB's recovery flush, every segment named by the manifest or by an `s`
-//!   key is claimed in the pool, so no table fsck's writes create lands on a segment
-//!   that any structure names.
+//! - Before MetaDB's recovery flush, every segment named by the manifest, by an `s` key
+//!   or by a mapping is claimed in the pool, so no table fsck's writes create lands on a
+//!   segment that any structure names.
 //! - Only what stops MetaDB itself from opening is an error; everything else is data
 //!   for the checks.
 
@@ -16,7 +18,7 @@ use crate::error::FsckError;
 use device::Device;
 use engine::image::{check_pmr, read_superblock};
 use engine::log::hooks::EngineHooks;
-use engine::log::keys::SEGINFO_TAG;
+use engine::log::keys::{parse_mapping_key, Mapping, MAPPING_TAG, SEGINFO_TAG};
 use engine::space::pool::{MetaDbSpace, PoolConfig, SpacePool};
 use engine::space::Owner;
 use format::{DomainId, Geometry, SegmentNo};
@@ -39,6 +41,9 @@ pub struct Recovered {
     pub pool: Arc<SpacePool>,
     pub geometry: Geometry,
     pub conflicts: Vec<ClaimConflict>,
+    /// Segments mappings point into that no `s` key names and no one else owned:
+    /// claimed for the domain of the first such mapping.
+    pub lost: Vec<(DomainId, SegmentNo)>,
     /// WAL records the replay filter dropped (their data never reached the device).
     pub replay_dropped: u64,
 }
@@ -77,6 +82,7 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
     let space = Arc::new(MetaDbSpace::new(pool.clone()));
     let hooks = Arc::new(EngineHooks::new(device.clone(), geometry.domain_count));
     let mut conflicts = Vec::new();
+    let mut lost = Vec::new();
     let db = MetaDb::open_then(
         MetaDbEnv {
             device: device.clone(),
@@ -86,7 +92,10 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
             hooks: Some(hooks.clone()),
         },
         config(&geometry),
-        &mut |db| claim_domain_segments(db, &geometry, &pool, &mut conflicts),
+        &mut |db| {
+            claim_domain_segments(db, &geometry, &pool, &mut conflicts)?;
+            claim_lost_segments(db, &geometry, &pool, &mut lost)
+        },
     )
     .map_err(|e| FsckError::Unrecoverable(e.to_string()))?;
     if let Err(e) = space.claim_result() {
@@ -100,6 +109,7 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
         pool,
         geometry,
         conflicts,
+        lost,
         replay_dropped: stats.replay_dropped,
     })
 }
@@ -126,6 +136,32 @@ fn claim_domain_segments(
                 domain,
                 holder: pool.owner(segment),
             });
+        }
+    }
+    Ok(())
+}
+
+/// Claims every free segment a mapping points into for the mapping's domain (one pass
+/// over the block index; undecodable mappings are left to the checks).
+fn claim_lost_segments(
+    db: &MetaDb,
+    geometry: &Geometry,
+    pool: &SpacePool,
+    lost: &mut Vec<(DomainId, SegmentNo)>,
+) -> Result<(), metadb::MetaDbError> {
+    for item in db.prefix(&[MAPPING_TAG], None)? {
+        let (key, value) = item?;
+        let (Ok((ino, _)), Ok(m)) = (parse_mapping_key(&key), Mapping::decode(&value)) else {
+            continue;
+        };
+        let Some(segment) = geometry.segment_of(m.addr) else {
+            continue;
+        };
+        if pool.owner(segment).is_none() {
+            let domain = DomainId((ino.0 % u64::from(geometry.domain_count)) as u16);
+            if pool.claim(Owner::Domain(domain), &[segment]).is_ok() {
+                lost.push((domain, segment));
+            }
         }
     }
     Ok(())

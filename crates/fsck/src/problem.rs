@@ -20,6 +20,7 @@ pub enum Kind {
     // Segment information and ownership.
     SeginfoOutOfRange,
     SeginfoUndecodable,
+    SeginfoMissing,
     SeginfoCountMismatch,
     SegmentOwnerConflict,
     ValidBlockUnclaimed,

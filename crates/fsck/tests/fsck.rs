@@ -371,3 +371,19 @@ fn segment_named_by_two_domains_loses_the_unused_claim() {
         false,
     );
 }
+
+#[test]
+fn lost_segment_information_is_recreated_without_losing_data() {
+    let (r, _, _) = case(
+        |fs, _| {
+            let f = ino(fs, "/d2/sub/big");
+            let m = mapping(fs, f, 0);
+            let seg = fs.engine().geometry().segment_of(m.addr).unwrap();
+            delete(fs, &keys::seginfo_key(fs.engine().domain_of(f), seg));
+        },
+        Kind::SeginfoMissing,
+        Mode::Preen,
+        true,
+    );
+    assert_eq!(kinds(&r), vec![Kind::SeginfoMissing], "{:#?}", r.problems);
+}

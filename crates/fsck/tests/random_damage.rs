@@ -2,7 +2,8 @@
 //! a workload image, several seeds: fsck never panics, `-n` never writes, `-y` leaves
 //! only problems it says it cannot repair, and an image fsck calls clean mounts and
 //! reads. A failing seed is replayed with `FSCK_DAMAGE_SEED=<seed>`;
-//! `FSCK_DAMAGE_SEEDS=<n>` runs more seeds (a long mode).
+//! `FSCK_DAMAGE_SEEDS=<n>` runs more seeds and `FSCK_DAMAGES=<n>` does more damage per
+//! seed (a long mode).
 
 mod common;
 
@@ -33,8 +34,18 @@ fn damage(seed: u64) {
         .map(Result::unwrap)
         .collect();
     let mut what = Vec::new();
-    for _ in 0..DAMAGES_PER_SEED {
-        let (key, value) = &all[rng.below(all.len() as u64) as usize];
+    let damages =
+        std::env::var("FSCK_DAMAGES").map_or(DAMAGES_PER_SEED, |n| n.parse().expect("a count"));
+    for _ in 0..damages {
+        // Half the damage goes to the namespace (few records beside the block index).
+        let pool: Vec<&(Vec<u8>, Vec<u8>)> = if rng.chance(1, 2) {
+            all.iter()
+                .filter(|(k, _)| !matches!(k[0], b'x' | b'r'))
+                .collect()
+        } else {
+            all.iter().collect()
+        };
+        let (key, value) = pool[rng.below(pool.len() as u64) as usize];
         match rng.below(3) {
             0 => {
                 delete(&fs, key);
@@ -58,6 +69,7 @@ fn damage(seed: u64) {
     let context = format!("seed {seed} (replay: FSCK_DAMAGE_SEED={seed}): {what:#?}");
     let before = hash(&path);
     let found = run(&path, Mode::Check, true);
+    eprintln!("seed {seed}: found {:?}", kinds(&found));
     assert!(matches!(found.exit_code(), 0 | 4), "{context}");
     assert_eq!(hash(&path), before, "-n wrote: {context}");
     let fixed = run(&path, Mode::Repair, true);

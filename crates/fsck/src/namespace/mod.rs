@@ -19,16 +19,22 @@
 //! nothing are dropped; a directory with two names keeps the one its parent field
 //! names; a disconnected inode (or subtree) is linked into `/lost+found` as `#ino`; an
 //! unreachable inode with no links and no orphan record (a deletion cut short) is freed.
+//!
+//! This module walks the tree (root, entries, directory names, link counts);
+//! [`unreachable`] handles what the walk misses, [`attached`] what hangs off inodes
+//! (orphan records, xattrs, mappings, the inode counter).
 
 use crate::blocks::BlockState;
 use crate::problem::{Class, Kind, Objects};
 use crate::scan::{DentryRec, Records, ORPHAN_TAG};
 use crate::{Fsck, FsckError};
-use format::constants::BLOCK_SIZE_BYTES;
 use format::InodeNo;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use vfs::records::{self, Dentry, Inode, NAME_MAX, ROOT};
 use vfs::Kind as K;
+
+mod attached;
+mod unreachable;
 
 /// Longest symlink target, in bytes (FORMAT.md §6.4).
 const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
@@ -445,193 +451,6 @@ impl Fsck<'_> {
         }
     }
 
-    /// The directory disconnected inodes are linked into, created if need be; `None` if
-    /// the root holds a `lost+found` that is not a directory.
-    fn lost_found(&mut self, r: &mut Records, t: &mut Tree) -> Option<InodeNo> {
-        if let Some(lf) = t.lost_found {
-            return Some(lf);
-        }
-        let existing = t.children.get(&ROOT).and_then(|c| {
-            c.iter()
-                .map(|&j| &r.dentries[j])
-                .find(|d| d.name == LOST_FOUND)
-                .map(|d| d.d.ino)
-        });
-        let lf = match existing {
-            Some(ino) if r.inodes.get(&ino).is_some_and(|i| i.kind == K::Dir) => ino,
-            Some(_) => return None,
-            None => {
-                let ino = self.allocate_ino(r);
-                r.inodes.insert(ino, self.new_dir(ROOT, 0o700));
-                t.dirty.insert(ino);
-                self.put(
-                    &records::dentry_key(ROOT, LOST_FOUND),
-                    &Dentry { ino, kind: K::Dir }.encode(),
-                );
-                *t.subdirs.entry(ROOT).or_insert(0) += 1;
-                // The root gains a subdirectory: part of this repair, not a new problem.
-                if let Some(root) = r.inodes.get_mut(&ROOT) {
-                    root.nlink = root.nlink.saturating_add(1);
-                    t.dirty.insert(ROOT);
-                }
-                t.visited.insert(ino);
-                t.paths.insert(ino, "/lost+found".into());
-                ino
-            }
-        };
-        t.lost_found = Some(lf);
-        Some(lf)
-    }
-
-    /// A fresh inode number: at or above `c:next-ino` and above every inode; the
-    /// counter is raised past it.
-    fn allocate_ino(&mut self, r: &mut Records) -> InodeNo {
-        let above = r
-            .inodes
-            .keys()
-            .chain(r.bad_inodes.iter())
-            .map(|i| i.0.saturating_add(1))
-            .max()
-            .unwrap_or(ROOT.0 + 1);
-        let ino = r.counter.unwrap_or(0).max(above);
-        let next = ino.saturating_add(1);
-        r.counter = Some(next);
-        self.put(records::COUNTER_KEY, &next.to_le_bytes());
-        InodeNo(ino)
-    }
-
-    /// Links `ino` into /lost+found as `#ino` (an applied repair).
-    fn attach(&mut self, r: &mut Records, t: &mut Tree, lf: InodeNo, ino: InodeNo) {
-        let inode = r.inodes[&ino];
-        let name = format!("#{}", ino.0).into_bytes();
-        self.put(
-            &records::dentry_key(lf, &name),
-            &Dentry {
-                ino,
-                kind: inode.kind,
-            }
-            .encode(),
-        );
-        let path = format!("/lost+found/#{}", ino.0);
-        if inode.kind == K::Dir {
-            *t.subdirs.entry(lf).or_insert(0) += 1;
-            if inode.parent != lf.0 {
-                r.inodes.get_mut(&ino).expect("present").parent = lf.0;
-                t.dirty.insert(ino);
-            }
-        } else {
-            *t.links.entry(ino).or_insert(0) += 1;
-        }
-        self.walk(r, t, ino, path);
-    }
-
-    /// Inodes the walk from the root did not reach.
-    fn check_unreachable(&mut self, r: &mut Records, b: &mut BlockState, t: &mut Tree) {
-        let unreached = |r: &Records, t: &Tree| -> Vec<InodeNo> {
-            r.inodes
-                .keys()
-                .filter(|i| !t.visited.contains(i))
-                .copied()
-                .collect()
-        };
-        // Open unlinked inodes that an orphan record keeps are fine.
-        for ino in unreached(r, t) {
-            let i = r.inodes[&ino];
-            if i.nlink == 0 && r.orphans.contains(&ino) && !t.incoming.contains_key(&ino) {
-                t.visited.insert(ino);
-                t.skip_count.insert(ino);
-            }
-        }
-        // Tops of disconnected pieces first, then what is left (directory cycles).
-        let mut rounds = 0;
-        loop {
-            let left = unreached(r, t);
-            let Some(&first) = left.first() else { break };
-            rounds += 1;
-            assert!(rounds <= r.dentries.len() + r.inodes.len() + 1, "bounded");
-            let tops: Vec<InodeNo> = left
-                .iter()
-                .copied()
-                .filter(|i| !t.incoming.contains_key(i))
-                .collect();
-            let tops = if tops.is_empty() { vec![first] } else { tops };
-            for ino in tops {
-                if t.visited.contains(&ino) {
-                    continue;
-                }
-                self.unattached(r, b, t, ino);
-            }
-        }
-    }
-
-    /// One disconnected inode (the top of a piece, or a member of a cycle).
-    fn unattached(&mut self, r: &mut Records, b: &mut BlockState, t: &mut Tree, ino: InodeNo) {
-        let i = r.inodes[&ino];
-        let empty = t.children.get(&ino).is_none_or(Vec::is_empty);
-        let named = t.incoming.get(&ino).cloned().unwrap_or_default();
-        if i.nlink == 0 && empty && named.is_empty() {
-            if self.report(
-                Kind::UnlinkedInode,
-                Class::Destructive,
-                Objects::ino(ino),
-                format!("inode {ino} ({:?}) has no links, no name and no orphan record (a deletion cut short)", i.kind),
-                Some("free it"),
-            ) {
-                self.free_inode(r, b, ino);
-            } else {
-                t.visited.insert(ino);
-                t.skip_count.insert(ino);
-            }
-            return;
-        }
-        let how = if named.is_empty() {
-            "no entry names it".to_string()
-        } else {
-            "its only names are inside a directory cycle cut off from the root".to_string()
-        };
-        let can = t.lost_found.is_some() || self.lost_found_possible(r, t);
-        let fix = self.report(
-            Kind::UnreachableInode,
-            Class::Destructive,
-            Objects::ino(ino),
-            format!(
-                "inode {ino} ({:?}, {} links) is not reachable from the root: {how}",
-                i.kind, i.nlink
-            ),
-            can.then_some("link it into /lost+found"),
-        );
-        match fix.then(|| self.lost_found(r, t)).flatten() {
-            Some(lf) => {
-                for j in named {
-                    self.drop_dentry(r, t, j);
-                    let p = r.dentries[j].parent;
-                    if let Some(c) = t.children.get_mut(&p) {
-                        c.retain(|&x| x != j);
-                    }
-                }
-                t.incoming.remove(&ino);
-                self.attach(r, t, lf, ino);
-            }
-            None => {
-                t.skip_count.insert(ino);
-                self.walk(r, t, ino, format!("(unattached inode {ino})"));
-            }
-        }
-    }
-
-    fn lost_found_possible(&self, r: &Records, t: &Tree) -> bool {
-        let existing = t.children.get(&ROOT).and_then(|c| {
-            c.iter()
-                .map(|&j| &r.dentries[j])
-                .find(|d| d.name == LOST_FOUND)
-                .map(|d| d.d.ino)
-        });
-        match existing {
-            None => r.inodes.get(&ROOT).is_some_and(|i| i.kind == K::Dir),
-            Some(ino) => r.inodes.get(&ino).is_some_and(|i| i.kind == K::Dir),
-        }
-    }
-
     fn check_link_counts(&mut self, r: &mut Records, t: &mut Tree) {
         let inos: Vec<InodeNo> = r.inodes.keys().copied().collect();
         for ino in inos {
@@ -655,151 +474,6 @@ impl Fsck<'_> {
                 r.inodes.get_mut(&ino).expect("present").nlink = want;
                 t.dirty.insert(ino);
             }
-        }
-    }
-
-    fn check_orphans(&mut self, r: &mut Records) {
-        let orphans: Vec<InodeNo> = r.orphans.iter().copied().collect();
-        for ino in orphans {
-            if r.bad_inodes.contains(&ino) {
-                continue;
-            }
-            let problem = match r.inodes.get(&ino) {
-                None => Some((
-                    Kind::OrphanWithoutInode,
-                    format!("an orphan record names inode {ino}, which does not exist"),
-                )),
-                Some(i) if i.nlink > 0 => Some((
-                    Kind::OrphanOfLinkedInode,
-                    format!(
-                        "an orphan record names inode {ino}, which has {} links",
-                        i.nlink
-                    ),
-                )),
-                Some(_) => None,
-            };
-            if let Some((kind, message)) = problem {
-                if self.report(
-                    kind,
-                    Class::Safe,
-                    Objects::ino(ino),
-                    message,
-                    Some("delete the orphan record"),
-                ) {
-                    r.orphans.remove(&ino);
-                    self.delete(&orphan_key(ino));
-                }
-            }
-        }
-    }
-
-    fn check_xattrs(&mut self, r: &mut Records) {
-        let xattrs = std::mem::take(&mut r.xattrs);
-        for (ino, name, len) in &xattrs {
-            let (ino, len) = (*ino, *len);
-            if r.bad_inodes.contains(&ino) {
-                continue;
-            }
-            let mut obj = Objects::ino(ino);
-            obj.name = Some(show(name));
-            let problem = if !r.inodes.contains_key(&ino) {
-                Some((
-                    Kind::StrayXattr,
-                    Class::Safe,
-                    format!(
-                        "xattr {:?} belongs to inode {ino}, which does not exist",
-                        show(name)
-                    ),
-                ))
-            } else if ![&b"user."[..], b"trusted."]
-                .iter()
-                .any(|ns| name.len() > ns.len() && name.starts_with(ns))
-                || name.len() > NAME_MAX
-                || len > XATTR_VALUE_BYTES_MAX
-            {
-                Some((Kind::BadXattr, Class::Destructive, format!("xattr {:?} of inode {ino} ({len} bytes) has a name or size the VFS never writes", show(name))))
-            } else {
-                None
-            };
-            if let Some((kind, class, message)) = problem {
-                if self.report(kind, class, obj, message, Some("delete the xattr")) {
-                    self.delete(&records::xattr_key(ino, name));
-                }
-            }
-        }
-        r.xattrs = xattrs;
-    }
-
-    /// Kept mappings against their inodes: live, a regular file, below its size.
-    fn check_file_mappings(&mut self, r: &Records, b: &mut BlockState) {
-        for i in 0..r.mappings.len() {
-            if !b.kept[i] {
-                continue;
-            }
-            let m = r.mappings[i];
-            if r.bad_inodes.contains(&m.ino) {
-                continue;
-            }
-            let obj = Objects::block(m.ino, m.block.0, m.m.addr);
-            let problem = match r.inodes.get(&m.ino) {
-                None => Some((
-                    Kind::MappingWithoutInode,
-                    Class::Safe,
-                    format!(
-                        "block {} of inode {} is mapped, but the inode does not exist",
-                        m.block.0, m.ino
-                    ),
-                )),
-                Some(inode) if inode.kind != K::File => Some((
-                    Kind::MappingForNonFile,
-                    Class::Destructive,
-                    format!(
-                        "block {} of inode {} is mapped, but the inode is a {:?}",
-                        m.block.0, m.ino, inode.kind
-                    ),
-                )),
-                Some(inode) if m.block.0 >= inode.size.div_ceil(BLOCK_SIZE_BYTES) => Some((
-                    Kind::MappingBeyondSize,
-                    Class::Safe,
-                    format!(
-                        "block {} of inode {} is mapped beyond its size of {} bytes",
-                        m.block.0, m.ino, inode.size
-                    ),
-                )),
-                Some(_) => None,
-            };
-            if let Some((kind, class, message)) = problem {
-                if self.report(kind, class, obj, message, Some("drop the mapping")) {
-                    self.drop_mapping(r, b, i);
-                }
-            }
-        }
-    }
-
-    fn check_counter(&mut self, r: &mut Records) {
-        let above = r
-            .inodes
-            .keys()
-            .chain(r.bad_inodes.iter())
-            .chain(r.orphans.iter())
-            .map(|i| i.0.saturating_add(1))
-            .max()
-            .unwrap_or(ROOT.0 + 1);
-        let counter = r.counter.unwrap_or(ROOT.0 + 1);
-        if counter < above
-            && self.report(
-                Kind::InodeCounterLow,
-                Class::Safe,
-                Objects::default(),
-                format!(
-                    "the inode counter is {counter}, but inode {} exists (numbers would be reused)",
-                    above - 1
-                ),
-                Some("raise the counter"),
-            )
-        {
-            r.counter = Some(above);
-            self.put(records::COUNTER_KEY, &above.to_le_bytes());
         }
     }
 }
