@@ -25,6 +25,7 @@
 pub mod backend;
 pub mod bench;
 pub mod buf;
+pub mod cow;
 pub mod device;
 pub mod error;
 pub mod file;

@@ -101,7 +101,7 @@ impl RecordedWrite {
     }
 
     /// Applies the device bytes `[start, end)` of this write to `image`.
-    fn apply_range(&self, image: &mut [u8], start: u64, end: u64) {
+    pub(crate) fn apply_range(&self, image: &mut [u8], start: u64, end: u64) {
         assert!(self.offset <= start && start < end && end <= self.offset + self.len_bytes());
         let target = &mut image[start as usize..end as usize];
         match &self.data {
@@ -242,9 +242,33 @@ impl Log {
     }
 }
 
+/// Where a recording device keeps what reads return.
+#[derive(Debug)]
+enum Store {
+    Memory(MemoryBackend),
+    /// Over a shared initial image (no copy of it per device).
+    Cow(crate::cow::CowBackend),
+}
+
+impl Store {
+    fn execute(&self, request: &mut IoRequest) -> Result<(), DeviceError> {
+        match self {
+            Store::Memory(m) => m.execute(request),
+            Store::Cow(c) => c.execute(request),
+        }
+    }
+
+    fn image(&self) -> Vec<u8> {
+        match self {
+            Store::Memory(m) => m.image(),
+            Store::Cow(c) => c.image(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
-    memory: MemoryBackend,
+    memory: Store,
     initial: Arc<[u8]>,
     log: Mutex<Log>,
 }
@@ -316,9 +340,29 @@ impl RecordingBackend {
 
     /// Records the IO to `memory`, whose contents become the initial image.
     pub fn over(memory: MemoryBackend) -> (RecordingBackend, RecordingHandle) {
-        let mut info = memory.info().clone();
-        info.backend = BackendKind::Recording;
         let initial: Arc<[u8]> = Arc::from(memory.image());
+        let info = memory.info().clone();
+        RecordingBackend::with_store(Store::Memory(memory), info, initial)
+    }
+
+    /// A device holding the shared `initial_image`, which is never copied or written (many
+    /// recordings may start from one image).
+    pub fn over_shared(
+        initial_image: Arc<[u8]>,
+        logical_block_bytes: u32,
+    ) -> (RecordingBackend, RecordingHandle) {
+        let cow = crate::cow::CowBackend::new(initial_image.clone(), logical_block_bytes);
+        let info = cow.info().clone();
+        RecordingBackend::with_store(Store::Cow(cow), info, initial_image)
+    }
+
+    fn with_store(
+        memory: Store,
+        mut info: DeviceInfo,
+        initial: Arc<[u8]>,
+    ) -> (RecordingBackend, RecordingHandle) {
+        info.backend = BackendKind::Recording;
+        info.notice = None;
         let shared = Arc::new(Shared {
             memory,
             initial,

@@ -22,6 +22,8 @@ pub enum VfsError {
     NameTooLong(String),
     #[error("{0}: too many levels of symbolic links")]
     Loop(String),
+    #[error("{0}: permission denied")]
+    Access(String),
     #[error("operation not permitted: {0}")]
     NotPermitted(String),
     #[error("invalid argument: {0}")]
@@ -34,6 +36,10 @@ pub enum VfsError {
     AttributeNamespace(String),
     #[error("attribute too large: {0}")]
     AttributeTooLarge(String),
+    #[error("{0}: no data or hole at or after this offset")]
+    NoSuchOffset(String),
+    #[error("operation not supported: {0}")]
+    Unsupported(String),
     #[error("file too large: {0}")]
     TooLarge(String),
     #[error(transparent)]
@@ -69,10 +75,13 @@ impl VfsError {
             VfsError::NotEmpty(_) => libc::ENOTEMPTY,
             VfsError::NameTooLong(_) => libc::ENAMETOOLONG,
             VfsError::Loop(_) => libc::ELOOP,
+            VfsError::Access(_) => libc::EACCES,
             VfsError::NotPermitted(_) => libc::EPERM,
             VfsError::Invalid(_) => libc::EINVAL,
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
+            VfsError::NoSuchOffset(_) => libc::ENXIO,
+            VfsError::Unsupported(_) => libc::EOPNOTSUPP,
             VfsError::NoAttribute(_) => libc::ENODATA,
             VfsError::AttributeNamespace(_) => libc::EOPNOTSUPP,
             VfsError::AttributeTooLarge(_) => libc::E2BIG,

@@ -6,9 +6,11 @@
 //! - O_APPEND writes take the size and write under one inode lock, so concurrent
 //!   appenders never overwrite each other.
 
+use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
 use crate::fs::{FileSystem, Handle, Metadata};
 use crate::records::Kind;
+use crate::sparse::Fallocate;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
@@ -85,15 +87,19 @@ impl OpenOptions {
                 "create or truncate without write access".into(),
             ));
         }
-        let ino = match fs.resolve(path, true) {
+        let cx = fs.creds();
+        // (inode, whether this open created it: a new file is opened whatever its mode)
+        let (ino, created) = match fs.resolve_as(&cx, path, true) {
             Ok(_) if self.create_new => return Err(VfsError::Exists(path.into())),
-            Ok(ino) => ino,
+            Ok(ino) => (ino, false),
             Err(VfsError::NotFound(_)) if self.create || self.create_new => {
-                let (parent, name) = fs.resolve_parent(path)?;
-                match fs.create(parent, name, Kind::File, self.mode, None) {
-                    Ok(ino) => ino,
+                let (parent, name) = fs.resolve_parent_as(&cx, path)?;
+                match fs.create(&cx, parent, name, Kind::File, self.mode, None) {
+                    Ok(ino) => (ino, true),
                     // Created by someone else meanwhile: O_CREAT opens it, O_EXCL fails.
-                    Err(VfsError::Exists(_)) if !self.create_new => fs.resolve(path, true)?,
+                    Err(VfsError::Exists(_)) if !self.create_new => {
+                        (fs.resolve_as(&cx, path, true)?, false)
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -102,6 +108,10 @@ impl OpenOptions {
         let meta = fs.stat_ino(ino)?;
         if meta.kind == Kind::Dir && writes {
             return Err(VfsError::IsDir(path.into()));
+        }
+        if !created {
+            let mask = if self.read { MAY_READ } else { 0 } | if writes { MAY_WRITE } else { 0 };
+            fs.access(&cx, ino, mask)?;
         }
         let handle = fs.handle(ino)?;
         fs.opened(&handle)?;
@@ -172,6 +182,26 @@ impl File {
         self.fs.truncate(self.handle.ino, size)
     }
 
+    /// `fallocate(2)` (needs a handle open for writing).
+    pub fn fallocate(&self, op: Fallocate, offset: u64, len: u64) -> Result<(), VfsError> {
+        if !self.write {
+            return Err(VfsError::BadAccess("not open for writing".into()));
+        }
+        self.fs.fallocate(self.handle.ino, op, offset, len)
+    }
+
+    /// `lseek(fd, offset, SEEK_DATA)`: moves to and returns the next data offset.
+    pub fn seek_data(&mut self, offset: u64) -> Result<u64, VfsError> {
+        self.pos = self.fs.seek_data(self.handle.ino, offset)?;
+        Ok(self.pos)
+    }
+
+    /// `lseek(fd, offset, SEEK_HOLE)`: moves to and returns the next hole offset.
+    pub fn seek_hole(&mut self, offset: u64) -> Result<u64, VfsError> {
+        self.pos = self.fs.seek_hole(self.handle.ino, offset)?;
+        Ok(self.pos)
+    }
+
     /// fsync.
     pub fn sync_all(&self) -> Result<(), VfsError> {
         self.fs.fsync_ino(self.handle.ino, false)
@@ -189,8 +219,8 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        // A failure here (the file system turned read-only) leaves the inode for fsck
-        // to reclaim; there is no one to report it to.
+        // A failure here (the file system turned read-only) leaves an orphan record: the
+        // next mount frees the inode. There is no one to report it to.
         let _ = self.fs.release(&self.handle);
     }
 }

@@ -13,19 +13,22 @@
 //! - Inode numbers are never reused: numbers are handed out only below a durable
 //!   high-water mark, raised 1024 at a time.
 
+use crate::creds::{Creds, MAY_EXEC, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, Extra};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Clock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-pub(crate) const BLOCK: u64 = 4096;
+pub const BLOCK: u64 = 4096;
 /// Blocks per engine write (keeps each batch well under MetaDB's record limit).
 const WRITE_CHUNK_BLOCKS: u64 = 256;
+/// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
+const NAME_LANES_MAX: usize = 1 << 16;
 /// Inode numbers reserved per durable high-water update.
 const INO_BATCH: u64 = 1024;
 /// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
@@ -39,11 +42,6 @@ pub(crate) struct InodeState {
     pub inode: Option<Inode>,
     /// Open handles.
     pub open: u32,
-    /// Inodes whose domain lanes hold name operations this inode's fsync must make
-    /// durable: for a file, the directories it was created, linked or renamed under; for
-    /// a directory, the files whose lanes logged a change of its entries (a last unlink,
-    /// a rename replacing a file) and the destinations of renames out of it.
-    pub name_lanes: Vec<InodeNo>,
 }
 
 #[derive(Debug)]
@@ -98,6 +96,26 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
+/// A change of a file's time by `utimensat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeChange {
+    /// The current time (UTIME_NOW): the owner, or anyone who may write the file.
+    Now,
+    /// This time, in nanoseconds since the epoch: the owner only.
+    At(i64),
+}
+
+/// What `set_attr` changes (None leaves a field as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AttrChanges {
+    /// Permission bits, setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeChange>,
+    pub mtime: Option<TimeChange>,
+}
+
 /// How `rename` treats an existing target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RenameMode {
@@ -118,6 +136,15 @@ pub struct FileSystem {
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
     rename_lock: Mutex<()>,
+    /// Per inode, inodes whose domain lanes hold name operations its fsync must make
+    /// durable: for a file, the directories it was created, linked, unlinked or renamed
+    /// under (and a replaced target's); for a directory, the files whose lanes logged a
+    /// change of its entries (a last unlink, a rename replacing a file). Kept here, not
+    /// in the inode's handle, which lives only while the inode is in use; cleared by
+    /// fsync of the inode and by sync.
+    name_lanes: Mutex<HashMap<InodeNo, Vec<InodeNo>>>,
+    /// Who the path-level API and `File` act as.
+    creds: Mutex<Arc<Creds>>,
 }
 
 impl std::fmt::Debug for FileSystem {
@@ -146,6 +173,8 @@ impl FileSystem {
             inodes: Mutex::new(HashMap::new()),
             next_ino: Mutex::new((high, high)),
             rename_lock: Mutex::new(()),
+            name_lanes: Mutex::new(HashMap::new()),
+            creds: Mutex::new(Arc::new(Creds::of_process())),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
             let now = fs.now();
@@ -161,11 +190,13 @@ impl FileSystem {
                 mtime_ns: now,
                 ctime_ns: now,
                 btime_ns: now,
+                blocks: 0,
             };
             let mut batch = WriteBatch::new();
             batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
             fs.engine.put_metadata(ROOT, &batch, Durability::Fsync)?;
         }
+        fs.reap_orphans()?;
         Ok(fs)
     }
 
@@ -177,6 +208,36 @@ impl FileSystem {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Who the path-level API and `File` act as from now on (default: the process that
+    /// mounted). Name operations of the inode-level API take their caller's instead.
+    pub fn set_creds(&self, creds: Creds) {
+        *self.creds.lock().expect("creds lock") = Arc::new(creds);
+    }
+
+    /// The identity of the path-level API.
+    pub fn creds(&self) -> Arc<Creds> {
+        self.creds.lock().expect("creds lock").clone()
+    }
+
+    /// `access(2)`: Ok if `cx` may access `ino` as `mask` (MAY_* bits) says.
+    pub fn access(&self, cx: &Creds, ino: InodeNo, mask: u32) -> Result<(), VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        cx.check(live(&st, ino)?, mask, || format!("inode {ino}"))
+    }
+
+    /// The inode `name` in directory `dir` names (search permission on `dir` needed).
+    pub fn lookup_in(&self, cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo, VfsError> {
+        let h = self.handle(dir)?;
+        let st = h.read();
+        let inode = live_dir(&st, dir, name)?;
+        cx.check(&inode, MAY_EXEC, || show(name))?;
+        check_name(name)?;
+        self.lookup(dir, name)?
+            .map(|d| d.ino)
+            .ok_or_else(|| VfsError::NotFound(show(name)))
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -195,11 +256,7 @@ impl FileSystem {
         };
         let h = Arc::new(Handle {
             ino,
-            state: RwLock::new(InodeState {
-                inode,
-                open: 0,
-                name_lanes: Vec::new(),
-            }),
+            state: RwLock::new(InodeState { inode, open: 0 }),
         });
         table.insert(ino, Arc::downgrade(&h));
         if table.len() > 4096 {
@@ -233,13 +290,40 @@ impl FileSystem {
         }
     }
 
-    /// Notes that `ino`'s domain lane holds a name operation an fsync must reach (one
-    /// entry per domain: the list stays as short as the domain count).
-    fn note_lane(&self, lanes: &mut Vec<InodeNo>, ino: InodeNo) {
-        let d = self.engine.domain_of(ino);
-        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
-            lanes.push(ino);
+    /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
+    /// reach (one entry per domain: each list stays as short as the domain count).
+    fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
+        let d = self.engine.domain_of(lane);
+        if d == self.engine.domain_of(ino) {
+            return;
         }
+        let mut map = self.name_lanes.lock().expect("name lanes lock");
+        let lanes = map.entry(ino).or_default();
+        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
+            lanes.push(lane);
+        }
+        if map.len() > NAME_LANES_MAX {
+            // Many inodes never fsync'd: forget them once their lanes are durable (one
+            // device flush per domain, rarely).
+            let all = std::mem::take(&mut *map);
+            drop(map);
+            let mut done = std::collections::HashSet::new();
+            for lane in all.into_values().flatten() {
+                if done.insert(self.engine.domain_of(lane)) {
+                    // An error turns the file system read-only; the next fsync reports it.
+                    let _ = self.engine.fsync(lane);
+                }
+            }
+        }
+    }
+
+    /// The lanes `ino`'s fsync must persist, forgotten here.
+    fn take_lanes(&self, ino: InodeNo) -> Vec<InodeNo> {
+        self.name_lanes
+            .lock()
+            .expect("name lanes lock")
+            .remove(&ino)
+            .unwrap_or_default()
     }
 
     /// Attributes of `ino`.
@@ -254,6 +338,7 @@ impl FileSystem {
     /// symbolic link. EEXIST if the name is taken.
     pub fn create(
         &self,
+        cx: &Creds,
         parent: InodeNo,
         name: &[u8],
         kind: Kind,
@@ -269,16 +354,27 @@ impl FileSystem {
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         if self.lookup(parent, name)?.is_some() {
             return Err(VfsError::Exists(show(name)));
+        }
+        cx.check(&pinode, MAY_WRITE, || show(name))?;
+        // A set-group-ID directory hands its group (and, to directories, the bit) down.
+        let inherit = pinode.perm & S_ISGID != 0;
+        let gid = if inherit { pinode.gid } else { cx.gid };
+        let mut perm = perm & 0o7777;
+        if kind == Kind::Dir && inherit {
+            perm |= S_ISGID;
+        } else if kind == Kind::File && !cx.is_root() && !cx.in_group(gid) {
+            perm &= !S_ISGID;
         }
         let ino = self.allocate_ino()?;
         let now = self.now();
         let inode = Inode {
             kind,
-            perm: perm & 0o7777,
-            uid: 0,
-            gid: 0,
+            perm,
+            uid: cx.uid,
+            gid,
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             parent: if kind == Kind::Dir { parent.0 } else { 0 },
             size: target.map_or(0, |t| t.len() as u64),
@@ -286,6 +382,7 @@ impl FileSystem {
             mtime_ns: now,
             ctime_ns: now,
             btime_ns: now,
+            blocks: 0,
         };
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
@@ -311,7 +408,8 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let mut st = h.write();
         st.inode = Some(inode);
-        self.note_lane(&mut st.name_lanes, parent);
+        drop(st);
+        self.note_lane(ino, parent);
         Ok(ino)
     }
 
@@ -337,15 +435,18 @@ impl FileSystem {
     /// an entry present throughout is returned exactly once.
     pub fn readdir(
         &self,
+        cx: &Creds,
         dir: InodeNo,
         after: Option<&[u8]>,
         max: usize,
     ) -> Result<Vec<DirEntry>, VfsError> {
         let h = self.handle(dir)?;
         let st = h.read();
-        if live(&st, dir)?.kind != Kind::Dir {
+        let inode = live(&st, dir)?;
+        if inode.kind != Kind::Dir {
             return Err(VfsError::NotDir(format!("inode {dir}")));
         }
+        cx.check(inode, crate::creds::MAY_READ, || format!("directory {dir}"))?;
         let prefix = records::dentry_prefix(dir);
         let start = match after {
             Some(name) => {
@@ -385,11 +486,18 @@ impl FileSystem {
 
     /// Removes `name` from `parent`: a non-directory (`dir` false) or an empty
     /// directory (`dir` true).
-    pub fn remove(&self, parent: InodeNo, name: &[u8], dir: bool) -> Result<(), VfsError> {
+    pub fn remove(
+        &self,
+        cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        dir: bool,
+    ) -> Result<(), VfsError> {
         check_name(name)?;
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         let entry = self
             .lookup(parent, name)?
             .ok_or_else(|| VfsError::NotFound(show(name)))?;
@@ -401,6 +509,7 @@ impl FileSystem {
         let ch = self.handle(entry.ino)?;
         let mut cst = ch.write();
         let mut child = *live(&cst, entry.ino)?;
+        cx.may_delete(&pinode, &child, || show(name))?;
         if dir && !self.is_empty_dir(entry.ino)? {
             return Err(VfsError::NotEmpty(show(name)));
         }
@@ -425,12 +534,18 @@ impl FileSystem {
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
             // Logged in the file's lane: an fsync of the directory must reach it.
-            self.note_lane(&mut pst.name_lanes, entry.ino);
+            self.note_lane(parent, entry.ino);
         } else {
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
                 child.encode().to_vec(),
             );
+            if child.nlink == 0 {
+                // Open, nameless: freed at last close, or by the next mount.
+                batch.put(records::orphan_key(entry.ino).to_vec(), Vec::new());
+            }
+            // The link count changed in the parent's lane: the file's fsync reaches it.
+            self.note_lane(entry.ino, parent);
             self.engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = Some(child);
@@ -440,7 +555,8 @@ impl FileSystem {
     }
 
     /// Deletes inode `ino` and its blocks, with `batch` (the name operation that
-    /// dropped its last link), in one batch of the inode's lane.
+    /// dropped its last link, or the deletion of its orphan record), in one batch of the
+    /// inode's lane.
     fn delete_inode(
         &self,
         ino: InodeNo,
@@ -466,7 +582,7 @@ impl FileSystem {
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
-                    self.delete_inode(h.ino, &inode, WriteBatch::new())?;
+                    self.reap_orphan(h.ino, &inode)?;
                     st.inode = None;
                 }
             }
@@ -474,8 +590,57 @@ impl FileSystem {
         Ok(())
     }
 
+    /// Frees the orphan `ino`: its deletion goes to its own lane, the name operation
+    /// that orphaned it went to its parent's; that lane is made durable first, so a
+    /// crash never keeps the deletion without the unlink (a name for a freed inode).
+    fn reap_orphan(&self, ino: InodeNo, inode: &Inode) -> Result<(), VfsError> {
+        for dir in self.take_lanes(ino) {
+            self.engine.fsync(dir)?;
+        }
+        let mut batch = WriteBatch::new();
+        batch.delete(records::orphan_key(ino).to_vec());
+        self.delete_inode(ino, inode, batch)
+    }
+
+    /// Mount: frees every orphan a crash (or a failed close) left. An orphan record whose
+    /// inode is gone or named again is dropped.
+    fn reap_orphans(&self) -> Result<u64, VfsError> {
+        let found = self
+            .engine
+            .metadb()
+            .prefix(&[records::ORPHAN_TAG], None)?
+            .map(|item| item.map(|(key, _)| key))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut reaped = 0;
+        for key in found {
+            let ino = records::parse_orphan_key(&key)?;
+            let h = self.handle(ino)?;
+            let mut st = h.write();
+            match st.inode {
+                Some(inode) if inode.nlink == 0 => {
+                    self.reap_orphan(ino, &inode)?;
+                    st.inode = None;
+                    reaped += 1;
+                }
+                _ => {
+                    let mut batch = WriteBatch::new();
+                    batch.delete(key);
+                    self.engine
+                        .put_metadata(ino, &batch, Durability::Buffered)?;
+                }
+            }
+        }
+        Ok(reaped)
+    }
+
     /// Hard link: a new name `name` in `parent` for the non-directory `ino`.
-    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<(), VfsError> {
+    pub fn link(
+        &self,
+        cx: &Creds,
+        ino: InodeNo,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<(), VfsError> {
         check_name(name)?;
         // Directories have no hard links (checked before locking: `ino` may be `parent`).
         if self.stat_ino(ino)?.kind == Kind::Dir {
@@ -486,9 +651,11 @@ impl FileSystem {
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = live_dir(&pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
         if self.lookup(parent, name)?.is_some() {
             return Err(VfsError::Exists(show(name)));
         }
+        cx.check(&pinode, MAY_WRITE, || show(name))?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
@@ -515,7 +682,7 @@ impl FileSystem {
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
-        self.note_lane(&mut st.name_lanes, parent);
+        self.note_lane(ino, parent);
         pst.inode = Some(pinode);
         Ok(())
     }
@@ -523,6 +690,7 @@ impl FileSystem {
     /// Renames `sp/sname` to `dp/dname` atomically (one batch).
     pub fn rename(
         &self,
+        cx: &Creds,
         sp: InodeNo,
         sname: &[u8],
         dp: InodeNo,
@@ -552,10 +720,13 @@ impl FileSystem {
             Some(g) => live_dir(g, dp, dname)?,
             None => spi,
         };
+        cx.check(&spi, MAY_EXEC, || show(sname))?;
+        cx.check(&dpi, MAY_EXEC, || show(dname))?;
         let src = self
             .lookup(sp, sname)?
             .ok_or_else(|| VfsError::NotFound(show(sname)))?;
         let dst = self.lookup(dp, dname)?;
+        self.may_rename(cx, (sp, &spi, sname, &src), (dp, &dpi, dname, dst.as_ref()))?;
         if sp == dp && sname == dname {
             return match mode {
                 RenameMode::NoReplace => Err(VfsError::Exists(show(dname))),
@@ -632,6 +803,11 @@ impl FileSystem {
                         tst.inode = None;
                     } else {
                         batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
+                        if tinode.nlink == 0 {
+                            // Open, nameless: freed at last close, or by the next mount.
+                            batch.put(records::orphan_key(t.ino).to_vec(), Vec::new());
+                        }
+                        self.note_lane(t.ino, dp);
                         tst.inode = Some(tinode);
                     }
                 }
@@ -676,16 +852,51 @@ impl FileSystem {
                 dp
             }
         };
-        self.note_lane(&mut s_guard.name_lanes, logged_in);
-        if let Some(g) = d_guard.as_mut() {
-            self.note_lane(&mut g.name_lanes, logged_in);
-        }
+        self.note_lane(sp, logged_in);
+        self.note_lane(dp, logged_in);
         s_guard.inode = Some(spi);
         if let Some(g) = d_guard.as_mut() {
             g.inode = Some(dpi);
         }
-        let moved = self.handle(src.ino)?;
-        self.note_lane(&mut moved.write().name_lanes, logged_in);
+        self.note_lane(src.ino, logged_in);
+        if let (RenameMode::Exchange, Some(d)) = (mode, dst) {
+            self.note_lane(d.ino, logged_in);
+        }
+        Ok(())
+    }
+
+    /// Permission for a rename: write and search on both parents, the sticky rule for the
+    /// source and for a target it replaces, and write on a directory that changes
+    /// parents (its `..` changes).
+    fn may_rename(
+        &self,
+        cx: &Creds,
+        (sp, spi, sname, src): (InodeNo, &Inode, &[u8], &Dentry),
+        (dp, dpi, dname, dst): (InodeNo, &Inode, &[u8], Option<&Dentry>),
+    ) -> Result<(), VfsError> {
+        if cx.is_root() {
+            return Ok(());
+        }
+        // The parents are locked by the caller: their inodes are taken from it, never
+        // locked again (a rename into itself names a parent as source or target).
+        let inode_of = |ino: InodeNo| match ino {
+            _ if ino == sp => Ok(*spi),
+            _ if ino == dp => Ok(*dpi),
+            _ => self.inode_of(ino),
+        };
+        let moves = sp != dp;
+        let source = inode_of(src.ino)?;
+        cx.may_delete(spi, &source, || show(sname))?;
+        match dst {
+            Some(d) if d.ino != src.ino => {
+                let target = inode_of(d.ino)?;
+                cx.may_delete(dpi, &target, || show(dname))?;
+            }
+            _ => cx.check(dpi, MAY_WRITE | MAY_EXEC, || show(dname))?,
+        }
+        if moves && source.kind == Kind::Dir {
+            cx.check(&source, MAY_WRITE, || show(sname))?;
+        }
         Ok(())
     }
 
@@ -731,29 +942,77 @@ impl FileSystem {
         ))
     }
 
-    /// Changes attributes of `ino`: permission bits, owner, times (None leaves each).
+    /// Changes attributes of `ino` (chmod, chown, utimensat), with POSIX's rules: the
+    /// owner (or root) changes mode and sets explicit times; only root changes the owner,
+    /// and the owner may change the group to one of their groups; anyone who may write
+    /// the file sets its times to now. A chown by anyone but root, or a chmod by a
+    /// non-member of the file's group, clears set-group-ID; chown clears set-user-ID.
     pub fn set_attr(
         &self,
+        cx: &Creds,
         ino: InodeNo,
-        perm: Option<u32>,
-        owner: Option<(u32, u32)>,
-        times: Option<(i64, i64)>,
+        changes: &AttrChanges,
     ) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
-        if let Some(p) = perm {
-            inode.perm = p & 0o7777;
+        let what = || format!("inode {ino}");
+        let owner = cx.owns(&inode);
+        if let Some(uid) = changes.uid {
+            if uid != inode.uid && !cx.is_root() {
+                return Err(VfsError::NotPermitted(format!("{}: chown", what())));
+            }
         }
-        if let Some((uid, gid)) = owner {
+        if let Some(gid) = changes.gid {
+            if gid != inode.gid && !(cx.is_root() || (owner && cx.in_group(gid))) {
+                return Err(VfsError::NotPermitted(format!("{}: chgrp", what())));
+            }
+        }
+        if changes.perm.is_some() && !owner {
+            return Err(VfsError::NotPermitted(format!("{}: chmod", what())));
+        }
+        for t in [changes.atime, changes.mtime].into_iter().flatten() {
+            match t {
+                TimeChange::At(_) if !owner => {
+                    return Err(VfsError::NotPermitted(format!("{}: set times", what())));
+                }
+                TimeChange::Now if !owner => cx.check(&inode, MAY_WRITE, what)?,
+                _ => {}
+            }
+        }
+        let now = self.now();
+        if let Some(p) = changes.perm {
+            inode.perm = p & 0o7777;
+            if !cx.is_root() && !cx.in_group(inode.gid) && inode.kind != Kind::Dir {
+                inode.perm &= !S_ISGID;
+            }
+        }
+        let chown = changes.uid.is_some() || changes.gid.is_some();
+        if let Some(uid) = changes.uid {
             inode.uid = uid;
+        }
+        if let Some(gid) = changes.gid {
             inode.gid = gid;
         }
-        if let Some((atime, mtime)) = times {
-            inode.atime_ns = atime;
-            inode.mtime_ns = mtime;
+        if chown && inode.kind == Kind::File {
+            inode.perm &= !S_ISUID;
+            // A group-executable set-group-ID file loses the bit; without group execute
+            // it marks mandatory locking and stays (Linux).
+            if inode.perm & 0o010 != 0 {
+                inode.perm &= !S_ISGID;
+            }
         }
-        inode.ctime_ns = self.now();
+        let at = |t: TimeChange| match t {
+            TimeChange::Now => now,
+            TimeChange::At(ns) => ns,
+        };
+        if let Some(t) = changes.atime {
+            inode.atime_ns = at(t);
+        }
+        if let Some(t) = changes.mtime {
+            inode.mtime_ns = at(t);
+        }
+        inode.ctime_ns = now;
         let mut batch = WriteBatch::new();
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
         self.engine
@@ -821,14 +1080,53 @@ impl FileSystem {
             inode.size = inode.size.max(hi);
             inode.mtime_ns = now;
             inode.ctime_ns = now;
-            let mut extra = WriteBatch::new();
-            extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-            self.engine
-                .write(ino, FileBlock(at), &buf, &extra, Durability::Buffered)?;
+            self.write_blocks(ino, &mut inode, FileBlock(at), &buf)?;
             st.inode = Some(inode);
             at = chunk_end + 1;
         }
         Ok(data.len())
+    }
+
+    /// Writes whole blocks `first..` of `ino` with `inode` (its new attributes) in the
+    /// same batch, its block count adjusted by the blocks the write newly maps.
+    pub(crate) fn write_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        first: FileBlock,
+        data: &[u8],
+    ) -> Result<(), VfsError> {
+        let counted = Counted::new(ino, inode);
+        self.engine.write_with(
+            ino,
+            first,
+            data,
+            Extra::Counted(&|delta| counted.batch(delta)),
+            Durability::Buffered,
+        )?;
+        *inode = counted.done();
+        Ok(())
+    }
+
+    /// Unmaps blocks `from..to` (to the end without `to`) of `ino` with `inode` in the
+    /// same batch, its block count adjusted.
+    pub(crate) fn punch_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        from: FileBlock,
+        to: Option<FileBlock>,
+    ) -> Result<(), VfsError> {
+        let counted = Counted::new(ino, inode);
+        self.engine.punch_with(
+            ino,
+            from,
+            to,
+            Extra::Counted(&|delta| counted.batch(delta)),
+            Durability::Buffered,
+        )?;
+        *inode = counted.done();
+        Ok(())
     }
 
     /// Before a write starting at block `first` grows the file past a partial last
@@ -917,13 +1215,7 @@ impl FileSystem {
             // One batch: the blocks past the new end and the size. Bytes of the last
             // block past the end stay on the device; writes and growth zero them before
             // they can be read (`write_locked`, below).
-            self.engine.punch(
-                ino,
-                FileBlock(size.div_ceil(BLOCK)),
-                None,
-                &extra,
-                Durability::Buffered,
-            )?;
+            self.punch_blocks(ino, &mut inode, FileBlock(size.div_ceil(BLOCK)), None)?;
         } else if old % BLOCK != 0 && size > old {
             // Growth: the old last block's bytes past the old end become zeros, in the
             // same batch as the size.
@@ -932,8 +1224,7 @@ impl FileSystem {
             let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
             if mapped[0] {
                 block[(old % BLOCK) as usize..].fill(0);
-                self.engine
-                    .write(ino, FileBlock(b), &block, &extra, Durability::Buffered)?;
+                self.write_blocks(ino, &mut inode, FileBlock(b), &block)?;
             } else {
                 self.engine
                     .put_metadata(ino, &extra, Durability::Buffered)?;
@@ -951,8 +1242,7 @@ impl FileSystem {
     /// the size rides with the data).
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
         let _ = data_only;
-        let h = self.handle(ino)?;
-        let lanes = std::mem::take(&mut h.write().name_lanes);
+        let lanes = self.take_lanes(ino);
         self.engine.fsync(ino)?;
         for dir in lanes {
             self.engine.fsync(dir)?;
@@ -962,6 +1252,8 @@ impl FileSystem {
 
     /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
     pub fn sync(&self) -> Result<(), VfsError> {
+        // What was noted before the sync is covered by it.
+        std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
         self.engine.sync()?;
         Ok(())
     }
@@ -981,6 +1273,39 @@ impl FileSystem {
         live(&st, h.ino)?;
         st.open += 1;
         Ok(())
+    }
+}
+
+/// An inode record made for a batch once the engine knows how many blocks the batch maps
+/// or unmaps (`Extra::Counted`), and the inode as that batch wrote it.
+struct Counted {
+    ino: InodeNo,
+    inode: std::cell::Cell<Inode>,
+}
+
+impl Counted {
+    fn new(ino: InodeNo, inode: &Inode) -> Counted {
+        Counted {
+            ino,
+            inode: std::cell::Cell::new(*inode),
+        }
+    }
+
+    fn batch(&self, delta: i64) -> WriteBatch {
+        let mut inode = self.inode.get();
+        // Exact unless the record was corrupted (fsck's business): never below zero.
+        inode.blocks = inode.blocks.saturating_add_signed(delta);
+        self.inode.set(inode);
+        let mut batch = WriteBatch::new();
+        batch.put(
+            records::inode_key(self.ino).to_vec(),
+            inode.encode().to_vec(),
+        );
+        batch
+    }
+
+    fn done(self) -> Inode {
+        self.inode.into_inner()
     }
 }
 
@@ -1027,7 +1352,7 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         uid: inode.uid,
         gid: inode.gid,
         size: inode.size,
-        blocks: inode.size.div_ceil(BLOCK) * (BLOCK / 512),
+        blocks: inode.blocks * (BLOCK / 512),
         atime_ns: inode.atime_ns,
         mtime_ns: inode.mtime_ns,
         ctime_ns: inode.ctime_ns,

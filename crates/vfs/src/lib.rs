@@ -7,24 +7,33 @@
 //!   sync_all, sync_data).
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
+//! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //!
-//! This first slice writes file data through to the engine (no page cache yet) and
-//! checks no permissions (every caller is root); docs/SEMANTICS.md says what is durable
-//! when.
+//! - [`creds`]: who is asking, and the POSIX permission rules.
+//!
+//! Name operations take the caller's [`Creds`] and check permissions; operations on an
+//! open file (read, write, truncate, fsync) were checked when it was opened. The
+//! path-level API and `File` act as the identity `FileSystem::set_creds` gave (default:
+//! the mounting process's). This slice writes file data through to the engine (no page
+//! cache yet); docs/SEMANTICS.md says what is durable when.
 //!
 //! Invariants:
 //! - Every operation is atomic after a crash (one MetaDB batch; see `fs`).
 //! - Inode numbers are never reused.
 
+pub mod creds;
 pub mod error;
 pub mod file;
 pub mod fs;
 pub mod path;
 pub mod records;
+pub mod sparse;
 pub mod xattr;
 
+pub use creds::Creds;
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
-pub use fs::{DirEntry, FileSystem, Metadata, RenameMode, StatFs};
+pub use fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, StatFs, TimeChange};
 pub use records::Kind;
+pub use sparse::Fallocate;
 pub use xattr::XattrMode;

@@ -4,11 +4,13 @@
 //! - Paths are absolute inside the file system (`/` is its root); `.` and `..` are
 //!   handled here (`..` of the root is the root), never stored as entries.
 //! - At most [`SYMLINK_MAX`] symbolic links are followed per resolution (ELOOP beyond).
+//! - Every directory a resolution passes through needs search permission for the caller.
 //! - Resolution takes no lock across components: each lookup reads MetaDB's newest
 //!   state, so a concurrent rename is seen wholly before or wholly after.
 
+use crate::creds::{Creds, MAY_EXEC};
 use crate::error::VfsError;
-use crate::fs::{show, DirEntry, FileSystem, Metadata, RenameMode};
+use crate::fs::{show, AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, TimeChange};
 use crate::records::{Inode, Kind, ROOT};
 use format::InodeNo;
 
@@ -23,13 +25,21 @@ fn components(path: &[u8]) -> Vec<&[u8]> {
 
 impl FileSystem {
     /// The inode `path` names; the last component's symlink is followed if `follow`.
+    /// Acts as the path-level identity ([`FileSystem::set_creds`]).
     pub fn resolve(&self, path: &str, follow: bool) -> Result<InodeNo, VfsError> {
+        self.resolve_as(&self.creds(), path, follow)
+    }
+
+    /// [`FileSystem::resolve`] as `cx`: every directory passed through needs search
+    /// permission.
+    pub fn resolve_as(&self, cx: &Creds, path: &str, follow: bool) -> Result<InodeNo, VfsError> {
         let mut links = 0;
-        self.walk(ROOT, path.as_bytes(), follow, &mut links)
+        self.walk(cx, ROOT, path.as_bytes(), follow, &mut links)
     }
 
     fn walk(
         &self,
+        cx: &Creds,
         start: InodeNo,
         path: &[u8],
         follow: bool,
@@ -47,6 +57,7 @@ impl FileSystem {
             if inode.kind != Kind::Dir {
                 return Err(VfsError::NotDir(show(path)));
             }
+            cx.check(&inode, MAY_EXEC, || show(path))?;
             match *part {
                 b"." => continue,
                 b".." => {
@@ -64,7 +75,7 @@ impl FileSystem {
                     return Err(VfsError::Loop(show(path)));
                 }
                 let target = self.readlink_ino(entry.ino)?;
-                at = self.walk(at, &target, true, links)?;
+                at = self.walk(cx, at, &target, true, links)?;
             } else {
                 at = entry.ino;
             }
@@ -72,7 +83,7 @@ impl FileSystem {
         Ok(at)
     }
 
-    fn inode_of(&self, ino: InodeNo) -> Result<Inode, VfsError> {
+    pub(crate) fn inode_of(&self, ino: InodeNo) -> Result<Inode, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
         Ok(*crate::fs::live(&st, ino)?)
@@ -80,6 +91,14 @@ impl FileSystem {
 
     /// The directory holding `path`'s last component, and that component.
     pub fn resolve_parent<'p>(&self, path: &'p str) -> Result<(InodeNo, &'p [u8]), VfsError> {
+        self.resolve_parent_as(&self.creds(), path)
+    }
+
+    pub fn resolve_parent_as<'p>(
+        &self,
+        cx: &Creds,
+        path: &'p str,
+    ) -> Result<(InodeNo, &'p [u8]), VfsError> {
         let bytes = path.as_bytes();
         let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
         let cut = trimmed.iter().rposition(|&b| b == b'/');
@@ -91,13 +110,15 @@ impl FileSystem {
             return Err(VfsError::Invalid(format!("{path:?} names no entry")));
         }
         let mut links = 0;
-        let parent = self.walk(ROOT, dir, true, &mut links)?;
+        let parent = self.walk(cx, ROOT, dir, true, &mut links)?;
         Ok((parent, name))
     }
 
     pub fn create_dir(&self, path: &str, perm: u32) -> Result<(), VfsError> {
-        let (parent, name) = self.resolve_parent(path)?;
-        self.create(parent, name, Kind::Dir, perm, None).map(|_| ())
+        let cx = self.creds();
+        let (parent, name) = self.resolve_parent_as(&cx, path)?;
+        self.create(&cx, parent, name, Kind::Dir, perm, None)
+            .map(|_| ())
     }
 
     pub fn symlink(&self, target: &str, path: &str) -> Result<(), VfsError> {
@@ -107,9 +128,17 @@ impl FileSystem {
                 target.len()
             )));
         }
-        let (parent, name) = self.resolve_parent(path)?;
-        self.create(parent, name, Kind::Symlink, 0o777, Some(target.as_bytes()))
-            .map(|_| ())
+        let cx = self.creds();
+        let (parent, name) = self.resolve_parent_as(&cx, path)?;
+        self.create(
+            &cx,
+            parent,
+            name,
+            Kind::Symlink,
+            0o777,
+            Some(target.as_bytes()),
+        )
+        .map(|_| ())
     }
 
     pub fn read_link(&self, path: &str) -> Result<Vec<u8>, VfsError> {
@@ -117,25 +146,29 @@ impl FileSystem {
     }
 
     pub fn remove_file(&self, path: &str) -> Result<(), VfsError> {
-        let (parent, name) = self.resolve_parent(path)?;
-        self.remove(parent, name, false)
+        let cx = self.creds();
+        let (parent, name) = self.resolve_parent_as(&cx, path)?;
+        self.remove(&cx, parent, name, false)
     }
 
     pub fn remove_dir(&self, path: &str) -> Result<(), VfsError> {
-        let (parent, name) = self.resolve_parent(path)?;
-        self.remove(parent, name, true)
+        let cx = self.creds();
+        let (parent, name) = self.resolve_parent_as(&cx, path)?;
+        self.remove(&cx, parent, name, true)
     }
 
     pub fn rename_path(&self, from: &str, to: &str, mode: RenameMode) -> Result<(), VfsError> {
-        let (sp, sname) = self.resolve_parent(from)?;
-        let (dp, dname) = self.resolve_parent(to)?;
-        self.rename(sp, sname, dp, dname, mode)
+        let cx = self.creds();
+        let (sp, sname) = self.resolve_parent_as(&cx, from)?;
+        let (dp, dname) = self.resolve_parent_as(&cx, to)?;
+        self.rename(&cx, sp, sname, dp, dname, mode)
     }
 
     pub fn hard_link(&self, existing: &str, new: &str) -> Result<(), VfsError> {
-        let ino = self.resolve(existing, false)?;
-        let (parent, name) = self.resolve_parent(new)?;
-        self.link(ino, parent, name)
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, existing, false)?;
+        let (parent, name) = self.resolve_parent_as(&cx, new)?;
+        self.link(&cx, ino, parent, name)
     }
 
     /// `stat` (follows a final symlink).
@@ -150,11 +183,12 @@ impl FileSystem {
 
     /// Every entry of the directory `path`, by name.
     pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>, VfsError> {
-        let dir = self.resolve(path, true)?;
+        let cx = self.creds();
+        let dir = self.resolve_as(&cx, path, true)?;
         let mut out: Vec<DirEntry> = Vec::new();
         loop {
             let after = out.last().map(|e| e.name.clone());
-            let page = self.readdir(dir, after.as_deref(), 1024)?;
+            let page = self.readdir(&cx, dir, after.as_deref(), 1024)?;
             if page.is_empty() {
                 return Ok(out);
             }
@@ -162,21 +196,52 @@ impl FileSystem {
         }
     }
 
-    pub fn set_permissions(&self, path: &str, perm: u32) -> Result<(), VfsError> {
-        self.set_attr(self.resolve(path, true)?, Some(perm), None, None)
+    /// `access(2)` (follows a final symlink).
+    pub fn access_path(&self, path: &str, mask: u32) -> Result<(), VfsError> {
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.access(&cx, ino, mask)
     }
 
+    /// `chmod`.
+    pub fn set_permissions(&self, path: &str, perm: u32) -> Result<(), VfsError> {
+        self.set_attr_path(
+            path,
+            &AttrChanges {
+                perm: Some(perm),
+                ..AttrChanges::default()
+            },
+        )
+    }
+
+    /// `chown`.
     pub fn chown(&self, path: &str, uid: u32, gid: u32) -> Result<(), VfsError> {
-        self.set_attr(self.resolve(path, true)?, None, Some((uid, gid)), None)
+        self.set_attr_path(
+            path,
+            &AttrChanges {
+                uid: Some(uid),
+                gid: Some(gid),
+                ..AttrChanges::default()
+            },
+        )
     }
 
     /// Sets access and modification times (nanoseconds since the epoch).
     pub fn set_times(&self, path: &str, atime_ns: i64, mtime_ns: i64) -> Result<(), VfsError> {
-        self.set_attr(
-            self.resolve(path, true)?,
-            None,
-            None,
-            Some((atime_ns, mtime_ns)),
+        self.set_attr_path(
+            path,
+            &AttrChanges {
+                atime: Some(TimeChange::At(atime_ns)),
+                mtime: Some(TimeChange::At(mtime_ns)),
+                ..AttrChanges::default()
+            },
         )
+    }
+
+    /// Any attribute change (follows a final symlink).
+    pub fn set_attr_path(&self, path: &str, changes: &AttrChanges) -> Result<(), VfsError> {
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.set_attr(&cx, ino, changes)
     }
 }

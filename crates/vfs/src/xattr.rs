@@ -7,9 +7,10 @@
 //!   XATTR_SIZE_MAX).
 //! - A set or remove is one batch with the inode's new ctime, under the inode's lock.
 
+use crate::creds::{Creds, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::error::VfsError;
 use crate::fs::{live, show, FileSystem};
-use crate::records;
+use crate::records::{self, Inode, Kind};
 use engine::log::Durability;
 use format::InodeNo;
 use metadb::WriteBatch;
@@ -45,10 +46,56 @@ fn check_name(name: &[u8]) -> Result<(), VfsError> {
     Ok(())
 }
 
+/// Linux's rules for who may touch an attribute: `trusted.` is root's alone (EPERM);
+/// `user.` lives on regular files and directories only, and needs read permission to get
+/// and write permission to set or remove (and, in a sticky directory, ownership).
+fn may_access(cx: &Creds, inode: &Inode, name: &[u8], write: bool) -> Result<(), VfsError> {
+    if name.starts_with(b"trusted.") {
+        if !cx.is_root() {
+            return Err(VfsError::NotPermitted(format!(
+                "{}: trusted attributes are root's",
+                show(name)
+            )));
+        }
+        return Ok(());
+    }
+    if !matches!(inode.kind, Kind::File | Kind::Dir) {
+        return Err(if write {
+            VfsError::NotPermitted(format!(
+                "{}: user attributes on a symbolic link",
+                show(name)
+            ))
+        } else {
+            VfsError::NoAttribute(show(name))
+        });
+    }
+    if write && inode.kind == Kind::Dir && inode.perm & S_ISVTX != 0 && !cx.owns(inode) {
+        return Err(VfsError::NotPermitted(format!(
+            "{}: sticky directory owned by someone else",
+            show(name)
+        )));
+    }
+    let mask = if write { MAY_WRITE } else { MAY_READ };
+    cx.check(inode, mask, || show(name))
+}
+
 impl FileSystem {
     pub fn set_xattr(
         &self,
         path: &str,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<(), VfsError> {
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.set_xattr_ino(&cx, ino, name, value, mode)
+    }
+
+    pub fn set_xattr_ino(
+        &self,
+        cx: &Creds,
+        ino: InodeNo,
         name: &[u8],
         value: &[u8],
         mode: XattrMode,
@@ -60,10 +107,10 @@ impl FileSystem {
                 value.len()
             )));
         }
-        let ino = self.resolve(path, true)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
+        may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
         let exists = self.engine.metadb().get(&key)?.is_some();
         match (mode, exists) {
@@ -82,11 +129,21 @@ impl FileSystem {
     }
 
     pub fn get_xattr(&self, path: &str, name: &[u8]) -> Result<Vec<u8>, VfsError> {
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.get_xattr_ino(&cx, ino, name)
+    }
+
+    pub fn get_xattr_ino(
+        &self,
+        cx: &Creds,
+        ino: InodeNo,
+        name: &[u8],
+    ) -> Result<Vec<u8>, VfsError> {
         check_name(name)?;
-        let ino = self.resolve(path, true)?;
         let h = self.handle(ino)?;
         let st = h.read();
-        live(&st, ino)?;
+        may_access(cx, live(&st, ino)?, name, false)?;
         self.engine
             .metadb()
             .get(&records::xattr_key(ino, name))?
@@ -95,11 +152,21 @@ impl FileSystem {
 
     /// Attribute names of `path`, sorted.
     pub fn list_xattr(&self, path: &str) -> Result<Vec<Vec<u8>>, VfsError> {
-        let ino = self.resolve(path, true)?;
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.list_xattr_ino(&cx, ino)
+    }
+
+    /// Attribute names of `ino`, sorted (`trusted.` ones only for root, as Linux).
+    pub fn list_xattr_ino(&self, cx: &Creds, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
         live(&st, ino)?;
-        self.xattr_names(ino)
+        let mut names = self.xattr_names(ino)?;
+        if !cx.is_root() {
+            names.retain(|n| !n.starts_with(b"trusted."));
+        }
+        Ok(names)
     }
 
     pub(crate) fn xattr_names(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
@@ -112,11 +179,17 @@ impl FileSystem {
     }
 
     pub fn remove_xattr(&self, path: &str, name: &[u8]) -> Result<(), VfsError> {
+        let cx = self.creds();
+        let ino = self.resolve_as(&cx, path, true)?;
+        self.remove_xattr_ino(&cx, ino, name)
+    }
+
+    pub fn remove_xattr_ino(&self, cx: &Creds, ino: InodeNo, name: &[u8]) -> Result<(), VfsError> {
         check_name(name)?;
-        let ino = self.resolve(path, true)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
+        may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
         if self.engine.metadb().get(&key)?.is_none() {
             return Err(VfsError::NoAttribute(show(name)));

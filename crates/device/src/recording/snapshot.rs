@@ -104,6 +104,43 @@ impl Recording {
     /// The device image of `state`. Panics if the state names writes or blocks this
     /// recording does not have.
     pub fn image(&self, state: &CrashState) -> Vec<u8> {
+        let mut image = self.base_image(state.durable_writes);
+        self.landed_after_prefix(state, |write, start, end| {
+            write.apply_range(&mut image, start, end)
+        });
+        image
+    }
+
+    /// The device of `state` as a copy-on-write device over the shared initial image:
+    /// the same bytes as [`Recording::image`] without copying the whole image.
+    pub fn crash_device(
+        &self,
+        state: &CrashState,
+        logical_block_bytes: u32,
+    ) -> crate::cow::CowBackend {
+        let device = crate::cow::CowBackend::new(self.initial.clone(), logical_block_bytes);
+        let put = |write: &RecordedWrite, start: u64, end: u64| match &write.data {
+            super::WriteData::Bytes(bytes) => device.put(
+                start,
+                Some(&bytes[(start - write.offset) as usize..(end - write.offset) as usize]),
+                end - start,
+            ),
+            super::WriteData::Zeros { .. } => device.put(start, None, end - start),
+        };
+        for write in &self.writes[..state.durable_writes as usize] {
+            put(write, write.offset, write.offset + write.len_bytes());
+        }
+        self.landed_after_prefix(state, put);
+        device
+    }
+
+    /// Calls `apply(write, start, end)` for every byte range that lands in `state` after
+    /// its durable prefix, in write order.
+    fn landed_after_prefix(
+        &self,
+        state: &CrashState,
+        mut apply: impl FnMut(&RecordedWrite, u64, u64),
+    ) {
         let write_count = self.writes.len() as u64;
         assert!(
             state.durable_writes <= write_count,
@@ -113,29 +150,29 @@ impl Recording {
             state.torn.iter().all(|t| t.write.0 < write_count),
             "crash state {state} tears a write beyond {write_count} writes"
         );
-        let mut image = self.base_image(state.durable_writes);
         let mut torn = state.torn.iter().peekable();
-        let mut apply_torn_before = |limit: u64, image: &mut Vec<u8>| {
-            while let Some(t) = torn.next_if(|t| t.write.0 < limit) {
-                let write = self.write(t.write);
-                for &block in &t.blocks {
-                    let (start, end) = write.block_range(block);
-                    write.apply_range(image, start, end);
+        let mut apply_torn_before =
+            |limit: u64, apply: &mut dyn FnMut(&RecordedWrite, u64, u64)| {
+                while let Some(t) = torn.next_if(|t| t.write.0 < limit) {
+                    let write = self.write(t.write);
+                    for &block in &t.blocks {
+                        let (start, end) = write.block_range(block);
+                        apply(write, start, end);
+                    }
                 }
-            }
-        };
+            };
         for &(start, end) in &state.landed {
             assert!(
                 end <= write_count,
                 "crash state {state} beyond {write_count} writes"
             );
-            apply_torn_before(start, &mut image);
+            apply_torn_before(start, &mut apply);
             for id in start..end {
-                self.write(WriteId(id)).apply(&mut image);
+                let write = self.write(WriteId(id));
+                apply(write, write.offset, write.offset + write.len_bytes());
             }
         }
-        apply_torn_before(u64::MAX, &mut image);
-        image
+        apply_torn_before(u64::MAX, &mut apply);
     }
 
     /// The image with every write applied: the state without a crash.

@@ -48,6 +48,7 @@ use pmr::Pmr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tracker::SeqTracker;
+pub use write::Extra;
 
 const BLOCK: usize = BLOCK_SIZE_BYTES as usize;
 

@@ -37,6 +37,36 @@ impl Engine {
         Ok(out)
     }
 
+    /// The first mapped block of `ino` at or after `from` (SEEK_DATA), if any.
+    pub fn next_mapped(
+        &self,
+        ino: InodeNo,
+        from: FileBlock,
+    ) -> Result<Option<FileBlock>, EngineError> {
+        let start = keys::mapping_key(ino, from);
+        let stop = keys::mapping_prefix(InodeNo(ino.0 + 1));
+        match self.db.range(&start, Some(&stop), None)?.next() {
+            Some(item) => Ok(Some(keys::parse_mapping_key(&item?.0)?.1)),
+            None => Ok(None),
+        }
+    }
+
+    /// The first unmapped block of `ino` at or after `from` (SEEK_HOLE). Walks the run
+    /// of mapped blocks starting at `from`: O(length of that run).
+    pub fn next_unmapped(&self, ino: InodeNo, from: FileBlock) -> Result<FileBlock, EngineError> {
+        let start = keys::mapping_key(ino, from);
+        let stop = keys::mapping_prefix(InodeNo(ino.0 + 1));
+        let mut expect = from.0;
+        for item in self.db.range(&start, Some(&stop), None)? {
+            let (_, block) = keys::parse_mapping_key(&item?.0)?;
+            if block.0 != expect {
+                break;
+            }
+            expect += 1;
+        }
+        Ok(FileBlock(expect))
+    }
+
     /// Reads blocks `first..first + count` of `ino` into `out` (count x 4 KiB); holes
     /// read as zeros. Returns, per block, whether it was mapped. Every block is checked
     /// against its CRC; a block GC moved meanwhile is looked up again.

@@ -20,6 +20,37 @@ use metadb::{Receipt, WriteBatch};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
+/// The caller's operations for a write's or a punch's batch.
+#[derive(Clone, Copy)]
+pub enum Extra<'a> {
+    /// These operations.
+    Batch(&'a WriteBatch),
+    /// The operations this function makes from the change in the file's mapped block
+    /// count (blocks newly mapped minus blocks unmapped), known only under the domain's
+    /// lock: how a caller keeps an exact allocated-block count in its inode record in
+    /// the same batch.
+    Counted(&'a dyn Fn(i64) -> WriteBatch),
+}
+
+impl std::fmt::Debug for Extra<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Extra::Batch(b) => f.debug_tuple("Batch").field(b).finish(),
+            Extra::Counted(_) => f.write_str("Counted"),
+        }
+    }
+}
+
+impl Extra<'_> {
+    /// Appends the operations to `batch`, given the mapped-block change.
+    fn append_to(&self, batch: &mut WriteBatch, mapped_delta: i64) {
+        match self {
+            Extra::Batch(extra) => append(batch, extra),
+            Extra::Counted(make) => append(batch, &make(mapped_delta)),
+        }
+    }
+}
+
 impl Engine {
     /// Writes `data` (whole 4 KiB blocks) as blocks `first..` of `ino`, and applies
     /// `extra` (the caller's inode changes) in the same atomic batch.
@@ -29,6 +60,18 @@ impl Engine {
         first: FileBlock,
         data: &[u8],
         extra: &WriteBatch,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        self.write_with(ino, first, data, Extra::Batch(extra), durability)
+    }
+
+    /// [`Engine::write`] with operations that may depend on the mapped-block change.
+    pub fn write_with(
+        &self,
+        ino: InodeNo,
+        first: FileBlock,
+        data: &[u8],
+        extra: Extra<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
         assert!(ino.0 != 0, "inode 0");
@@ -254,7 +297,8 @@ impl Engine {
         }
         state.unreserve(&self.geometry, runs);
         self.finish_batch(state, domain, &mut batch);
-        append(&mut batch, blocks.extra);
+        let delta = i64::from(blocks.count()) - old.len() as i64;
+        blocks.extra.append_to(&mut batch, delta);
         Ok(batch)
     }
 
@@ -337,6 +381,18 @@ impl Engine {
         extra: &WriteBatch,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        self.punch_with(ino, from, to, Extra::Batch(extra), durability)
+    }
+
+    /// [`Engine::punch`] with operations that may depend on the mapped-block change.
+    pub fn punch_with(
+        &self,
+        ino: InodeNo,
+        from: FileBlock,
+        to: Option<FileBlock>,
+        extra: Extra<'_>,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
         self.check_writable()?;
         let domain = self.domain(ino);
         let start = keys::mapping_key(ino, from);
@@ -360,7 +416,7 @@ impl Engine {
             batch.delete(key.clone());
         }
         self.finish_batch(&mut state, domain, &mut batch);
-        append(&mut batch, extra);
+        extra.append_to(&mut batch, -(found.len() as i64));
         let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
         // Read under the lock: a number issued later may belong to a writer waiting
         // inside MetaDB, which the persist must not wait for.
@@ -380,7 +436,7 @@ struct Blocks<'a> {
     data: &'a [u8],
     crcs: Vec<u32>,
     /// The caller's operations for the same batch.
-    extra: &'a WriteBatch,
+    extra: Extra<'a>,
 }
 
 impl Blocks<'_> {

@@ -76,12 +76,16 @@ impl BuiltTable {
     }
 }
 
+/// A table buffer's first size; it doubles as the table grows.
+const BUF_START_BYTES: usize = 64 << 10;
+
 /// Builds one table.
 #[derive(Debug)]
 pub struct TableBuilder {
     id: TableId,
     options: TableOptions,
-    /// The whole table, written in place; zeroed, so padding needs no work.
+    /// The table so far, written in place; zeroed, so padding needs no work. Grows
+    /// (doubling) as blocks are added.
     buf: AlignedBuf,
     /// Bytes of finished data blocks at the start of `buf`.
     data_len: usize,
@@ -103,7 +107,7 @@ impl TableBuilder {
         TableBuilder {
             id,
             options,
-            buf: AlignedBuf::zeroed(o.table_bytes_max),
+            buf: AlignedBuf::zeroed(BUF_START_BYTES.min(o.table_bytes_max)),
             data_len: 0,
             block: BlockBuilder::new(o.restart_interval),
             index: IndexBuilder::new(),
@@ -232,14 +236,33 @@ impl TableBuilder {
         self.add(&key.user_key, key.seq, key.kind, value)
     }
 
+    /// Makes `buf` (holding `used` bytes) at least `needed` bytes long, doubling up to
+    /// `max`: a table's buffer grows with it, so a small flush never zeroes (and faults
+    /// in) a whole table-sized buffer. Bytes past `used` stay zero.
+    fn grow(buf: &mut AlignedBuf, used: usize, needed: usize, max: usize) {
+        if needed <= buf.len() {
+            return;
+        }
+        let len = needed.max(buf.len() * 2).min(max);
+        let mut bigger = AlignedBuf::zeroed(len);
+        bigger[..used].copy_from_slice(&buf[..used]);
+        *buf = bigger;
+    }
+
     fn finish_block(&mut self) {
         assert!(!self.block.is_empty());
         let offset = u32::try_from(self.data_len).expect("table offsets fit u32");
         let bytes = self.block.finish(self.id, offset);
         let end = self.data_len + bytes.len();
         assert!(
-            end <= self.buf.len(),
+            end <= self.options.table_bytes_max,
             "a block past the table limit; add() checks this"
+        );
+        Self::grow(
+            &mut self.buf,
+            self.data_len,
+            end,
+            self.options.table_bytes_max,
         );
         self.buf[self.data_len..end].copy_from_slice(bytes);
         let handle = BlockHandle {
@@ -273,6 +296,12 @@ impl TableBuilder {
         let len = align_table_len(bloom_at + bloom.len() + FOOTER_BYTES);
         assert_eq!(len, expected_len, "estimated length is exact");
         assert!(len <= self.options.table_bytes_max);
+        Self::grow(
+            &mut self.buf,
+            self.data_len,
+            len,
+            self.options.table_bytes_max,
+        );
         self.buf[index_at..bloom_at].copy_from_slice(&index);
         self.buf[bloom_at..bloom_at + bloom.len()].copy_from_slice(&bloom);
         let footer = Footer {

@@ -1,0 +1,257 @@
+//! Sparse files: `fallocate` (allocate, keep size, punch hole, zero range) and `lseek`'s
+//! SEEK_DATA and SEEK_HOLE, over the engine's block index (a hole is a block with no
+//! mapping).
+//!
+//! Invariants:
+//! - Every change runs under the inode's write lock and each batch carries the inode with
+//!   its exact mapped-block count (`Inode::blocks`).
+//! - Data is found at block granularity: a mapped block is data even where it holds
+//!   zeros (as ext4 reports written extents), and the end of the file is a hole.
+//! - Allocation writes zero blocks (augefs has no unwritten extents yet), after checking
+//!   that the free space holds them all, so it fails with ENOSPC before it writes.
+
+use crate::error::VfsError;
+use crate::fs::{live, FileSystem, InodeState, BLOCK, FILE_SIZE_MAX};
+use crate::records::{Inode, Kind};
+use engine::log::keys::FileBlock;
+use format::InodeNo;
+
+/// Zero blocks per allocation write.
+const ZERO_CHUNK_BLOCKS: u64 = 256;
+
+/// What `fallocate` does to a byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Map every hole in the range (mode 0, or FALLOC_FL_KEEP_SIZE with `keep_size`);
+    /// without `keep_size` the file grows to cover the range.
+    Allocate { keep_size: bool },
+    /// Unmap the range: it reads as zeros (PUNCH_HOLE | KEEP_SIZE).
+    PunchHole,
+    /// The range reads as zeros (ZERO_RANGE, optionally with KEEP_SIZE).
+    ZeroRange { keep_size: bool },
+}
+
+impl Fallocate {
+    /// The operation Linux's `fallocate(2)` mode bits ask for; EOPNOTSUPP for modes augefs
+    /// does not implement (COLLAPSE_RANGE, INSERT_RANGE, UNSHARE_RANGE, a punch without
+    /// KEEP_SIZE), EINVAL for unknown bits.
+    pub fn from_mode(mode: i32) -> Result<Fallocate, VfsError> {
+        const KNOWN: i32 = libc::FALLOC_FL_KEEP_SIZE
+            | libc::FALLOC_FL_PUNCH_HOLE
+            | libc::FALLOC_FL_COLLAPSE_RANGE
+            | libc::FALLOC_FL_ZERO_RANGE
+            | libc::FALLOC_FL_INSERT_RANGE
+            | libc::FALLOC_FL_UNSHARE_RANGE;
+        if mode & !KNOWN != 0 {
+            return Err(VfsError::Invalid(format!("fallocate mode {mode:#x}")));
+        }
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Ok(Fallocate::Allocate { keep_size }),
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Ok(Fallocate::PunchHole),
+            libc::FALLOC_FL_ZERO_RANGE => Ok(Fallocate::ZeroRange { keep_size }),
+            _ => Err(VfsError::Unsupported(format!("fallocate mode {mode:#x}"))),
+        }
+    }
+}
+
+impl FileSystem {
+    /// `fallocate(2)` on file `ino` for `len` bytes at `offset`.
+    pub fn fallocate(
+        &self,
+        ino: InodeNo,
+        op: Fallocate,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), VfsError> {
+        let end = offset
+            .checked_add(len)
+            .filter(|_| len > 0)
+            .ok_or_else(|| VfsError::Invalid(format!("fallocate of {len} bytes at {offset}")))?;
+        if end > FILE_SIZE_MAX {
+            return Err(VfsError::TooLarge(format!("fallocate to {end}")));
+        }
+        let h = self.handle(ino)?;
+        let mut st = h.write();
+        let inode = *live(&st, ino)?;
+        if inode.kind != Kind::File {
+            return Err(if inode.kind == Kind::Dir {
+                VfsError::IsDir(format!("inode {ino}"))
+            } else {
+                VfsError::Invalid(format!("fallocate of inode {ino}, not a file"))
+            });
+        }
+        match op {
+            Fallocate::Allocate { keep_size } => {
+                if !keep_size && end > inode.size {
+                    self.truncate_locked(ino, &mut st, end)?;
+                }
+                self.allocate_holes(ino, &mut st, offset / BLOCK, end.div_ceil(BLOCK))
+            }
+            Fallocate::PunchHole => self.zero_range(ino, &mut st, offset, end),
+            Fallocate::ZeroRange { keep_size } => {
+                self.zero_range(ino, &mut st, offset, end)?;
+                if !keep_size && end > live(&st, ino)?.size {
+                    self.truncate_locked(ino, &mut st, end)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Maps every hole among blocks `first..end` with zeros.
+    fn allocate_holes(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        first: u64,
+        end: u64,
+    ) -> Result<(), VfsError> {
+        let holes = self.holes(ino, first, end)?;
+        let needed: u64 = holes.iter().map(|(a, b)| b - a).sum();
+        let free = self.statfs().blocks_free;
+        if needed > free {
+            return Err(
+                engine::EngineError::from(engine::space::SpaceError::NoSpace {
+                    free: (free / format::constants::BLOCKS_PER_SEGMENT) as u32,
+                    reserve: 0,
+                    pending: 0,
+                })
+                .into(),
+            );
+        }
+        let mut inode = *live(st, ino)?;
+        let now = self.now();
+        inode.ctime_ns = now;
+        let zeros = vec![0u8; (ZERO_CHUNK_BLOCKS * BLOCK) as usize];
+        for (mut at, hole_end) in holes {
+            while at < hole_end {
+                let n = (hole_end - at).min(ZERO_CHUNK_BLOCKS);
+                self.write_blocks(
+                    ino,
+                    &mut inode,
+                    FileBlock(at),
+                    &zeros[..(n * BLOCK) as usize],
+                )?;
+                st.inode = Some(inode);
+                at += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// The holes among blocks `first..end`, as block ranges.
+    fn holes(&self, ino: InodeNo, first: u64, end: u64) -> Result<Vec<(u64, u64)>, VfsError> {
+        let mut out = Vec::new();
+        let mut at = first;
+        while at < end {
+            let data = self
+                .engine
+                .next_mapped(ino, FileBlock(at))?
+                .map_or(end, |b| b.0.min(end));
+            if data > at {
+                out.push((at, data));
+            }
+            if data >= end {
+                break;
+            }
+            at = self.engine.next_unmapped(ino, FileBlock(data))?.0;
+        }
+        Ok(out)
+    }
+
+    /// Bytes `offset..end` read as zeros: whole blocks are unmapped, the partial blocks at
+    /// either end have their bytes in the range zeroed. The size does not change.
+    fn zero_range(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), VfsError> {
+        let mut inode = *live(st, ino)?;
+        let now = self.now();
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        let first_whole = offset.div_ceil(BLOCK);
+        let end_whole = end / BLOCK;
+        if first_whole > end_whole {
+            // Inside one block, short of both its ends.
+            let b = offset / BLOCK;
+            self.zero_in_block(ino, &mut inode, b, offset % BLOCK, end - b * BLOCK)?;
+        } else {
+            if offset % BLOCK != 0 {
+                self.zero_in_block(ino, &mut inode, offset / BLOCK, offset % BLOCK, BLOCK)?;
+            }
+            if end % BLOCK != 0 {
+                self.zero_in_block(ino, &mut inode, end_whole, 0, end % BLOCK)?;
+            }
+        }
+        if end_whole > first_whole {
+            self.punch_blocks(
+                ino,
+                &mut inode,
+                FileBlock(first_whole),
+                Some(FileBlock(end_whole)),
+            )?;
+        } else {
+            let mut batch = metadb::WriteBatch::new();
+            batch.put(
+                crate::records::inode_key(ino).to_vec(),
+                inode.encode().to_vec(),
+            );
+            self.engine
+                .put_metadata(ino, &batch, engine::log::Durability::Buffered)?;
+        }
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    /// Zeroes bytes `from..to` of block `b` if it is mapped (a hole is zeros already).
+    fn zero_in_block(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        b: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<(), VfsError> {
+        let mut block = vec![0u8; BLOCK as usize];
+        if self.engine.read(ino, FileBlock(b), &mut block)?[0] {
+            block[from as usize..to as usize].fill(0);
+            self.write_blocks(ino, inode, FileBlock(b), &block)?;
+        }
+        Ok(())
+    }
+
+    /// `lseek(SEEK_DATA)`: the first offset at or after `offset` inside data; ENXIO at or
+    /// past the end of the file, or when only a hole follows.
+    pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        let size = live(&st, ino)?.size;
+        let beyond = || VfsError::NoSuchOffset(format!("inode {ino} offset {offset}"));
+        if offset >= size {
+            return Err(beyond());
+        }
+        match self.engine.next_mapped(ino, FileBlock(offset / BLOCK))? {
+            Some(b) if b.0 * BLOCK < size => Ok(offset.max(b.0 * BLOCK)),
+            _ => Err(beyond()),
+        }
+    }
+
+    /// `lseek(SEEK_HOLE)`: the first offset at or after `offset` inside a hole (the end
+    /// of the file counts as one); ENXIO at or past the end.
+    pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64, VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        let size = live(&st, ino)?.size;
+        if offset >= size {
+            return Err(VfsError::NoSuchOffset(format!(
+                "inode {ino} offset {offset}"
+            )));
+        }
+        let hole = self.engine.next_unmapped(ino, FileBlock(offset / BLOCK))?;
+        Ok(offset.max(hole.0 * BLOCK).min(size))
+    }
+}

@@ -1,0 +1,134 @@
+//! Orphans: a file unlinked (or replaced by a rename) while open keeps its data until its
+//! last close; a crash before that close leaves an orphan record, and the next mount
+//! frees the inode and its blocks.
+
+use device::memory::MemoryBackend;
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use format::InodeNo;
+use platform::ManualClock;
+use std::sync::Arc;
+use vfs::{FileSystem, OpenOptions, RenameMode};
+
+const MIB: u64 = 1 << 20;
+const IMAGE: u64 = 128 * MIB;
+
+fn image() -> Arc<Device> {
+    let dev = Device::new(Box::new(MemoryBackend::new(IMAGE, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(3),
+        fs_uuid: [5; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&dev, None, &opts, &NoProgress).unwrap();
+    Arc::new(dev)
+}
+
+fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    let env = EngineEnv {
+        device: dev.clone(),
+        pmr: None,
+        clock: Arc::new(ManualClock::new(1_000_000)),
+    };
+    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
+}
+
+/// The device's bytes now: what a crash at this instant leaves (the memory backend has
+/// no volatile cache, so everything written so far survives).
+fn crash_copy(dev: &Device) -> Arc<Device> {
+    let buf = dev
+        .read(
+            0,
+            device::AlignedBuf::zeroed(IMAGE as usize),
+            device::IoCause::Tool,
+        )
+        .unwrap();
+    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+        buf.to_vec(),
+        512,
+    ))))
+}
+
+fn orphan_records(fs: &FileSystem) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(&[vfs::records::ORPHAN_TAG], None)
+        .unwrap()
+        .count()
+}
+
+fn mapped_blocks(fs: &FileSystem, ino: u64) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(&engine::log::keys::mapping_prefix(InodeNo(ino)), None)
+        .unwrap()
+        .count()
+}
+
+/// Makes `path` with 1 MiB of data and returns it open for reading.
+fn big_open_file(fs: &Arc<FileSystem>, path: &str) -> vfs::File {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(fs, path)
+        .unwrap();
+    f.write_at(&vec![9u8; MIB as usize], 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    OpenOptions::new().read(true).open(fs, path).unwrap()
+}
+
+#[test]
+fn unlinked_open_file_is_readable_and_freed_at_last_close() {
+    let dev = image();
+    let fs = mount(&dev);
+    let f = big_open_file(&fs, "/a");
+    let ino = f.ino();
+    fs.remove_file("/a").unwrap();
+    assert!(fs.metadata("/a").is_err());
+    assert_eq!(orphan_records(&fs), 1);
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(f.read_at(&mut buf, 12_288).unwrap(), 4096);
+    assert!(buf.iter().all(|&b| b == 9));
+    assert_eq!(f.metadata().unwrap().nlink, 0);
+    drop(f);
+    assert_eq!(orphan_records(&fs), 0);
+    assert_eq!(mapped_blocks(&fs, ino), 0);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+}
+
+#[test]
+fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
+    let dev = image();
+    let fs = mount(&dev);
+    let before = fs.engine().space_report().live_blocks;
+    let f = big_open_file(&fs, "/a");
+    let g = big_open_file(&fs, "/b");
+    fs.create_dir("/d", 0o755).unwrap();
+    let replacing = big_open_file(&fs, "/d/c");
+    let (fi, gi, ri) = (f.ino(), g.ino(), replacing.ino());
+    fs.remove_file("/a").unwrap();
+    // A rename over an open file orphans it too.
+    fs.rename_path("/b", "/d/c", RenameMode::Replace).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(orphan_records(&fs), 2);
+    let crashed = crash_copy(&dev);
+    drop((f, g, replacing));
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+
+    let fs = mount(&crashed);
+    assert_eq!(orphan_records(&fs), 0);
+    assert_eq!(mapped_blocks(&fs, fi), 0);
+    assert_eq!(mapped_blocks(&fs, ri), 0);
+    assert!(fs.stat_ino(InodeNo(fi)).is_err());
+    assert!(fs.stat_ino(InodeNo(ri)).is_err());
+    // The renamed file lives on under its new name.
+    assert_eq!(fs.metadata("/d/c").unwrap().ino, gi);
+    assert_eq!(mapped_blocks(&fs, gi), 256);
+    // Space: only /d/c's MiB is still live.
+    assert_eq!(fs.engine().space_report().live_blocks - before, 256);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+}
