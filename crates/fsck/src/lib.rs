@@ -205,10 +205,10 @@ pub fn check(
     };
     let mut records = fsck.scan()?;
     let mut blocks = fsck.check_blocks(&mut records, &recovered)?;
-    fsck.check_namespace(&mut records, &mut blocks)?;
     if options.verify_data {
         fsck.verify_data(&records, &mut blocks)?;
     }
+    fsck.check_namespace(&mut records, &mut blocks)?;
     fsck.reconcile_seginfo(&records, &blocks);
     fsck.count(&records, &blocks, &recovered);
     if options.mode != Mode::Check && !fsck.writes.is_empty() {

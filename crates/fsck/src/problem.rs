@@ -32,7 +32,6 @@ pub enum Kind {
     DataChecksumMismatch,
     MappingWithoutInode,
     MappingForNonFile,
-    MappingBeyondSize,
     // Namespace.
     RootMissing,
     RootNotDirectory,
@@ -46,6 +45,7 @@ pub enum Kind {
     UnreachableInode,
     UnlinkedInode,
     WrongLinkCount,
+    WrongBlockCount,
     SymlinkWithoutTarget,
     StraySymlinkTarget,
     StrayXattr,

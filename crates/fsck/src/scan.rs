@@ -17,12 +17,9 @@ use engine::log::keys::{
 use engine::space::seginfo::{ENTRY_BYTES, E_BITMAP, E_KIND, E_MODIFIED, E_SEGMENT, E_VALID_COUNT};
 use format::{DomainId, InodeNo, SegmentNo};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use vfs::records::{Dentry, Inode, COUNTER_KEY, DENTRY_TAG, INODE_TAG, SYMLINK_TAG, XATTR_TAG};
-
-/// The tag of orphan records (`o` ino, empty value): an inode with no links kept alive
-/// because it is open; the VFS mount reclaims them. Defined in vfs::records on main;
-/// named here until that lands.
-pub const ORPHAN_TAG: u8 = b'o';
+use vfs::records::{
+    Dentry, Inode, COUNTER_KEY, DENTRY_TAG, INODE_TAG, ORPHAN_TAG, SYMLINK_TAG, XATTR_TAG,
+};
 
 /// One segment information entry, decoded without the engine's strictness.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,17 +6,12 @@
 //! Nameless inodes after a crash (docs/SEMANTICS.md, "deviations"): a file's write batch
 //! goes to the file's domain lane and carries the inode record, while its name went to
 //! the parent directory's lane. When the file's lane reaches the device and the
-//! directory's does not (an fsync of another file of the file's domain), the crash image
-//! holds an inode with data and no name: fsck reports `unreachable_inode` and `-y`
-//! links it into /lost+found. SEMANTICS.md documents that for files never fsync'd.
-//!
-//! Known VFS bug, reproduced by the ignored tests below: it also happens to a file that
-//! *was* fsync'd. The directory lanes an fsync must persist are kept in the inode's
-//! in-memory handle (`name_lanes`), which is dropped between `create` and the `open`
-//! that follows (the handle table holds weak references), so `sync_all` of a new file
-//! in a directory of another domain persists only the file's lane; and `fsync_ino`
-//! persists the file's lane before the directories' lanes, so a crash between them
-//! leaves the same nameless inode.
+//! directory's does not (an fsync of another file of the file's domain, or a crash
+//! inside the file's own fsync, which persists the file's lane before the directories'
+//! lanes), the crash image holds an inode with data and no name: fsck reports
+//! `unreachable_inode` and `-y` links it into /lost+found. Nothing acknowledged is lost
+//! that way; a completed fsync of a new file keeps its name (the regression test below
+//! reproduced the VFS bug fixed on main in bca6c4f).
 
 use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
@@ -149,22 +144,11 @@ fn crash_states_check_clean_or_only_leak_a_nameless_inode_that_y_repairs() {
     }
 }
 
+/// A new file in the root (domain 1) whose inode is in domain 0, written and fsync'd,
+/// then a crash (the file system dropped without unmount): its name survives. Before
+/// bca6c4f the directory lanes to persist lived in a handle dropped between create and
+/// open, and the name was lost.
 #[test]
-#[ignore = "known VFS bug: an fsync'd new file can lose its name (see the module doc)"]
-fn crash_states_check_clean() {
-    let bad: Vec<String> = check_states()
-        .into_iter()
-        .filter(|(_, found, _)| !found.problems.is_empty())
-        .map(|(state, found, _)| format!("state {state}: {:#?}", found.problems))
-        .collect();
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
-}
-
-/// The known VFS bug on its own: a new file in the root (domain 1) whose inode is in
-/// domain 0, written and fsync'd, then a crash (the file system dropped without
-/// unmount): its name is gone.
-#[test]
-#[ignore = "known VFS bug: an fsync'd new file can lose its name (see the module doc)"]
 fn fsynced_new_file_keeps_its_name_across_a_crash() {
     let dev = Arc::new(Device::new(Box::new(MemoryBackend::new(
         IMAGE_BYTES as u64,

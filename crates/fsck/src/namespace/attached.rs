@@ -1,18 +1,18 @@
 //! What hangs off inodes: orphan records, xattrs, file block mappings (live regular
-//! files, below the size) and the inode counter (docs/FORMAT.md §6.4).
+//! files, counted by the inode's `blocks`) and the inode counter (docs/FORMAT.md §6.4).
 //!
 //! Invariants:
 //! - A record of a missing inode is deleted by a safe repair (nothing can reach it).
 //! - The counter only ever rises.
 
-use super::{orphan_key, XATTR_VALUE_BYTES_MAX};
+use super::XATTR_VALUE_BYTES_MAX;
 use super::{show, K};
 use crate::blocks::BlockState;
 use crate::problem::{Class, Kind, Objects};
 use crate::scan::Records;
 use crate::Fsck;
-use format::constants::BLOCK_SIZE_BYTES;
 use format::InodeNo;
+use std::collections::HashMap;
 use vfs::records::{self, NAME_MAX, ROOT};
 
 impl Fsck<'_> {
@@ -45,7 +45,7 @@ impl Fsck<'_> {
                     Some("delete the orphan record"),
                 ) {
                     r.orphans.remove(&ino);
-                    self.delete(&orphan_key(ino));
+                    self.delete(&records::orphan_key(ino));
                 }
             }
         }
@@ -88,8 +88,9 @@ impl Fsck<'_> {
         r.xattrs = xattrs;
     }
 
-    /// Kept mappings against their inodes: live, a regular file, below its size.
-    pub(super) fn check_file_mappings(&mut self, r: &Records, b: &mut BlockState) {
+    /// Kept mappings against their inodes: live and a regular file; then each file's
+    /// `blocks` field against the mappings that stay.
+    pub(super) fn check_file_mappings(&mut self, r: &mut Records, b: &mut BlockState) {
         for i in 0..r.mappings.len() {
             if !b.kept[i] {
                 continue;
@@ -116,20 +117,42 @@ impl Fsck<'_> {
                         m.block.0, m.ino, inode.kind
                     ),
                 )),
-                Some(inode) if m.block.0 >= inode.size.div_ceil(BLOCK_SIZE_BYTES) => Some((
-                    Kind::MappingBeyondSize,
-                    Class::Safe,
-                    format!(
-                        "block {} of inode {} is mapped beyond its size of {} bytes",
-                        m.block.0, m.ino, inode.size
-                    ),
-                )),
                 Some(_) => None,
             };
             if let Some((kind, class, message)) = problem {
                 if self.report(kind, class, obj, message, Some("drop the mapping")) {
                     self.drop_mapping(r, b, i);
                 }
+            }
+        }
+        // Counts before and after fsck's own drops: a count that only a repair made
+        // stale is rewritten without a report of its own.
+        let mut mapped: HashMap<InodeNo, (u64, u64)> = HashMap::new();
+        for (i, m) in r.mappings.iter().enumerate() {
+            let e = mapped.entry(m.ino).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += u64::from(b.kept[i]);
+        }
+        let inos: Vec<InodeNo> = r.inodes.keys().copied().collect();
+        for ino in inos {
+            let (found, want) = mapped.get(&ino).copied().unwrap_or((0, 0));
+            let have = r.inodes[&ino].blocks;
+            if have == want {
+                continue;
+            }
+            if have == found
+                || self.report(
+                    Kind::WrongBlockCount,
+                    Class::Safe,
+                    Objects::ino(ino),
+                    format!("inode {ino} counts {have} mapped blocks; {want} are mapped"),
+                    Some("set the count"),
+                )
+            {
+                if let Some(i) = r.inodes.get_mut(&ino) {
+                    i.blocks = want;
+                }
+                self.put(&records::inode_key(ino), &r.inodes[&ino].encode());
             }
         }
     }

@@ -11,7 +11,8 @@
 //!   links that an orphan record keeps (it is open; the VFS mount reclaims it);
 //! - `nlink` is the number of entries naming a non-directory, and 2 plus the number of
 //!   subdirectories of a directory;
-//! - mappings belong to live regular files and lie below `ceil(size / 4 KiB)`;
+//! - mappings belong to live regular files, whose `blocks` field counts them (blocks
+//!   past the size are legitimate: `fallocate` with KEEP_SIZE maps them);
 //! - symlinks have a target of 1-4096 bytes; targets, xattrs and orphan records belong
 //!   to live inodes; every inode number is below `c:next-ino`.
 //!
@@ -26,7 +27,7 @@
 
 use crate::blocks::BlockState;
 use crate::problem::{Class, Kind, Objects};
-use crate::scan::{DentryRec, Records, ORPHAN_TAG};
+use crate::scan::{DentryRec, Records};
 use crate::{Fsck, FsckError};
 use format::InodeNo;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -41,12 +42,6 @@ const SYMLINK_TARGET_BYTES_MAX: usize = 4096;
 /// Largest xattr value, in bytes (FORMAT.md §6.4).
 const XATTR_VALUE_BYTES_MAX: usize = 64 << 10;
 const LOST_FOUND: &[u8] = b"lost+found";
-
-fn orphan_key(ino: InodeNo) -> [u8; 9] {
-    let mut k = records::inode_key(ino);
-    k[0] = ORPHAN_TAG;
-    k
-}
 
 fn name_ok(name: &[u8]) -> bool {
     !name.is_empty()
@@ -133,6 +128,7 @@ impl Fsck<'_> {
             mtime_ns: now,
             ctime_ns: now,
             btime_ns: now,
+            blocks: 0,
         }
     }
 
@@ -204,7 +200,7 @@ impl Fsck<'_> {
         }
         r.xattrs.retain(|(i, _, _)| *i != ino);
         if r.orphans.remove(&ino) {
-            self.delete(&orphan_key(ino));
+            self.delete(&records::orphan_key(ino));
         }
         for i in 0..r.mappings.len() {
             if r.mappings[i].ino == ino && b.kept[i] {

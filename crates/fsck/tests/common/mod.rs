@@ -75,6 +75,18 @@ pub fn workload(fs: &Arc<FileSystem>) {
         .open(fs, "/d2/sparse")
         .unwrap();
     sparse.write_at(&[9u8; 5000], 10 << 20).unwrap();
+    // Blocks mapped past the end (fallocate KEEP_SIZE) and a punched hole.
+    let pre = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(fs, "/d1/prealloc")
+        .unwrap();
+    pre.write_at(&[8u8; 5000], 0).unwrap();
+    pre.fallocate(vfs::Fallocate::Allocate { keep_size: true }, 0, 64 << 10)
+        .unwrap();
+    pre.fallocate(vfs::Fallocate::PunchHole, 8192, 8192)
+        .unwrap();
+    drop(pre);
     fs.hard_link("/d1/two", "/d2/two-link").unwrap();
     fs.hard_link("/d1/two", "/two-link").unwrap();
     fs.symlink("/d1/small", "/d2/to-small").unwrap();
