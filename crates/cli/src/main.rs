@@ -34,6 +34,8 @@ enum Command {
     Mount(cmd::mount::Args),
     /// Run crash workloads: every crash state recovered and checked (docs/TESTING.md).
     Crashtest(cmd::crashtest::Args),
+    /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
+    Fsck(cmd::fsck::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -76,8 +78,19 @@ fn arguments() -> Vec<OsString> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(arguments());
+    let args = arguments();
+    let fsck = args.get(1).is_some_and(|a| a == "fsck");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // fsck's usage errors exit 16, as e2fsck's do; other commands keep clap's 2.
+        Err(e) if e.use_stderr() && fsck => {
+            let _ = e.print();
+            return ExitCode::from(cmd::fsck::EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
+        Command::Fsck(args) => return cmd::fsck::run(args),
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Mount(args) => cmd::mount::run(args),

@@ -4,6 +4,7 @@ pub mod bench_device;
 pub mod bench_engine;
 pub mod bench_metadb;
 pub mod crashtest;
+pub mod fsck;
 pub mod inspect;
 pub mod mkfs;
 pub mod mount;

@@ -1,0 +1,259 @@
+//! What the fsck tests share: an image file made by a real VFS workload (built once per
+//! test binary and copied for each test), mounting, raw MetaDB edits, and running fsck.
+#![allow(dead_code)] // each test file uses its own subset
+
+use device::OpenOptions as DeviceOptions;
+use engine::log::keys::{self, FileBlock, Mapping};
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use format::InodeNo;
+use fsck::{Mode, Options, Report};
+use platform::ManualClock;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use vfs::{FileSystem, OpenOptions, RenameMode, XattrMode};
+
+pub const IMAGE_BYTES: u64 = 128 << 20;
+pub const DOMAINS: u32 = 2;
+
+/// A scratch directory on the target's file system (O_DIRECT works there).
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
+}
+
+pub fn mount(path: &Path) -> Arc<FileSystem> {
+    let dev = device::open(path, &DeviceOptions::default()).expect("open image");
+    let env = EngineEnv {
+        device: Arc::new(dev),
+        pmr: None,
+        clock: Arc::new(ManualClock::new(1_000_000)),
+    };
+    let mut config = EngineConfig::default();
+    config.metadb.background = false;
+    config.metadb.memtable_bytes = 256 << 10;
+    Arc::new(FileSystem::mount(env, config).expect("mount"))
+}
+
+pub fn unmount(fs: Arc<FileSystem>) {
+    Arc::try_unwrap(fs)
+        .expect("no other holder")
+        .unmount()
+        .expect("unmount");
+}
+
+fn write_file(fs: &Arc<FileSystem>, path: &str, len: usize, seed: u8) {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(fs, path)
+        .expect("create");
+    let data: Vec<u8> = (0..len)
+        .map(|i| seed.wrapping_add((i / 4096) as u8))
+        .collect();
+    if !data.is_empty() {
+        f.write_at(&data, 0).expect("write");
+    }
+}
+
+/// Files of several sizes (empty, partial block, multi-block, sparse), directories,
+/// hard links, symlinks, renames across directories, xattrs, and overwrites enough to
+/// make GC clean segments.
+pub fn workload(fs: &Arc<FileSystem>) {
+    fs.create_dir("/d1", 0o755).unwrap();
+    fs.create_dir("/d1/sub", 0o700).unwrap();
+    fs.create_dir("/d2", 0o755).unwrap();
+    write_file(fs, "/empty", 0, 1);
+    write_file(fs, "/d1/small", 100, 2);
+    write_file(fs, "/d1/two", 8192, 3);
+    write_file(fs, "/d1/sub/big", 3 << 20, 4);
+    write_file(fs, "/d2/mid", 200_000, 5);
+    let sparse = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(fs, "/d2/sparse")
+        .unwrap();
+    sparse.write_at(&[9u8; 5000], 10 << 20).unwrap();
+    // Blocks mapped past the end (fallocate KEEP_SIZE) and a punched hole.
+    let pre = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(fs, "/d1/prealloc")
+        .unwrap();
+    pre.write_at(&[8u8; 5000], 0).unwrap();
+    pre.fallocate(vfs::Fallocate::Allocate { keep_size: true }, 0, 64 << 10)
+        .unwrap();
+    pre.fallocate(vfs::Fallocate::PunchHole, 8192, 8192)
+        .unwrap();
+    drop(pre);
+    fs.hard_link("/d1/two", "/d2/two-link").unwrap();
+    fs.hard_link("/d1/two", "/two-link").unwrap();
+    fs.symlink("/d1/small", "/d2/to-small").unwrap();
+    fs.symlink("dangling/target", "/d1/broken").unwrap();
+    fs.rename_path("/d2/mid", "/d1/sub/mid", RenameMode::Replace)
+        .unwrap();
+    fs.rename_path("/d1/sub", "/d2/sub", RenameMode::Replace)
+        .unwrap();
+    fs.set_xattr("/d2/sub/mid", b"user.color", b"blue", XattrMode::Create)
+        .unwrap();
+    fs.set_xattr("/d1", b"trusted.x", &[1u8; 300], XattrMode::Create)
+        .unwrap();
+    write_file(fs, "/gone", 50_000, 6);
+    fs.remove_file("/gone").unwrap();
+    // Strided overwrites leave segments part valid; GC then moves the live halves.
+    write_file(fs, "/churn", 6 << 20, 7);
+    let churn = OpenOptions::new().write(true).open(fs, "/churn").unwrap();
+    for round in 0..8u8 {
+        for chunk in 0..48u64 {
+            churn
+                .write_at(
+                    &[round; 64 << 10],
+                    chunk * (128 << 10) + u64::from(round % 2) * (64 << 10),
+                )
+                .unwrap();
+        }
+    }
+    drop(churn);
+    fs.sync().unwrap();
+    for _ in 0..4 {
+        fs.engine()
+            .gc_pass(engine::space::victim::Policy::CostBenefit)
+            .unwrap();
+    }
+    fs.sync().unwrap();
+}
+
+static TEMPLATE: OnceLock<(tempfile::TempDir, PathBuf, u64)> = OnceLock::new();
+
+fn template() -> &'static (tempfile::TempDir, PathBuf, u64) {
+    TEMPLATE.get_or_init(|| {
+        let dir = scratch();
+        let path = dir.path().join("template.img");
+        device::create_image(&path, IMAGE_BYTES).unwrap();
+        {
+            let dev = device::open(&path, &DeviceOptions::default()).unwrap();
+            let opts = MkfsOptions {
+                domain_count: Some(DOMAINS),
+                fs_uuid: [5; 16],
+                created_unix_ns: 1,
+                force: false,
+            };
+            format(&dev, None, &opts, &NoProgress).unwrap();
+        }
+        let fs = mount(&path);
+        workload(&fs);
+        let cleaned = fs
+            .engine()
+            .counters()
+            .gc_segments_cleaned
+            .load(std::sync::atomic::Ordering::Relaxed);
+        unmount(fs);
+        (dir, path, cleaned)
+    })
+}
+
+/// A copy of the workload image (built once per test binary) in `dir`.
+pub fn workload_image(dir: &Path) -> PathBuf {
+    let copy = dir.join("image.img");
+    std::fs::copy(&template().1, &copy).unwrap();
+    copy
+}
+
+/// Segments GC cleaned while the template was made.
+pub fn template_gc_cleaned() -> u64 {
+    template().2
+}
+
+pub fn run(path: &Path, mode: Mode, verify_data: bool) -> Report {
+    let dev = fsck::open_image(path, mode != Mode::Check).expect("open");
+    let options = Options {
+        mode,
+        verify_data,
+        now_ns: 1_700_000_000_000_000_000,
+    };
+    fsck::check(dev, None, &options, &NoProgress).expect("fsck runs")
+}
+
+pub fn kinds(r: &Report) -> Vec<fsck::Kind> {
+    r.problems.iter().map(|p| p.kind).collect()
+}
+
+/// FNV-1a of a file's bytes.
+pub fn hash(path: &Path) -> u64 {
+    std::fs::read(path)
+        .unwrap()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
+}
+
+pub fn ino(fs: &FileSystem, path: &str) -> InodeNo {
+    fs.resolve(path, false).unwrap()
+}
+
+pub fn put(fs: &FileSystem, key: &[u8], value: &[u8]) {
+    fs.engine()
+        .metadb()
+        .put(key, value, metadb::Durability::Sync)
+        .unwrap();
+}
+
+pub fn delete(fs: &FileSystem, key: &[u8]) {
+    fs.engine()
+        .metadb()
+        .delete(key, metadb::Durability::Sync)
+        .unwrap();
+}
+
+pub fn mapping(fs: &FileSystem, ino: InodeNo, block: u64) -> Mapping {
+    let v = fs
+        .engine()
+        .metadb()
+        .get(&keys::mapping_key(ino, FileBlock(block)))
+        .unwrap()
+        .expect("block mapped");
+    Mapping::decode(&v).unwrap()
+}
+
+pub fn inode(fs: &FileSystem, ino: InodeNo) -> vfs::records::Inode {
+    let v = fs
+        .engine()
+        .metadb()
+        .get(&vfs::records::inode_key(ino))
+        .unwrap()
+        .unwrap();
+    vfs::records::Inode::decode(ino, &v).unwrap()
+}
+
+/// Mounts and reads every file and directory: the VFS accepts the image.
+pub fn walk_all(path: &Path) -> usize {
+    let fs = mount(path);
+    let mut seen = 0;
+    let mut dirs = vec!["/".to_string()];
+    while let Some(d) = dirs.pop() {
+        for e in fs.read_dir(&d).unwrap() {
+            seen += 1;
+            let p = format!(
+                "{}/{}",
+                d.trim_end_matches('/'),
+                String::from_utf8_lossy(&e.name)
+            );
+            match e.kind {
+                vfs::Kind::Dir => dirs.push(p),
+                vfs::Kind::Symlink => {
+                    fs.read_link(&p).unwrap();
+                }
+                vfs::Kind::File => {
+                    let f = OpenOptions::new().read(true).open(&fs, &p).unwrap();
+                    let len = f.metadata().unwrap().size as usize;
+                    let mut buf = vec![0u8; len.min(16 << 20)];
+                    f.read_at(&mut buf, 0).unwrap();
+                }
+            }
+        }
+    }
+    unmount(fs);
+    seen
+}
