@@ -21,8 +21,7 @@ fn run_all(workloads: Vec<Workload>) {
     let (mut states, mut count) = (0, 0);
     let mut failures = Vec::new();
     for w in workloads.iter().filter(|w| w.name.contains(&filter)) {
-        let report =
-            check_workload(w, &policy(), None).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        let report = check_workload(w, &policy()).unwrap_or_else(|e| panic!("{}: {e}", w.name));
         states += report.states_checked;
         count += 1;
         for f in report.failures {

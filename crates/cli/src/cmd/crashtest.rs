@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let started = std::time::Instant::now();
     let (mut states, mut skipped, mut failed) = (0usize, 0u64, 0usize);
     for w in &workloads {
-        let report = check_workload(w, &policy, None).map_err(|e| format!("{}: {e}", w.name))?;
+        let report = check_workload(w, &policy).map_err(|e| format!("{}: {e}", w.name))?;
         states += report.states_checked;
         skipped += report.states_skipped;
         if report.failures.is_empty() {
