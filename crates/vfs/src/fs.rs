@@ -143,6 +143,9 @@ pub struct FileSystem {
     /// in the inode's handle, which lives only while the inode is in use; cleared by
     /// fsync of the inode and by sync.
     name_lanes: Mutex<HashMap<InodeNo, Vec<InodeNo>>>,
+    /// Per inode whose record was last written in a lane other than its own domain's: a
+    /// member of that lane's domain ([`FileSystem::record_in`]).
+    record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     /// Who the path-level API and `File` act as.
     creds: Mutex<Arc<Creds>>,
 }
@@ -174,6 +177,7 @@ impl FileSystem {
             next_ino: Mutex::new((high, high)),
             rename_lock: Mutex::new(()),
             name_lanes: Mutex::new(HashMap::new()),
+            record_lanes: Mutex::new(HashMap::new()),
             creds: Mutex::new(Arc::new(Creds::of_process())),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
@@ -305,6 +309,35 @@ impl FileSystem {
         }
     }
 
+    /// Before a batch of `lane`'s domain writes inode `x`'s record: if `x`'s record was
+    /// last written in another domain's lane, that lane is made durable first (a no-op
+    /// when it is already). Each lane keeps a prefix of its batches after a crash; without
+    /// this, a record written in one lane could carry changes whose other records (an
+    /// attribute, an entry) sat in a lost batch of another lane, giving the inode a state
+    /// it never had. Called under `x`'s write lock, which orders all writes of its record.
+    /// A new inode's record (in its parent's lane) is not tracked: a crash can at worst
+    /// leave the inode without its name (docs/SEMANTICS.md §2).
+    pub(crate) fn record_in(&self, x: InodeNo, lane: InodeNo) -> Result<(), VfsError> {
+        let d = self.engine.domain_of(lane);
+        let last = self
+            .record_lanes
+            .lock()
+            .expect("record lanes lock")
+            .get(&x)
+            .copied()
+            .unwrap_or(x);
+        if self.engine.domain_of(last) != d {
+            self.engine.fsync(last)?;
+        }
+        let mut map = self.record_lanes.lock().expect("record lanes lock");
+        if self.engine.domain_of(x) == d {
+            map.remove(&x);
+        } else {
+            map.insert(x, lane);
+        }
+        Ok(())
+    }
+
     /// The lanes `ino`'s fsync must persist, forgotten here.
     fn take_lanes(&self, ino: InodeNo) -> Vec<InodeNo> {
         self.name_lanes
@@ -390,6 +423,7 @@ impl FileSystem {
         if let Some(t) = target {
             batch.put(records::symlink_key(ino).to_vec(), t.to_vec());
         }
+        self.record_in(parent, parent)?;
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         pst.inode = Some(pinode);
@@ -513,17 +547,41 @@ impl FileSystem {
             child.nlink -= 1;
         }
         child.ctime_ns = now;
-        batch.put(
-            records::inode_key(parent).to_vec(),
-            pinode.encode().to_vec(),
-        );
         let gone = child.nlink == 0 && cst.open == 0;
-        if gone {
+        if gone && child.kind == Kind::File {
+            // The entry's removal goes with the unmapping of the blocks in the file's
+            // lane; the directory's new times follow in its own lane (a crash between
+            // loses only them).
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
             // Logged in the file's lane: an fsync of the directory must reach it.
             self.note_lane(parent, entry.ino);
+            let mut times = WriteBatch::new();
+            times.put(
+                records::inode_key(parent).to_vec(),
+                pinode.encode().to_vec(),
+            );
+            self.record_in(parent, parent)?;
+            self.engine
+                .put_metadata(parent, &times, Durability::Buffered)?;
+        } else if gone {
+            // A directory or a symlink has no blocks: all of it in the parent's lane.
+            batch.put(
+                records::inode_key(parent).to_vec(),
+                pinode.encode().to_vec(),
+            );
+            self.record_in(parent, parent)?;
+            self.deletion_records(entry.ino, &child, &mut batch)?;
+            self.engine
+                .put_metadata(parent, &batch, Durability::Buffered)?;
+            cst.inode = None;
         } else {
+            batch.put(
+                records::inode_key(parent).to_vec(),
+                pinode.encode().to_vec(),
+            );
+            self.record_in(parent, parent)?;
+            self.record_in(entry.ino, parent)?;
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
                 child.encode().to_vec(),
@@ -551,6 +609,21 @@ impl FileSystem {
         inode: &Inode,
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
+        self.deletion_records(ino, inode, &mut batch)?;
+        self.engine
+            .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
+        Ok(())
+    }
+
+    /// Adds the deletion of inode `ino`'s records (not its blocks) to `batch`. A deletion
+    /// needs no [`FileSystem::record_in`]: whichever lane keeps or loses it, the inode
+    /// is either gone or in a state it had.
+    fn deletion_records(
+        &self,
+        ino: InodeNo,
+        inode: &Inode,
+        batch: &mut WriteBatch,
+    ) -> Result<(), VfsError> {
         batch.delete(records::inode_key(ino).to_vec());
         if inode.kind == Kind::Symlink {
             batch.delete(records::symlink_key(ino).to_vec());
@@ -558,8 +631,10 @@ impl FileSystem {
         for name in self.xattr_names(ino)? {
             batch.delete(records::xattr_key(ino, &name));
         }
-        self.engine
-            .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
+        self.record_lanes
+            .lock()
+            .expect("record lanes lock")
+            .remove(&ino);
         Ok(())
     }
 
@@ -667,6 +742,8 @@ impl FileSystem {
             records::inode_key(parent).to_vec(),
             pinode.encode().to_vec(),
         );
+        self.record_in(ino, parent)?;
+        self.record_in(parent, parent)?;
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
@@ -786,10 +863,15 @@ impl FileSystem {
                     } else {
                         tinode.nlink -= 1;
                     }
-                    if tinode.nlink == 0 && tst.open == 0 {
+                    if tinode.nlink == 0 && tst.open == 0 && tinode.kind == Kind::File {
                         follow_up = Some((t.ino, tinode));
                         tst.inode = None;
+                    } else if tinode.nlink == 0 && tst.open == 0 {
+                        // A directory or symlink: no blocks, so it goes with the rename.
+                        self.deletion_records(t.ino, &tinode, &mut batch)?;
+                        tst.inode = None;
                     } else {
+                        self.record_in(t.ino, dp)?;
                         batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
                         if tinode.nlink == 0 {
                             // Open, nameless: freed at last close, or by the next mount.
@@ -816,26 +898,36 @@ impl FileSystem {
             inode.nlink =
                 u32::try_from(i64::from(inode.nlink) + delta).expect("link count in range");
         };
+        let mut parents = WriteBatch::new();
         if sp == dp {
             // One directory carries both changes.
             relink(&mut spi, s_links + d_links);
             dpi = spi;
-            batch.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
+            parents.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
         } else {
             relink(&mut spi, s_links);
             relink(&mut dpi, d_links);
-            batch.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
-            batch.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
+            parents.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
+            parents.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
         }
+        self.record_in(sp, dp)?;
+        self.record_in(dp, dp)?;
         // The lane the rename is logged in; fsyncs of both directories must reach it.
         let logged_in = match follow_up {
-            // The replaced file's last link: the whole rename goes to its lane with its
-            // deletion, so the rename and the freeing are one batch.
+            // The replaced file's last link: the entries go to its lane with its deletion,
+            // so the rename and the freeing are one batch; the parents' new times (their
+            // link counts do not change: a file replaced a file) follow in `dp`'s lane.
             Some((ino, inode)) => {
                 self.delete_inode(ino, &inode, batch)?;
+                self.engine
+                    .put_metadata(dp, &parents, Durability::Buffered)?;
                 ino
             }
             None => {
+                for (kind, key, value) in parents.ops() {
+                    assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
+                    batch.put(key.to_vec(), value.to_vec());
+                }
                 self.engine.put_metadata(dp, &batch, Durability::Buffered)?;
                 dp
             }
@@ -901,6 +993,8 @@ impl FileSystem {
         let mut inode = *live(&st, dir)?;
         inode.parent = parent.0;
         inode.ctime_ns = now;
+        // Every rename that reparents is logged in `parent`'s lane.
+        self.record_in(dir, parent)?;
         batch.put(records::inode_key(dir).to_vec(), inode.encode().to_vec());
         st.inode = Some(inode);
         Ok(())
@@ -1003,6 +1097,7 @@ impl FileSystem {
         inode.ctime_ns = now;
         let mut batch = WriteBatch::new();
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.record_in(ino, ino)?;
         self.engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
@@ -1084,6 +1179,7 @@ impl FileSystem {
         first: FileBlock,
         data: &[u8],
     ) -> Result<(), VfsError> {
+        self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
         self.engine.write_with(
             ino,
@@ -1105,6 +1201,7 @@ impl FileSystem {
         from: FileBlock,
         to: Option<FileBlock>,
     ) -> Result<(), VfsError> {
+        self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
         self.engine.punch_with(
             ino,
@@ -1214,10 +1311,12 @@ impl FileSystem {
                 block[(old % BLOCK) as usize..].fill(0);
                 self.write_blocks(ino, &mut inode, FileBlock(b), &block)?;
             } else {
+                self.record_in(ino, ino)?;
                 self.engine
                     .put_metadata(ino, &extra, Durability::Buffered)?;
             }
         } else {
+            self.record_in(ino, ino)?;
             self.engine
                 .put_metadata(ino, &extra, Durability::Buffered)?;
         }
@@ -1230,11 +1329,12 @@ impl FileSystem {
     /// the size rides with the data).
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
         let _ = data_only;
-        let lanes = self.take_lanes(ino);
-        self.engine.fsync(ino)?;
-        for dir in lanes {
+        // The names first: a crash between the two then leaves the old contents under
+        // the new name, never the new contents without a name.
+        for dir in self.take_lanes(ino) {
             self.engine.fsync(dir)?;
         }
+        self.engine.fsync(ino)?;
         Ok(())
     }
 
@@ -1242,6 +1342,7 @@ impl FileSystem {
     pub fn sync(&self) -> Result<(), VfsError> {
         // What was noted before the sync is covered by it.
         std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
+        std::mem::take(&mut *self.record_lanes.lock().expect("record lanes lock"));
         self.engine.sync()?;
         Ok(())
     }

@@ -200,6 +200,7 @@ impl FileSystem {
                 crate::records::inode_key(ino).to_vec(),
                 inode.encode().to_vec(),
             );
+            self.record_in(ino, ino)?;
             self.engine
                 .put_metadata(ino, &batch, engine::log::Durability::Buffered)?;
         }

@@ -122,6 +122,7 @@ impl FileSystem {
         let mut batch = WriteBatch::new();
         batch.put(key, value.to_vec());
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.record_in(ino, ino)?;
         self.engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
@@ -198,6 +199,7 @@ impl FileSystem {
         let mut batch = WriteBatch::new();
         batch.delete(key);
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
+        self.record_in(ino, ino)?;
         self.engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
