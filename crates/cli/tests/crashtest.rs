@@ -19,7 +19,11 @@ fn example_workloads_pass_and_bad_ones_are_refused() {
     assert!(files.len() >= 3);
     let out = augefs().arg("crashtest").args(&files).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("0 failing"), "{stdout}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -28,7 +32,10 @@ fn example_workloads_pass_and_bad_ones_are_refused() {
     let out = augefs().arg("crashtest").arg(&bad).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("bad.crash:2: usage: write PATH OFFSET LEN"), "{stderr}");
+    assert!(
+        stderr.contains("bad.crash:2: usage: write PATH OFFSET LEN"),
+        "{stderr}"
+    );
 
     let out = augefs().arg("crashtest").output().unwrap();
     assert!(!out.status.success());

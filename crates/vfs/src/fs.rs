@@ -261,6 +261,8 @@ impl FileSystem {
     fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
         let mut n = self.next_ino.lock().expect("inode counter lock");
         if n.0 >= n.1 {
+            // Not through the engine: check its failure first (MetaDB fails on its own).
+            self.engine.check_writable()?;
             let high = n.1 + INO_BATCH;
             self.engine.metadb().put(
                 records::COUNTER_KEY,

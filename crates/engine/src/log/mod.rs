@@ -196,7 +196,9 @@ impl Engine {
         &self.domains[self.domain_of(ino).0 as usize]
     }
 
-    fn check_writable(&self) -> Result<(), EngineError> {
+    /// EROFS once a device write or flush has failed (the engine is read-only until
+    /// remounted).
+    pub fn check_writable(&self) -> Result<(), EngineError> {
         match self.failure.get() {
             Some(why) => Err(EngineError::ReadOnly(why.clone())),
             None => Ok(()),
