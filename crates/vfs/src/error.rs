@@ -36,6 +36,10 @@ pub enum VfsError {
     AttributeNamespace(String),
     #[error("attribute too large: {0}")]
     AttributeTooLarge(String),
+    #[error("{0}: resource temporarily unavailable")]
+    WouldBlock(String),
+    #[error("{0}: resource deadlock avoided")]
+    Deadlock(String),
     #[error("{0}: no data or hole at or after this offset")]
     NoSuchOffset(String),
     #[error("operation not supported: {0}")]
@@ -81,6 +85,8 @@ impl VfsError {
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
             VfsError::NoSuchOffset(_) => libc::ENXIO,
+            VfsError::WouldBlock(_) => libc::EAGAIN,
+            VfsError::Deadlock(_) => libc::EDEADLK,
             VfsError::Unsupported(_) => libc::EOPNOTSUPP,
             VfsError::NoAttribute(_) => libc::ENODATA,
             VfsError::AttributeNamespace(_) => libc::EOPNOTSUPP,

@@ -9,9 +9,11 @@
 use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
 use crate::fs::{FileSystem, Handle, Metadata};
+use crate::locks::{LockKind, LockOwner};
 use crate::records::Kind;
 use crate::sparse::Fallocate;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How to open a file (as `std::fs::OpenOptions`, plus the mode for new files).
@@ -122,6 +124,7 @@ impl OpenOptions {
             read: self.read,
             write: writes,
             append: self.append,
+            owner: LockOwner(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
         };
         if self.truncate && meta.kind == Kind::File && meta.size > 0 {
             file.set_len(0)?;
@@ -138,7 +141,12 @@ pub struct File {
     read: bool,
     write: bool,
     append: bool,
+    /// This open file's identity as a lock owner (flock locks are per open file).
+    owner: LockOwner,
 }
+
+/// Lock owners of `File`s: unique per open file in the process.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1 << 62);
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +210,48 @@ impl File {
         Ok(self.pos)
     }
 
+    /// Waits for an exclusive advisory lock on the whole file (`flock(LOCK_EX)`, as
+    /// `std::fs::File::lock`); EDEADLK instead of waiting forever in a cycle.
+    pub fn lock(&self) -> Result<(), VfsError> {
+        self.flock(Some(LockKind::Write), true)
+    }
+
+    /// Waits for a shared advisory lock (`flock(LOCK_SH)`).
+    pub fn lock_shared(&self) -> Result<(), VfsError> {
+        self.flock(Some(LockKind::Read), true)
+    }
+
+    /// An exclusive lock now, or EAGAIN (`LOCK_EX | LOCK_NB`).
+    pub fn try_lock(&self) -> Result<(), VfsError> {
+        self.flock(Some(LockKind::Write), false)
+    }
+
+    /// A shared lock now, or EAGAIN (`LOCK_SH | LOCK_NB`).
+    pub fn try_lock_shared(&self) -> Result<(), VfsError> {
+        self.flock(Some(LockKind::Read), false)
+    }
+
+    /// Drops this file's lock (`LOCK_UN`); also done when the file is dropped.
+    pub fn unlock(&self) -> Result<(), VfsError> {
+        self.flock(None, false)
+    }
+
+    /// A conversion drops the old lock first, as Linux's flock does.
+    fn flock(&self, kind: Option<LockKind>, wait: bool) -> Result<(), VfsError> {
+        let (ino, table) = (self.handle.ino, self.fs.flocks());
+        let whole = (0, None);
+        if kind.is_some()
+            && table
+                .conflicting(ino, whole, LockKind::Write, self.owner)
+                .is_none()
+        {
+            // Nothing else holds it: take (or convert) in one step.
+            return table.set(ino, whole, kind, self.owner, 0, false);
+        }
+        table.set(ino, whole, None, self.owner, 0, false)?;
+        table.set(ino, whole, kind, self.owner, 0, wait)
+    }
+
     /// fsync.
     pub fn sync_all(&self) -> Result<(), VfsError> {
         self.fs.fsync_ino(self.handle.ino, false)
@@ -219,6 +269,7 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
+        self.fs.flocks().release(self.handle.ino, self.owner);
         // A failure here (the file system turned read-only) leaves an orphan record: the
         // next mount frees the inode. There is no one to report it to.
         let _ = self.fs.release(&self.handle);

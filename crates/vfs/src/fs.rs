@@ -148,6 +148,9 @@ pub struct FileSystem {
     record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     /// Who the path-level API and `File` act as.
     creds: Mutex<Arc<Creds>>,
+    /// POSIX record locks (fcntl, OFD locks) and flock locks of this instance.
+    record_locks: crate::locks::LockTable,
+    flocks: crate::locks::LockTable,
 }
 
 impl std::fmt::Debug for FileSystem {
@@ -179,6 +182,8 @@ impl FileSystem {
             name_lanes: Mutex::new(HashMap::new()),
             record_lanes: Mutex::new(HashMap::new()),
             creds: Mutex::new(Arc::new(Creds::of_process())),
+            record_locks: crate::locks::LockTable::default(),
+            flocks: crate::locks::LockTable::default(),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
             let now = fs.now();
@@ -212,6 +217,16 @@ impl FileSystem {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// POSIX record locks (F_GETLK, F_SETLK, F_SETLKW; OFD locks) of this instance.
+    pub fn record_locks(&self) -> &crate::locks::LockTable {
+        &self.record_locks
+    }
+
+    /// flock locks of this instance (whole-file record locks of their own table).
+    pub fn flocks(&self) -> &crate::locks::LockTable {
+        &self.flocks
     }
 
     /// Who the path-level API and `File` act as from now on (default: the process that

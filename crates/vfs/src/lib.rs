@@ -8,6 +8,7 @@
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
+//! - [`locks`]: POSIX record locks and flock within one instance.
 //! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
 //!
 //! - [`creds`]: who is asking, and the POSIX permission rules.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod file;
 pub mod fs;
 pub mod inode_api;
+pub mod locks;
 pub mod path;
 pub mod records;
 pub mod sparse;

@@ -1,0 +1,344 @@
+//! Advisory locks within one file-system instance: POSIX record locks (`fcntl` F_GETLK,
+//! F_SETLK, F_SETLKW, and open-file-description locks) and `flock`. Front ends that serve
+//! several processes from one instance (the interposer, the C ABI) use them; a FUSE mount
+//! leaves locks to the kernel, which sees every process.
+//!
+//! Rules (POSIX, as Linux applies them):
+//! - A lock covers bytes `[start, end)` of one inode; `end` None means "to infinity" (a
+//!   length of 0). Locks of different owners conflict when they overlap and one of them
+//!   is a write lock; an owner never conflicts with itself.
+//! - Setting a lock (or unlocking) replaces what the owner held in that range: a read lock
+//!   over part of a write lock splits it, an unlock in the middle leaves two pieces, and
+//!   touching or overlapping locks of one kind merge.
+//! - F_SETLKW waits; if waiting would close a cycle (this owner waits for an owner that,
+//!   directly or through others, waits for this one) it fails with EDEADLK instead.
+//! - flock locks are whole-file, per open file description, and independent of record
+//!   locks (Linux); converting one is not atomic (it is dropped, then taken).
+//!
+//! Invariants:
+//! - An owner's locks on an inode never overlap each other (they are kept merged).
+//! - A waiter is registered in the wait-for map exactly while it sleeps.
+
+use crate::error::VfsError;
+use format::InodeNo;
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Who holds a lock: a process (classic fcntl locks) or an open file description (OFD
+/// locks and flock), as the front end numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockOwner(pub u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    Read,
+    Write,
+}
+
+/// One held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeLock {
+    pub start: u64,
+    /// Exclusive end; None: to infinity.
+    pub end: Option<u64>,
+    pub kind: LockKind,
+    pub owner: LockOwner,
+    /// The process that holds it, as F_GETLK reports it (`l_pid`).
+    pub pid: i32,
+}
+
+impl RangeLock {
+    fn overlaps(&self, start: u64, end: Option<u64>) -> bool {
+        let before_end = end.is_none_or(|e| self.start < e);
+        let after_start = self.end.is_none_or(|e| e > start);
+        before_end && after_start
+    }
+
+    fn conflicts(&self, start: u64, end: Option<u64>, kind: LockKind, owner: LockOwner) -> bool {
+        self.owner != owner
+            && self.overlaps(start, end)
+            && (self.kind == LockKind::Write || kind == LockKind::Write)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    held: HashMap<InodeNo, Vec<RangeLock>>,
+    /// Owner -> the owner it waits for (F_SETLKW sleeping).
+    waits_for: HashMap<LockOwner, LockOwner>,
+}
+
+/// A lock table (one for record locks, one for flock).
+#[derive(Debug, Default)]
+pub struct LockTable {
+    table: Mutex<Table>,
+    changed: Condvar,
+}
+
+/// The byte range of `start` and `len` (0: to infinity); EINVAL if it overflows.
+pub fn range(start: u64, len: u64) -> Result<(u64, Option<u64>), VfsError> {
+    if len == 0 {
+        return Ok((start, None));
+    }
+    let end = start
+        .checked_add(len)
+        .filter(|&e| e <= i64::MAX as u64)
+        .ok_or_else(|| VfsError::Invalid(format!("lock of {len} bytes at {start}")))?;
+    Ok((start, Some(end)))
+}
+
+impl LockTable {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().expect("lock table")
+    }
+
+    /// F_GETLK: the first lock that would block `owner` from taking `kind` on the range.
+    pub fn conflicting(
+        &self,
+        ino: InodeNo,
+        (start, end): (u64, Option<u64>),
+        kind: LockKind,
+        owner: LockOwner,
+    ) -> Option<RangeLock> {
+        let t = self.lock();
+        t.held
+            .get(&ino)?
+            .iter()
+            .find(|l| l.conflicts(start, end, kind, owner))
+            .copied()
+    }
+
+    /// F_SETLK (`wait` false: EAGAIN on a conflict) or F_SETLKW (`wait`: sleeps until it
+    /// can, EDEADLK if that would deadlock). `kind` None unlocks the range.
+    pub fn set(
+        &self,
+        ino: InodeNo,
+        (start, end): (u64, Option<u64>),
+        kind: Option<LockKind>,
+        owner: LockOwner,
+        pid: i32,
+        wait: bool,
+    ) -> Result<(), VfsError> {
+        let mut t = self.lock();
+        if let Some(kind) = kind {
+            loop {
+                let blocker = t
+                    .held
+                    .get(&ino)
+                    .and_then(|ls| ls.iter().find(|l| l.conflicts(start, end, kind, owner)))
+                    .map(|l| l.owner);
+                let Some(blocker) = blocker else { break };
+                if !wait {
+                    return Err(VfsError::WouldBlock(format!(
+                        "inode {ino}: bytes {start}.. locked by another owner"
+                    )));
+                }
+                // Would waiting for `blocker` close a cycle back to us?
+                let mut at = blocker;
+                for _ in 0..=t.waits_for.len() {
+                    if at == owner {
+                        return Err(VfsError::Deadlock(format!(
+                            "inode {ino}: waiting for bytes {start}.. would deadlock"
+                        )));
+                    }
+                    match t.waits_for.get(&at) {
+                        Some(&next) => at = next,
+                        None => break,
+                    }
+                }
+                t.waits_for.insert(owner, blocker);
+                t = self.changed.wait(t).expect("lock table");
+                t.waits_for.remove(&owner);
+            }
+        }
+        let held = t.held.entry(ino).or_default();
+        replace(held, start, end, kind, owner, pid);
+        if held.is_empty() {
+            t.held.remove(&ino);
+        }
+        drop(t);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Drops every lock `owner` holds on `ino` (a close: POSIX drops a process's record
+    /// locks on a file when it closes any descriptor of it).
+    pub fn release(&self, ino: InodeNo, owner: LockOwner) {
+        let mut t = self.lock();
+        if let Some(held) = t.held.get_mut(&ino) {
+            held.retain(|l| l.owner != owner);
+            if held.is_empty() {
+                t.held.remove(&ino);
+            }
+        }
+        drop(t);
+        self.changed.notify_all();
+    }
+
+    /// Locks held on `ino` (tests, diagnostics), sorted by owner and start.
+    pub fn held(&self, ino: InodeNo) -> Vec<RangeLock> {
+        let mut v = self.lock().held.get(&ino).cloned().unwrap_or_default();
+        v.sort_by_key(|l| (l.owner, l.start));
+        v
+    }
+}
+
+/// Makes `owner`'s locks in `held` cover `[start, end)` with `kind` (None: nothing),
+/// splitting what it held across the edges and merging with touching locks of the kind.
+fn replace(
+    held: &mut Vec<RangeLock>,
+    start: u64,
+    end: Option<u64>,
+    kind: Option<LockKind>,
+    owner: LockOwner,
+    pid: i32,
+) {
+    let mut kept = Vec::with_capacity(held.len() + 2);
+    for l in held.drain(..) {
+        if l.owner != owner || !l.overlaps(start, end) {
+            kept.push(l);
+            continue;
+        }
+        // The parts of `l` outside the range survive.
+        if l.start < start {
+            kept.push(RangeLock {
+                end: Some(start),
+                ..l
+            });
+        }
+        if let Some(e) = end {
+            if l.end.is_none_or(|le| le > e) {
+                kept.push(RangeLock { start: e, ..l });
+            }
+        }
+    }
+    if let Some(kind) = kind {
+        let mut new = RangeLock {
+            start,
+            end,
+            kind,
+            owner,
+            pid,
+        };
+        // Merge with the owner's touching locks of the same kind.
+        kept.retain(|l| {
+            let touches = l.owner == owner
+                && l.kind == kind
+                && (l.end == Some(new.start) || new.end == Some(l.start));
+            if touches {
+                new.start = new.start.min(l.start);
+                new.end = match (new.end, l.end) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+            }
+            !touches
+        });
+        kept.push(new);
+    }
+    *held = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const F: InodeNo = InodeNo(7);
+    const A: LockOwner = LockOwner(1);
+    const B: LockOwner = LockOwner(2);
+    const C: LockOwner = LockOwner(3);
+
+    fn set(t: &LockTable, s: u64, len: u64, k: Option<LockKind>, o: LockOwner) -> i32 {
+        match t.set(F, range(s, len).unwrap(), k, o, o.0 as i32, false) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    }
+
+    fn spans(t: &LockTable, o: LockOwner) -> Vec<(u64, Option<u64>, LockKind)> {
+        t.held(F)
+            .into_iter()
+            .filter(|l| l.owner == o)
+            .map(|l| (l.start, l.end, l.kind))
+            .collect()
+    }
+
+    #[test]
+    fn conflicts_follow_kind_and_owner() {
+        let t = LockTable::default();
+        assert_eq!(set(&t, 0, 100, Some(LockKind::Read), A), 0);
+        assert_eq!(set(&t, 50, 100, Some(LockKind::Read), B), 0);
+        assert_eq!(set(&t, 90, 5, Some(LockKind::Write), B), libc::EAGAIN);
+        assert_eq!(set(&t, 100, 10, Some(LockKind::Write), C), libc::EAGAIN);
+        assert_eq!(set(&t, 150, 0, Some(LockKind::Write), C), 0);
+        // An owner upgrades its own range unless another holds it.
+        assert_eq!(set(&t, 0, 50, Some(LockKind::Write), A), 0);
+        let got = t
+            .conflicting(F, range(40, 20).unwrap(), LockKind::Read, B)
+            .unwrap();
+        assert_eq!((got.owner, got.start, got.end), (A, 0, Some(50)));
+        assert!(t
+            .conflicting(F, range(40, 20).unwrap(), LockKind::Read, A)
+            .is_none());
+    }
+
+    #[test]
+    fn locks_split_and_merge() {
+        let t = LockTable::default();
+        assert_eq!(set(&t, 0, 100, Some(LockKind::Write), A), 0);
+        assert_eq!(set(&t, 40, 20, None, A), 0);
+        assert_eq!(
+            spans(&t, A),
+            vec![
+                (0, Some(40), LockKind::Write),
+                (60, Some(100), LockKind::Write)
+            ]
+        );
+        assert_eq!(set(&t, 40, 20, Some(LockKind::Read), A), 0);
+        assert_eq!(set(&t, 40, 20, Some(LockKind::Write), A), 0);
+        assert_eq!(spans(&t, A), vec![(0, Some(100), LockKind::Write)]);
+        assert_eq!(set(&t, 50, 0, Some(LockKind::Read), A), 0);
+        assert_eq!(
+            spans(&t, A),
+            vec![(0, Some(50), LockKind::Write), (50, None, LockKind::Read)]
+        );
+        t.release(F, A);
+        assert!(t.held(F).is_empty());
+    }
+
+    #[test]
+    fn a_waiter_wakes_when_the_range_is_free_and_cycles_are_refused() {
+        let t = Arc::new(LockTable::default());
+        assert_eq!(set(&t, 0, 10, Some(LockKind::Write), A), 0);
+        assert_eq!(set(&t, 20, 10, Some(LockKind::Write), B), 0);
+        let t2 = t.clone();
+        // B waits for A's bytes.
+        let waiter = std::thread::spawn(move || {
+            t2.set(F, range(0, 10).unwrap(), Some(LockKind::Write), B, 2, true)
+        });
+        while t.lock().waits_for.get(&B) != Some(&A) {
+            std::thread::yield_now();
+        }
+        // A waiting for B's bytes would close the cycle.
+        let e = t
+            .set(F, range(20, 10).unwrap(), Some(LockKind::Write), A, 1, true)
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EDEADLK);
+        t.set(F, range(0, 10).unwrap(), None, A, 1, false).unwrap();
+        waiter.join().unwrap().unwrap();
+        assert_eq!(
+            spans(&t, B),
+            vec![
+                (0, Some(10), LockKind::Write),
+                (20, Some(30), LockKind::Write)
+            ]
+        );
+    }
+
+    #[test]
+    fn ranges_are_checked() {
+        assert!(range(u64::MAX - 5, 10).is_err());
+        assert_eq!(range(5, 0).unwrap(), (5, None));
+    }
+}
