@@ -235,7 +235,10 @@ fn rocksdb_db_bench_runs_and_the_image_checks_clean() {
             .arg("--compression_type=none")
             .arg(format!("--db={}", db.display()))
             // The fills start from an empty database, overwrite and readrandom use theirs.
-            .arg(format!("--use_existing_db={}", u8::from(!bench.starts_with("fill"))))
+            .arg(format!(
+                "--use_existing_db={}",
+                u8::from(!bench.starts_with("fill"))
+            ))
             .output()
             .expect("run db_bench");
         check(&format!("db_bench --benchmarks={bench}"), &out);

@@ -497,7 +497,10 @@ impl FileSystem {
         };
         // The first key past this directory's entries: the next inode's prefix (a byte
         // increment of the last byte would overflow for inodes ending in 0xff).
-        let next = dir.0.checked_add(1).expect("directory inode below u64::MAX");
+        let next = dir
+            .0
+            .checked_add(1)
+            .expect("directory inode below u64::MAX");
         let end = records::dentry_prefix(InodeNo(next));
         let mut out = Vec::new();
         for item in self.engine.metadb().range(&start, Some(&end), None)? {
