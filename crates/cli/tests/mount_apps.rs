@@ -74,7 +74,7 @@ fn git_commits_fsck_and_log_survive_a_remount() {
     let head = git("git rev-parse HEAD", &v);
 
     fx.unmount();
-    fx.fsck_clean();
+    fx.fsck_clean_verified();
     fx.mount();
 
     let log = git("git log --format=%s", &v);
@@ -88,7 +88,7 @@ fn git_commits_fsck_and_log_survive_a_remount() {
         &v,
     );
     fx.unmount();
-    fx.fsck_clean();
+    fx.fsck_clean_verified();
 }
 
 /// 10 transactions of 10,000 inserts each, as one SQL script.
@@ -150,11 +150,11 @@ fn sqlite_inserts_survive_a_remount(wal: bool, rolled_back: bool) {
     }
 
     fx.unmount();
-    fx.fsck_clean();
+    fx.fsck_clean_verified();
     fx.mount();
     check_db(&v);
     fx.unmount();
-    fx.fsck_clean();
+    fx.fsck_clean_verified();
 }
 
 #[test]
@@ -203,6 +203,22 @@ fn find_db_bench() -> Option<PathBuf> {
 
 #[test]
 fn rocksdb_db_bench_runs_and_the_image_checks_clean() {
+    db_bench_then_fsck(false);
+}
+
+/// readrandom opens the database overwrite left, replays its WAL `000009.log` into
+/// `000013.sst` and deletes the WAL; after `fusermount3 -u` `augefs fsck -n` is clean but
+/// `--verify-data` finds 631 blocks of one inode failing their checksums, and after a
+/// remount `000009.log` is back (2.5 MB) and reading it fails with EIO.
+#[test]
+#[ignore = "augefs bug: a WAL RocksDB deleted comes back after a remount, its blocks reused"]
+fn rocksdb_db_bench_image_verifies_every_block() {
+    db_bench_then_fsck(true);
+}
+
+/// fillseq, fillrandom, overwrite, readrandom; then an unmount and fsck (`verify`: with
+/// --verify-data).
+fn db_bench_then_fsck(verify: bool) {
     let Some(db_bench) = find_db_bench() else {
         println!("SKIPPED: no db_bench (install rocksdb-tools; scripts/test does)");
         return;
@@ -254,5 +270,9 @@ fn rocksdb_db_bench_runs_and_the_image_checks_clean() {
         }
     }
     fx.unmount();
-    fx.fsck_clean();
+    if verify {
+        fx.fsck_clean_verified();
+    } else {
+        fx.fsck_clean();
+    }
 }

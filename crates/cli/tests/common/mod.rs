@@ -165,6 +165,18 @@ impl Fixture {
         check("augefs fsck -n", &out);
     }
 
+    /// `augefs fsck IMAGE -n --verify-data` exits 0: clean, and every mapped block
+    /// matches its checksum.
+    pub fn fsck_clean_verified(&self) {
+        let out = augefs(&[
+            "fsck".as_ref(),
+            self.image.as_os_str(),
+            "-n".as_ref(),
+            "--verify-data".as_ref(),
+        ]);
+        check("augefs fsck -n --verify-data", &out);
+    }
+
     pub fn vars(&self) -> Vec<(&'static str, &Path)> {
         vec![("MNT", &self.mnt), ("HOST", &self.host)]
     }
