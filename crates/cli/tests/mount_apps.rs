@@ -172,7 +172,6 @@ fn sqlite_100k_inserts_in_wal_mode_and_a_rollback_survive_a_remount() {
 /// its checksum: "data checksum mismatch: inode 16 block 0"), so sqlite3 reports
 /// "disk I/O error" (EIO from pread of the hot journal). fsck -n calls the image clean.
 #[test]
-#[ignore = "augefs bug: a journal sqlite unlinked after a ROLLBACK comes back after a remount"]
 fn sqlite_rolled_back_transaction_in_rollback_journal_mode_survives_a_remount() {
     sqlite_inserts_survive_a_remount(false, true);
 }
@@ -211,7 +210,6 @@ fn rocksdb_db_bench_runs_and_the_image_checks_clean() {
 /// `--verify-data` finds 631 blocks of one inode failing their checksums, and after a
 /// remount `000009.log` is back (2.5 MB) and reading it fails with EIO.
 #[test]
-#[ignore = "augefs bug: a WAL RocksDB deleted comes back after a remount, its blocks reused"]
 fn rocksdb_db_bench_image_verifies_every_block() {
     db_bench_then_fsck(true);
 }

@@ -80,7 +80,11 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
     let pool_config = PoolConfig::for_geometry(&geometry, false);
     let pool = Arc::new(SpacePool::new(geometry, pool_config));
     let space = Arc::new(MetaDbSpace::new(pool.clone()));
-    let hooks = Arc::new(EngineHooks::new(device.clone(), geometry.domain_count));
+    let slots = engine::image::read_checkpoints(&device, &geometry)?;
+    let hooks = Arc::new(EngineHooks::new(
+        device.clone(),
+        engine::log::checkpoint_watermarks(&slots, geometry.domain_count)?,
+    ));
     let mut conflicts = Vec::new();
     let mut lost = Vec::new();
     let db = MetaDb::open_then(

@@ -146,6 +146,9 @@ pub struct FileSystem {
     /// Per inode whose record was last written in a lane other than its own domain's: a
     /// member of that lane's domain ([`FileSystem::record_in`]).
     record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
+    /// Per inode created in a lane other than its own domain's and not yet known durable:
+    /// a member of that lane's domain ([`FileSystem::record_in`]).
+    create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     /// Who the path-level API and `File` act as.
     creds: Mutex<Arc<Creds>>,
     /// POSIX record locks (fcntl, OFD locks) and flock locks of this instance.
@@ -181,6 +184,7 @@ impl FileSystem {
             rename_lock: Mutex::new(()),
             name_lanes: Mutex::new(HashMap::new()),
             record_lanes: Mutex::new(HashMap::new()),
+            create_lanes: Mutex::new(HashMap::new()),
             creds: Mutex::new(Arc::new(Creds::of_process())),
             record_locks: crate::locks::LockTable::default(),
             flocks: crate::locks::LockTable::default(),
@@ -332,10 +336,32 @@ impl FileSystem {
     /// this, a record written in one lane could carry changes whose other records (an
     /// attribute, an entry) sat in a lost batch of another lane, giving the inode a state
     /// it never had. Called under `x`'s write lock, which orders all writes of its record.
-    /// A new inode's record (in its parent's lane) is not tracked: a crash can at worst
-    /// leave the inode without its name (docs/SEMANTICS.md §2).
+    /// A new inode's record, written in its parent's lane by the create, is settled only
+    /// before a name operation (`names`: a link, an unlink, a rename, whose link count or
+    /// parent counts the create's entry) writes it in another lane, not before writes of
+    /// its data or attributes: a crash can then at worst leave the inode without its name
+    /// (docs/SEMANTICS.md §2), and a create followed by writes costs no device flush.
     pub(crate) fn record_in(&self, x: InodeNo, lane: InodeNo) -> Result<(), VfsError> {
+        self.record_in_for(x, lane, false)
+    }
+
+    /// [`FileSystem::record_in`] for a name operation.
+    fn record_in_names(&self, x: InodeNo, lane: InodeNo) -> Result<(), VfsError> {
+        self.record_in_for(x, lane, true)
+    }
+
+    fn record_in_for(&self, x: InodeNo, lane: InodeNo, names: bool) -> Result<(), VfsError> {
         let d = self.engine.domain_of(lane);
+        if names || d != self.engine.domain_of(x) {
+            let created = self
+                .create_lanes
+                .lock()
+                .expect("create lanes lock")
+                .remove(&x);
+            if let Some(c) = created.filter(|&c| self.engine.domain_of(c) != d) {
+                self.engine.fsync(c)?;
+            }
+        }
         let last = self
             .record_lanes
             .lock()
@@ -351,6 +377,28 @@ impl FileSystem {
             map.remove(&x);
         } else {
             map.insert(x, lane);
+        }
+        Ok(())
+    }
+
+    /// Notes that `ino` was created in `parent`'s lane (see [`FileSystem::record_in`]).
+    fn note_create(&self, ino: InodeNo, parent: InodeNo) -> Result<(), VfsError> {
+        if self.engine.domain_of(ino) == self.engine.domain_of(parent) {
+            return Ok(());
+        }
+        let mut map = self.create_lanes.lock().expect("create lanes lock");
+        map.insert(ino, parent);
+        if map.len() > NAME_LANES_MAX {
+            // Many creates never linked elsewhere: make their lanes durable and forget them
+            // (one device flush per domain, rarely).
+            let all = std::mem::take(&mut *map);
+            drop(map);
+            let mut done = std::collections::HashSet::new();
+            for lane in all.into_values() {
+                if done.insert(self.engine.domain_of(lane)) {
+                    self.engine.fsync(lane)?;
+                }
+            }
         }
         Ok(())
     }
@@ -449,6 +497,7 @@ impl FileSystem {
         st.inode = Some(inode);
         drop(st);
         self.note_lane(ino, parent);
+        self.note_create(ino, parent)?;
         Ok(ino)
     }
 
@@ -600,7 +649,7 @@ impl FileSystem {
                 pinode.encode().to_vec(),
             );
             self.record_in(parent, parent)?;
-            self.record_in(entry.ino, parent)?;
+            self.record_in_names(entry.ino, parent)?;
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
                 child.encode().to_vec(),
@@ -761,7 +810,7 @@ impl FileSystem {
             records::inode_key(parent).to_vec(),
             pinode.encode().to_vec(),
         );
-        self.record_in(ino, parent)?;
+        self.record_in_names(ino, parent)?;
         self.record_in(parent, parent)?;
         self.engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
@@ -890,7 +939,7 @@ impl FileSystem {
                         self.deletion_records(t.ino, &tinode, &mut batch)?;
                         tst.inode = None;
                     } else {
-                        self.record_in(t.ino, dp)?;
+                        self.record_in_names(t.ino, dp)?;
                         batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
                         if tinode.nlink == 0 {
                             // Open, nameless: freed at last close, or by the next mount.
@@ -1013,7 +1062,7 @@ impl FileSystem {
         inode.parent = parent.0;
         inode.ctime_ns = now;
         // Every rename that reparents is logged in `parent`'s lane.
-        self.record_in(dir, parent)?;
+        self.record_in_names(dir, parent)?;
         batch.put(records::inode_key(dir).to_vec(), inode.encode().to_vec());
         st.inode = Some(inode);
         Ok(())
@@ -1362,6 +1411,7 @@ impl FileSystem {
         // What was noted before the sync is covered by it.
         std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
         std::mem::take(&mut *self.record_lanes.lock().expect("record lanes lock"));
+        std::mem::take(&mut *self.create_lanes.lock().expect("create lanes lock"));
         self.engine.sync()?;
         Ok(())
     }

@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub struct EngineHooks {
     device: Arc<Device>,
     domain_count: u32,
+    /// Per domain, the durable watermark of its checkpoint slot.
+    checkpointed: Vec<u64>,
     /// Set once the domains exist (after recovery); until then no data is in flight.
     trackers: OnceLock<Vec<Arc<SeqTracker>>>,
     /// What the replay filter did, for the mount report.
@@ -43,10 +45,12 @@ pub struct ReplayReport {
 }
 
 impl EngineHooks {
-    pub fn new(device: Arc<Device>, domain_count: u32) -> EngineHooks {
+    /// Hooks for a mount whose domains' checkpoints hold `watermarks` (one per domain).
+    pub fn new(device: Arc<Device>, watermarks: Vec<u64>) -> EngineHooks {
         EngineHooks {
             device,
-            domain_count,
+            domain_count: watermarks.len() as u32,
+            checkpointed: watermarks,
             trackers: OnceLock::new(),
             replay: Mutex::new(ReplayReport::default()),
         }
@@ -97,8 +101,17 @@ impl WriteHooks for EngineHooks {
             what: "engine record in the WAL".into(),
             detail,
         };
-        // The durable watermark of each domain: the highest any of its records carries.
-        let mut durable: HashMap<DomainId, u64> = HashMap::new();
+        // The durable watermark of each domain: the highest its checkpoint or any of its
+        // records carries. The checkpoint's counts: a sync persists the WAL without a new
+        // domain record, and the data it made durable may since have been unmapped, its
+        // segment freed, discarded and reused, so checking it would fail a good record
+        // (and drop the rest of its lane: a deletion after it would be lost).
+        let mut durable: HashMap<DomainId, u64> = self
+            .checkpointed
+            .iter()
+            .enumerate()
+            .map(|(d, &w)| (DomainId(d as u16), w))
+            .collect();
         let mut report = ReplayReport::default();
         for record in records {
             let Some(domain) = self.domain_of_lane(record) else {

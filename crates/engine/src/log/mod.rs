@@ -31,6 +31,7 @@ pub mod gc;
 pub mod hooks;
 pub mod keys;
 mod mount;
+pub use mount::checkpoint_watermarks;
 mod read;
 pub mod tracker;
 mod write;

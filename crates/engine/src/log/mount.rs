@@ -46,8 +46,11 @@ impl Engine {
         pool_config.metadb_headroom = metadb_headroom(&metadb_config);
         let pool = Arc::new(SpacePool::new(geometry, pool_config));
         let space = Arc::new(MetaDbSpace::new(pool.clone()));
-        let hooks = Arc::new(EngineHooks::new(device.clone(), domain_count));
         let slots = read_checkpoints(&device, &geometry)?;
+        let hooks = Arc::new(EngineHooks::new(
+            device.clone(),
+            checkpoint_watermarks(&slots, domain_count)?,
+        ));
         let mut domains = Vec::new();
         let mut report = MountReport::default();
         let mut failed: Option<EngineError> = None;
@@ -111,6 +114,21 @@ impl Engine {
             mount: report,
         })
     }
+}
+
+/// Each domain's checkpointed durable watermark: data written up to it is durable (and
+/// may since have been freed, its segment reused), so WAL replay never checks it
+/// (`EngineHooks::new`).
+pub fn checkpoint_watermarks(
+    slots: &[OwnerCheckpoint],
+    domain_count: u32,
+) -> Result<Vec<u64>, EngineError> {
+    (0..domain_count)
+        .map(|d| {
+            slot_state(slots, CheckpointOwner::Domain(DomainId(d as u16)))
+                .map(|(_, r)| r.durable_seq)
+        })
+        .collect()
 }
 
 /// The sequence and payload of `owner`'s current checkpoint slot (zeros if none, or a
