@@ -1,42 +1,17 @@
 //! Advisory locks through the Rust API (`File::lock` and friends, flock semantics) and the
 //! record-lock table front ends use: conflicts, conversion, waiting, release on drop.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+mod common;
+
+use common::errno;
 use format::constants::MIB;
-use platform::ManualClock;
-use std::sync::Arc;
 use std::time::Duration;
 use vfs::locks::{range, LockKind, LockOwner};
-use vfs::{FileSystem, OpenOptions};
-
-fn mounted() -> Arc<FileSystem> {
-    let dev = Device::new(Box::new(MemoryBackend::new(96 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(1),
-        fs_uuid: [6; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
-}
-
-fn errno(r: Result<(), vfs::VfsError>) -> i32 {
-    r.map_or_else(|e| e.errno(), |_| 0)
-}
+use vfs::OpenOptions;
 
 #[test]
 fn flock_like_std() {
-    let fs = mounted();
+    let fs = common::mounted(96 * MIB, 1);
     let open = || {
         OpenOptions::new()
             .read(true)
@@ -75,7 +50,7 @@ fn flock_like_std() {
 
 #[test]
 fn record_locks_of_one_instance() {
-    let fs = mounted();
+    let fs = common::mounted(96 * MIB, 1);
     let f = OpenOptions::new()
         .write(true)
         .create(true)

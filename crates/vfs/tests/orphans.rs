@@ -2,39 +2,16 @@
 //! last close; a crash before that close leaves an orphan record, and the next mount
 //! frees the inode and its blocks.
 
+mod common;
+
 use device::memory::MemoryBackend;
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use format::InodeNo;
-use platform::ManualClock;
 use std::sync::Arc;
 use vfs::{FileSystem, OpenOptions, RenameMode};
 
 const MIB: u64 = 1 << 20;
 const IMAGE: u64 = 128 * MIB;
-
-fn image() -> Arc<Device> {
-    let dev = Device::new(Box::new(MemoryBackend::new(IMAGE, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(3),
-        fs_uuid: [5; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
-}
-
-fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
-}
 
 /// The device's bytes now: what a crash at this instant leaves (the memory backend has
 /// no volatile cache, so everything written so far survives).
@@ -83,8 +60,8 @@ fn big_open_file(fs: &Arc<FileSystem>, path: &str) -> vfs::File {
 
 #[test]
 fn unlinked_open_file_is_readable_and_freed_at_last_close() {
-    let dev = image();
-    let fs = mount(&dev);
+    let dev = common::image(IMAGE, 3);
+    let fs = common::mount(&dev);
     let f = big_open_file(&fs, "/a");
     let ino = f.ino();
     fs.remove_file("/a").unwrap();
@@ -102,8 +79,8 @@ fn unlinked_open_file_is_readable_and_freed_at_last_close() {
 
 #[test]
 fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
-    let dev = image();
-    let fs = mount(&dev);
+    let dev = common::image(IMAGE, 3);
+    let fs = common::mount(&dev);
     let before = fs.engine().space_report().live_blocks;
     let f = big_open_file(&fs, "/a");
     let g = big_open_file(&fs, "/b");
@@ -119,7 +96,7 @@ fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
     drop((f, g, replacing));
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 
-    let fs = mount(&crashed);
+    let fs = common::mount(&crashed);
     assert_eq!(orphan_records(&fs), 0);
     assert_eq!(mapped_blocks(&fs, fi), 0);
     assert_eq!(mapped_blocks(&fs, ri), 0);

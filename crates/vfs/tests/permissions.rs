@@ -2,32 +2,16 @@
 //! supplementary groups, the sticky bit, set-group-ID directories, and who may chmod,
 //! chown and set times. Each case is what Linux does for the same calls.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+mod common;
+
+use common::errno;
 use format::constants::MIB;
-use platform::ManualClock;
 use std::sync::Arc;
 use vfs::creds::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use vfs::{AttrChanges, Creds, FileSystem, OpenOptions, RenameMode, TimeChange, XattrMode};
 
 fn mounted() -> Arc<FileSystem> {
-    let dev = Device::new(Box::new(MemoryBackend::new(128 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [3; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    let fs = Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap());
+    let fs = common::mounted(128 * MIB, 2);
     fs.set_creds(Creds::root());
     fs
 }
@@ -38,11 +22,6 @@ fn alice() -> Creds {
 
 fn bob() -> Creds {
     Creds::user(1001, 1001, vec![1001])
-}
-
-/// errno of a failed call (0 for success).
-fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
-    r.map_or_else(|e| e.errno(), |_| 0)
 }
 
 /// Root makes `/home/alice` (0755, alice's) and a sticky `/tmp` (1777).

@@ -5,23 +5,12 @@
 //! after a remount with its blocks reused. Found by sqlite's rollback journal and
 //! RocksDB's WAL on a FUSE mount.)
 
+mod common;
+
 use device::memory::MemoryBackend;
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
-use platform::ManualClock;
 use std::sync::Arc;
 use vfs::{FileSystem, OpenOptions};
-
-fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
-}
 
 fn names(fs: &FileSystem) -> Vec<String> {
     fs.read_dir("/d")
@@ -34,16 +23,8 @@ fn names(fs: &FileSystem) -> Vec<String> {
 /// A 5.5 MB database and a 2.8 MB journal written in unaligned 4100-byte pieces (more than
 /// a segment), the journal closed and removed; returns the image and the mounted fs.
 fn workload(domains: u32) -> (Arc<Device>, Arc<FileSystem>) {
-    let dev = Device::new(Box::new(MemoryBackend::new(512 << 20, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [6; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
-    let fs = mount(&dev);
+    let dev = common::image(512 << 20, domains);
+    let fs = common::mount(&dev);
     fs.create_dir("/d", 0o755).unwrap();
     let open = |p: &str| {
         OpenOptions::new()
@@ -77,7 +58,7 @@ fn a_removed_file_stays_removed_after_unmount() {
     for domains in [1, 4] {
         let (dev, fs) = workload(domains);
         Arc::into_inner(fs).unwrap().unmount().unwrap();
-        assert_eq!(names(&mount(&dev)), ["t.db"], "{domains} domains");
+        assert_eq!(names(&common::mount(&dev)), ["t.db"], "{domains} domains");
     }
 }
 
@@ -96,5 +77,5 @@ fn a_removed_file_stays_removed_after_a_crash_after_sync() {
         .to_vec();
     drop(fs);
     let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
-    assert_eq!(names(&mount(&crashed)), ["t.db"]);
+    assert_eq!(names(&common::mount(&crashed)), ["t.db"]);
 }

@@ -1,38 +1,14 @@
 //! Sparse files: SEEK_DATA/SEEK_HOLE, fallocate's modes, exact st_blocks (across a
 //! remount), ENOSPC before an allocation writes, and a 1 TiB sparse file.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+mod common;
+
+use common::errno;
 use format::constants::MIB;
-use platform::ManualClock;
 use std::sync::Arc;
 use vfs::{Fallocate, File, FileSystem, OpenOptions};
 
 const B: u64 = 4096;
-
-fn image(size: u64) -> Arc<Device> {
-    let dev = Device::new(Box::new(MemoryBackend::new(size, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [4; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
-}
-
-fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
-}
 
 fn open(fs: &Arc<FileSystem>, path: &str) -> File {
     OpenOptions::new()
@@ -41,10 +17,6 @@ fn open(fs: &Arc<FileSystem>, path: &str) -> File {
         .create(true)
         .open(fs, path)
         .unwrap()
-}
-
-fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
-    r.map_or_else(|e| e.errno(), |_| 0)
 }
 
 fn content(f: &File, len: usize) -> Vec<u8> {
@@ -56,8 +28,8 @@ fn content(f: &File, len: usize) -> Vec<u8> {
 
 #[test]
 fn seek_data_and_hole_walk_a_sparse_file() {
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let mut f = open(&fs, "/s");
     f.write_at(&[1u8; 4096], 0).unwrap();
     f.write_at(&[2u8; 8192], MIB).unwrap();
@@ -84,8 +56,8 @@ fn seek_data_and_hole_walk_a_sparse_file() {
 
 #[test]
 fn punch_hole_zeroes_the_range_and_frees_whole_blocks() {
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let f = open(&fs, "/p");
     f.write_at(&[7u8; 3 * 4096], 0).unwrap();
     f.fallocate(Fallocate::PunchHole, 1000, 8000).unwrap();
@@ -107,8 +79,8 @@ fn punch_hole_zeroes_the_range_and_frees_whole_blocks() {
 
 #[test]
 fn allocate_maps_zeros_and_keep_size_keeps_it() {
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let f = open(&fs, "/a");
     f.write_at(b"hello", 0).unwrap();
     f.fallocate(Fallocate::Allocate { keep_size: false }, 0, 10 * B)
@@ -131,15 +103,15 @@ fn allocate_maps_zeros_and_keep_size_keeps_it() {
     // The counts are durable with the blocks.
     drop(f);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = mount(&dev);
+    let fs = common::mount(&dev);
     let m = fs.metadata("/a").unwrap();
     assert_eq!((m.size, m.blocks), (16 * B, 16 * 8));
 }
 
 #[test]
 fn zero_range_can_grow_the_file() {
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let f = open(&fs, "/z");
     f.write_at(&[5u8; 8192], 0).unwrap();
     f.fallocate(Fallocate::ZeroRange { keep_size: false }, 4000, 10_000)
@@ -180,8 +152,8 @@ fn fallocate_modes_map_to_errnos_like_linux() {
         EOPNOTSUPP
     );
     assert_eq!(errno(Fallocate::from_mode(0x4000)), EINVAL);
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let f = open(&fs, "/e");
     let alloc = Fallocate::Allocate { keep_size: false };
     assert_eq!(errno(f.fallocate(alloc, 0, 0)), EINVAL);
@@ -193,8 +165,8 @@ fn fallocate_modes_map_to_errnos_like_linux() {
 
 #[test]
 fn allocation_beyond_free_space_fails_before_writing() {
-    let dev = image(96 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(96 * MIB, 2);
+    let fs = common::mount(&dev);
     let f = open(&fs, "/big");
     let free = fs.statfs().blocks_free;
     assert_eq!(
@@ -206,8 +178,8 @@ fn allocation_beyond_free_space_fails_before_writing() {
 
 #[test]
 fn one_tebibyte_sparse_file() {
-    let dev = image(128 * MIB);
-    let fs = mount(&dev);
+    let dev = common::image(128 * MIB, 2);
+    let fs = common::mount(&dev);
     let mut f = open(&fs, "/huge");
     let tib = 1u64 << 40;
     f.write_at(b"end", tib - 3).unwrap();

@@ -1,0 +1,45 @@
+//! Shared helpers of the VFS integration tests: a formatted memory image, a mount, the
+//! errno of a result.
+#![allow(dead_code)]
+
+use device::memory::MemoryBackend;
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use platform::ManualClock;
+use std::sync::Arc;
+use vfs::FileSystem;
+
+/// A memory image of `bytes` formatted with `domains` domains.
+pub fn image(bytes: u64, domains: u32) -> Arc<Device> {
+    let dev = Device::new(Box::new(MemoryBackend::new(bytes, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(domains),
+        fs_uuid: [9; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&dev, None, &opts, &NoProgress).unwrap();
+    Arc::new(dev)
+}
+
+/// `dev` mounted with the default configuration and a manual clock.
+pub fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    let env = EngineEnv {
+        device: dev.clone(),
+        pmr: None,
+        clock: Arc::new(ManualClock::new(1_000_000)),
+    };
+    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
+}
+
+/// A fresh image of `bytes` with `domains` domains, mounted.
+pub fn mounted(bytes: u64, domains: u32) -> Arc<FileSystem> {
+    mount(&image(bytes, domains))
+}
+
+/// The errno of a failed call, 0 for success.
+pub fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
+    r.map_or_else(|e| e.errno(), |_| 0)
+}
