@@ -316,18 +316,24 @@ impl FileSystem {
             lanes.push(lane);
         }
         if map.len() > NAME_LANES_MAX {
-            // Many inodes never fsync'd: forget them once their lanes are durable (one
-            // device flush per domain, rarely).
+            // Many inodes never fsync'd: forget them once their lanes are durable.
             let all = std::mem::take(&mut *map);
             drop(map);
-            let mut done = std::collections::HashSet::new();
-            for lane in all.into_values().flatten() {
-                if done.insert(self.engine.domain_of(lane)) {
-                    // An error turns the file system read-only; the next fsync reports it.
-                    let _ = self.engine.fsync(lane);
-                }
+            // An error turns the file system read-only; the next fsync reports it.
+            let _ = self.persist_lanes(all.into_values().flatten());
+        }
+    }
+
+    /// Makes the lanes of `lanes`' domains durable: one fsync per domain (each a device
+    /// flush at most).
+    fn persist_lanes(&self, lanes: impl IntoIterator<Item = InodeNo>) -> Result<(), VfsError> {
+        let mut done = std::collections::HashSet::new();
+        for lane in lanes {
+            if done.insert(self.engine.domain_of(lane)) {
+                self.engine.fsync(lane)?;
             }
         }
+        Ok(())
     }
 
     /// Before a batch of `lane`'s domain writes inode `x`'s record: if `x`'s record was
@@ -389,16 +395,10 @@ impl FileSystem {
         let mut map = self.create_lanes.lock().expect("create lanes lock");
         map.insert(ino, parent);
         if map.len() > NAME_LANES_MAX {
-            // Many creates never linked elsewhere: make their lanes durable and forget them
-            // (one device flush per domain, rarely).
+            // Many creates never linked elsewhere: make their lanes durable, forget them.
             let all = std::mem::take(&mut *map);
             drop(map);
-            let mut done = std::collections::HashSet::new();
-            for lane in all.into_values() {
-                if done.insert(self.engine.domain_of(lane)) {
-                    self.engine.fsync(lane)?;
-                }
-            }
+            self.persist_lanes(all.into_values())?;
         }
         Ok(())
     }
@@ -439,12 +439,7 @@ impl FileSystem {
         );
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
-        let mut pinode = live_dir(&pst, parent, name)?;
-        cx.check(&pinode, MAY_EXEC, || show(name))?;
-        if self.lookup(parent, name)?.is_some() {
-            return Err(VfsError::Exists(show(name)));
-        }
-        cx.check(&pinode, MAY_WRITE, || show(name))?;
+        let mut pinode = self.free_name(cx, &pst, parent, name)?;
         // A set-group-ID directory hands its group (and, to directories, the bit) down.
         let inherit = pinode.perm & S_ISGID != 0;
         let gid = if inherit { pinode.gid } else { cx.gid };
@@ -565,6 +560,25 @@ impl FileSystem {
             }
         }
         Ok(out)
+    }
+
+    /// The inode of directory `parent` (whose state `pst` the caller holds locked) for a
+    /// new entry `name`: search permission, EEXIST if the name is taken, then write
+    /// permission (the order Linux checks in).
+    fn free_name(
+        &self,
+        cx: &Creds,
+        pst: &InodeState,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<Inode, VfsError> {
+        let pinode = live_dir(pst, parent, name)?;
+        cx.check(&pinode, MAY_EXEC, || show(name))?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(VfsError::Exists(show(name)));
+        }
+        cx.check(&pinode, MAY_WRITE, || show(name))?;
+        Ok(pinode)
     }
 
     /// Whether directory `dir` has no entries (no lock taken: callers hold it).
@@ -725,9 +739,7 @@ impl FileSystem {
     /// that orphaned it went to its parent's; that lane is made durable first, so a
     /// crash never keeps the deletion without the unlink (a name for a freed inode).
     fn reap_orphan(&self, ino: InodeNo, inode: &Inode) -> Result<(), VfsError> {
-        for dir in self.take_lanes(ino) {
-            self.engine.fsync(dir)?;
-        }
+        self.persist_lanes(self.take_lanes(ino))?;
         let mut batch = WriteBatch::new();
         batch.delete(records::orphan_key(ino).to_vec());
         self.delete_inode(ino, inode, batch)
@@ -781,12 +793,7 @@ impl FileSystem {
         }
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
-        let mut pinode = live_dir(&pst, parent, name)?;
-        cx.check(&pinode, MAY_EXEC, || show(name))?;
-        if self.lookup(parent, name)?.is_some() {
-            return Err(VfsError::Exists(show(name)));
-        }
-        cx.check(&pinode, MAY_WRITE, || show(name))?;
+        let mut pinode = self.free_name(cx, &pst, parent, name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
@@ -1399,9 +1406,7 @@ impl FileSystem {
         let _ = data_only;
         // The names first: a crash between the two then leaves the old contents under
         // the new name, never the new contents without a name.
-        for dir in self.take_lanes(ino) {
-            self.engine.fsync(dir)?;
-        }
+        self.persist_lanes(self.take_lanes(ino))?;
         self.engine.fsync(ino)?;
         Ok(())
     }
