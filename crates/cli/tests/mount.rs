@@ -359,6 +359,21 @@ fn writeback_cache_mount_keeps_data_intact() {
 }
 
 #[test]
+fn a_background_mount_reports_to_its_log() {
+    let fx = Fixture::new();
+    let log = fx.host.join("daemon.log");
+    fx.mount_with(
+        BIN,
+        &["mount"],
+        &["--log", log.to_str().expect("utf-8 path")],
+    );
+    fx.unmount();
+    let text = fs::read_to_string(&log).expect("the daemon wrote its log");
+    assert!(text.contains("mounted on"), "{text}");
+    assert!(text.contains("unmounted"), "{text}");
+}
+
+#[test]
 fn the_mount_helper_takes_mount8_arguments() {
     // mount(8) runs /sbin/mount.fuse.augefs IMAGE DIR [-n] [-s] [-v] -o OPTS; a symlink
     // to the binary under that name is the helper (not installed here: a private one).

@@ -48,6 +48,10 @@ pub struct Args {
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
+    /// Where a background mount's daemon reports, once the mount is up: its start, its
+    /// unmount and anything that goes wrong (appended; default: nowhere).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
     /// Internal: this process is the daemon of a background mount.
     #[arg(long, hide = true)]
     pub daemon_child: bool,
@@ -81,7 +85,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let daemon = args.daemon_child;
-    serve(fs, &args.dir, &image, &opts, move |unmounter| {
+    let log = args.log.clone();
+    let mounted = format!("augefs: {image} mounted on {}", args.dir.display());
+    let served = serve(fs, &args.dir, &image, &opts, move |unmounter| {
         std::thread::spawn(move || {
             for _ in signals.forever() {
                 if let Err(e) = unmounter.unmount() {
@@ -90,10 +96,15 @@ pub fn run(args: Args) -> Result<(), String> {
             }
         });
         if daemon {
-            announce_ready();
+            announce_ready(log.as_deref());
+            eprintln!("{mounted}");
         }
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string());
+    if daemon && served.is_ok() {
+        eprintln!("augefs: {} unmounted", args.image.display());
+    }
+    served
 }
 
 /// Errors a user can fix, found before anything is opened.
@@ -112,8 +123,9 @@ fn check_paths(args: &Args) -> Result<(), String> {
 }
 
 /// Tells the waiting parent the mount works, then lets go of its pipes (they would
-/// keep a caller that reads the parent's output waiting for the daemon's exit).
-fn announce_ready() {
+/// keep a caller that reads the parent's output waiting for the daemon's exit); standard
+/// error goes to `log` (appended) if given.
+fn announce_ready(log: Option<&Path>) {
     let mut out = std::io::stdout();
     // A parent that died meanwhile changes nothing: the mount is up either way.
     let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
@@ -123,10 +135,21 @@ fn announce_ready() {
         .open("/dev/null")
     {
         use std::os::fd::AsRawFd;
+        let log = log.and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
         for fd in 0..=2 {
+            let to = match (&log, fd) {
+                (Some(l), 2) => l.as_raw_fd(),
+                _ => null.as_raw_fd(),
+            };
             // SAFETY: dup2 onto the standard descriptors, which this process owns; Rust's
-            // handles for them stay valid (they now refer to /dev/null).
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+            // handles for them stay valid (they now refer to /dev/null or the log).
+            unsafe { libc::dup2(to, fd) };
         }
     }
 }
@@ -147,6 +170,11 @@ fn start_daemon(args: &Args) -> Result<(), String> {
     }
     if let Some(p) = &args.pmr {
         cmd.arg("--pmr").arg(abs(p)?);
+    }
+    if let Some(l) = &args.log {
+        // The daemon runs in /; the log may not exist yet.
+        let here = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+        cmd.arg("--log").arg(here.join(l));
     }
     cmd.current_dir("/")
         .stdin(Stdio::null())
