@@ -1170,12 +1170,23 @@ impl FileSystem {
             inode.mtime_ns = at(t);
         }
         inode.ctime_ns = now;
-        let mut batch = WriteBatch::new();
+        self.put_inode(ino, &inode, WriteBatch::new())?;
+        st.inode = Some(inode);
+        Ok(())
+    }
+
+    /// Applies `batch` with `inode` as `ino`'s new record, in `ino`'s own lane (an
+    /// attribute or size change without blocks). The caller holds `ino`'s write lock.
+    pub(crate) fn put_inode(
+        &self,
+        ino: InodeNo,
+        inode: &Inode,
+        mut batch: WriteBatch,
+    ) -> Result<(), VfsError> {
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
         self.record_in(ino, ino)?;
         self.engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
-        st.inode = Some(inode);
         Ok(())
     }
 
@@ -1369,8 +1380,6 @@ impl FileSystem {
         inode.size = size;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
-        let mut extra = WriteBatch::new();
-        extra.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
         if size < old {
             // One batch: the blocks past the new end and the size. Bytes of the last
             // block past the end stay on the device; writes and growth zero them before
@@ -1386,14 +1395,10 @@ impl FileSystem {
                 block[(old % BLOCK) as usize..].fill(0);
                 self.write_blocks(ino, &mut inode, FileBlock(b), &block)?;
             } else {
-                self.record_in(ino, ino)?;
-                self.engine
-                    .put_metadata(ino, &extra, Durability::Buffered)?;
+                self.put_inode(ino, &inode, WriteBatch::new())?;
             }
         } else {
-            self.record_in(ino, ino)?;
-            self.engine
-                .put_metadata(ino, &extra, Durability::Buffered)?;
+            self.put_inode(ino, &inode, WriteBatch::new())?;
         }
         st.inode = Some(inode);
         Ok(())

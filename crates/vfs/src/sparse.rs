@@ -195,14 +195,7 @@ impl FileSystem {
                 Some(FileBlock(end_whole)),
             )?;
         } else {
-            let mut batch = metadb::WriteBatch::new();
-            batch.put(
-                crate::records::inode_key(ino).to_vec(),
-                inode.encode().to_vec(),
-            );
-            self.record_in(ino, ino)?;
-            self.engine
-                .put_metadata(ino, &batch, engine::log::Durability::Buffered)?;
+            self.put_inode(ino, &inode, metadb::WriteBatch::new())?;
         }
         st.inode = Some(inode);
         Ok(())

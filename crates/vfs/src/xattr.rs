@@ -11,7 +11,6 @@ use crate::creds::{Creds, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::error::VfsError;
 use crate::fs::{live, show, FileSystem};
 use crate::records::{self, Inode, Kind};
-use engine::log::Durability;
 use format::InodeNo;
 use metadb::WriteBatch;
 
@@ -121,10 +120,7 @@ impl FileSystem {
         inode.ctime_ns = self.now();
         let mut batch = WriteBatch::new();
         batch.put(key, value.to_vec());
-        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-        self.record_in(ino, ino)?;
-        self.engine
-            .put_metadata(ino, &batch, Durability::Buffered)?;
+        self.put_inode(ino, &inode, batch)?;
         st.inode = Some(inode);
         Ok(())
     }
@@ -198,10 +194,7 @@ impl FileSystem {
         inode.ctime_ns = self.now();
         let mut batch = WriteBatch::new();
         batch.delete(key);
-        batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-        self.record_in(ino, ino)?;
-        self.engine
-            .put_metadata(ino, &batch, Durability::Buffered)?;
+        self.put_inode(ino, &inode, batch)?;
         st.inode = Some(inode);
         Ok(())
     }
