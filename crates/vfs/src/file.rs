@@ -180,7 +180,7 @@ impl File {
         } else {
             offset
         };
-        self.fs.write_locked(self.handle.ino, &mut st, at, buf)
+        self.fs.write_locked(&self.handle, &mut st, at, buf)
     }
 
     pub fn set_len(&self, size: u64) -> Result<(), VfsError> {

@@ -15,9 +15,10 @@
 
 use crate::creds::{Creds, MAY_EXEC, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
+use crate::pagecache::{Cache, CacheConfig, CacheStats, Pages};
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, Extra};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Clock;
@@ -25,8 +26,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 pub const BLOCK: u64 = 4096;
-/// Blocks per engine write (keeps each batch well under MetaDB's record limit).
-const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
 const NAME_LANES_MAX: usize = 1 << 16;
 /// Inode numbers reserved per durable high-water update.
@@ -48,6 +47,8 @@ pub(crate) struct InodeState {
 pub(crate) struct Handle {
     pub ino: InodeNo,
     pub state: RwLock<InodeState>,
+    /// Cached blocks of a file (lock order: `state`, then `pages`).
+    pub pages: Mutex<Pages>,
 }
 
 impl Handle {
@@ -57,6 +58,10 @@ impl Handle {
 
     pub fn write(&self) -> RwLockWriteGuard<'_, InodeState> {
         self.state.write().expect("inode lock")
+    }
+
+    pub fn pages(&self) -> std::sync::MutexGuard<'_, Pages> {
+        self.pages.lock().expect("pages lock")
     }
 }
 
@@ -128,11 +133,24 @@ pub enum RenameMode {
     Exchange,
 }
 
+/// What the file system shares with its background flusher: the engine, where inode
+/// records were last written, the inode table and the page cache.
+pub(crate) struct Core {
+    pub engine: Engine,
+    pub clock: Arc<dyn Clock>,
+    pub inodes: Mutex<HashMap<InodeNo, Weak<Handle>>>,
+    /// Per inode whose record was last written in a lane other than its own domain's: a
+    /// member of that lane's domain ([`Core::record_in`]).
+    pub record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
+    /// Per inode created in a lane other than its own domain's and not yet known durable:
+    /// a member of that lane's domain ([`Core::record_in`]).
+    pub create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
+    pub cache: Arc<Cache>,
+}
+
 /// A mounted augefs.
 pub struct FileSystem {
-    pub(crate) engine: Engine,
-    clock: Arc<dyn Clock>,
-    inodes: Mutex<HashMap<InodeNo, Weak<Handle>>>,
+    pub(crate) core: Arc<Core>,
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
     rename_lock: Mutex<()>,
@@ -143,199 +161,39 @@ pub struct FileSystem {
     /// in the inode's handle, which lives only while the inode is in use; cleared by
     /// fsync of the inode and by sync.
     name_lanes: Mutex<HashMap<InodeNo, Vec<InodeNo>>>,
-    /// Per inode whose record was last written in a lane other than its own domain's: a
-    /// member of that lane's domain ([`FileSystem::record_in`]).
-    record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
-    /// Per inode created in a lane other than its own domain's and not yet known durable:
-    /// a member of that lane's domain ([`FileSystem::record_in`]).
-    create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     /// Who the path-level API and `File` act as.
     creds: Mutex<Arc<Creds>>,
     /// POSIX record locks (fcntl, OFD locks) and flock locks of this instance.
     record_locks: crate::locks::LockTable,
     flocks: crate::locks::LockTable,
+    /// The background flusher (stopped by unmount and drop).
+    flusher: Mutex<Option<crate::data::Flusher>>,
+}
+
+impl Drop for FileSystem {
+    /// Without an unmount, like a crash: dirty pages are lost (and the handles the cache
+    /// kept for them released).
+    fn drop(&mut self) {
+        self.stop_flusher();
+        self.core
+            .cache
+            .dirty_inodes
+            .lock()
+            .expect("dirty inodes lock")
+            .clear();
+    }
 }
 
 impl std::fmt::Debug for FileSystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSystem")
-            .field("engine", &self.engine)
+            .field("engine", &self.core.engine)
+            .field("cache", &self.core.cache.stats())
             .finish()
     }
 }
 
-impl FileSystem {
-    /// Mounts (recovering) the image of `env`; creates the root directory on a freshly
-    /// formatted image.
-    pub fn mount(env: EngineEnv, config: EngineConfig) -> Result<FileSystem, VfsError> {
-        let clock = env.clock.clone();
-        let engine = Engine::open(env, config)?;
-        let db = engine.metadb();
-        let high = match db.get(records::COUNTER_KEY)? {
-            Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")),
-            Some(v) => return Err(VfsError::corrupt("inode counter", "length", 8, v.len())),
-            None => ROOT.0 + 1,
-        };
-        let fs = FileSystem {
-            engine,
-            clock,
-            inodes: Mutex::new(HashMap::new()),
-            next_ino: Mutex::new((high, high)),
-            rename_lock: Mutex::new(()),
-            name_lanes: Mutex::new(HashMap::new()),
-            record_lanes: Mutex::new(HashMap::new()),
-            create_lanes: Mutex::new(HashMap::new()),
-            creds: Mutex::new(Arc::new(Creds::of_process())),
-            record_locks: crate::locks::LockTable::default(),
-            flocks: crate::locks::LockTable::default(),
-        };
-        if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
-            let now = fs.now();
-            let root = Inode {
-                kind: Kind::Dir,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                parent: ROOT.0,
-                size: 0,
-                atime_ns: now,
-                mtime_ns: now,
-                ctime_ns: now,
-                btime_ns: now,
-                blocks: 0,
-            };
-            let mut batch = WriteBatch::new();
-            batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
-            fs.engine.put_metadata(ROOT, &batch, Durability::Fsync)?;
-        }
-        fs.reap_orphans()?;
-        Ok(fs)
-    }
-
-    /// Makes everything durable and unmounts. An error means something may not be.
-    pub fn unmount(self) -> Result<(), VfsError> {
-        self.engine.close()?;
-        Ok(())
-    }
-
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// POSIX record locks (F_GETLK, F_SETLK, F_SETLKW; OFD locks) of this instance.
-    pub fn record_locks(&self) -> &crate::locks::LockTable {
-        &self.record_locks
-    }
-
-    /// flock locks of this instance (whole-file record locks of their own table).
-    pub fn flocks(&self) -> &crate::locks::LockTable {
-        &self.flocks
-    }
-
-    /// Who the path-level API and `File` act as from now on (default: the process that
-    /// mounted). Name operations of the inode-level API take their caller's instead.
-    pub fn set_creds(&self, creds: Creds) {
-        *self.creds.lock().expect("creds lock") = Arc::new(creds);
-    }
-
-    /// The identity of the path-level API.
-    pub fn creds(&self) -> Arc<Creds> {
-        self.creds.lock().expect("creds lock").clone()
-    }
-
-    /// `access(2)`: Ok if `cx` may access `ino` as `mask` (MAY_* bits) says.
-    pub fn access(&self, cx: &Creds, ino: InodeNo, mask: u32) -> Result<(), VfsError> {
-        let h = self.handle(ino)?;
-        let st = h.read();
-        cx.check(live(&st, ino)?, mask, || format!("inode {ino}"))
-    }
-
-    pub(crate) fn now(&self) -> i64 {
-        self.clock.wall_ns() as i64
-    }
-
-    /// The handle of `ino` (loaded from MetaDB on first use).
-    pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
-        let mut table = self.inodes.lock().expect("inode table lock");
-        if let Some(h) = table.get(&ino).and_then(Weak::upgrade) {
-            return Ok(h);
-        }
-        let inode = match self.engine.metadb().get(&records::inode_key(ino))? {
-            Some(v) => Some(Inode::decode(ino, &v)?),
-            None => None,
-        };
-        let h = Arc::new(Handle {
-            ino,
-            state: RwLock::new(InodeState { inode, open: 0 }),
-        });
-        table.insert(ino, Arc::downgrade(&h));
-        if table.len() > 4096 {
-            table.retain(|_, w| w.strong_count() > 0);
-        }
-        Ok(h)
-    }
-
-    /// A fresh inode number (never handed out before, even across crashes).
-    fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
-        let mut n = self.next_ino.lock().expect("inode counter lock");
-        if n.0 >= n.1 {
-            // Not through the engine: check its failure first (MetaDB fails on its own).
-            self.engine.check_writable()?;
-            let high = n.1 + INO_BATCH;
-            self.engine.metadb().put(
-                records::COUNTER_KEY,
-                &high.to_le_bytes(),
-                metadb::Durability::Sync,
-            )?;
-            n.1 = high;
-        }
-        let ino = n.0;
-        n.0 += 1;
-        Ok(InodeNo(ino))
-    }
-
-    /// The entry `name` of directory `dir` (whose state the caller has locked or read).
-    pub(crate) fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Option<Dentry>, VfsError> {
-        match self.engine.metadb().get(&records::dentry_key(dir, name))? {
-            Some(v) => Ok(Some(Dentry::decode(&v)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
-    /// reach (one entry per domain: each list stays as short as the domain count).
-    fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
-        let d = self.engine.domain_of(lane);
-        if d == self.engine.domain_of(ino) {
-            return;
-        }
-        let mut map = self.name_lanes.lock().expect("name lanes lock");
-        let lanes = map.entry(ino).or_default();
-        if !lanes.iter().any(|&x| self.engine.domain_of(x) == d) {
-            lanes.push(lane);
-        }
-        if map.len() > NAME_LANES_MAX {
-            // Many inodes never fsync'd: forget them once their lanes are durable.
-            let all = std::mem::take(&mut *map);
-            drop(map);
-            // An error turns the file system read-only; the next fsync reports it.
-            let _ = self.persist_lanes(all.into_values().flatten());
-        }
-    }
-
-    /// Makes the lanes of `lanes`' domains durable: one fsync per domain (each a device
-    /// flush at most).
-    fn persist_lanes(&self, lanes: impl IntoIterator<Item = InodeNo>) -> Result<(), VfsError> {
-        let mut done = std::collections::HashSet::new();
-        for lane in lanes {
-            if done.insert(self.engine.domain_of(lane)) {
-                self.engine.fsync(lane)?;
-            }
-        }
-        Ok(())
-    }
-
+impl Core {
     /// Before a batch of `lane`'s domain writes inode `x`'s record: if `x`'s record was
     /// last written in another domain's lane, that lane is made durable first (a no-op
     /// when it is already). Each lane keeps a prefix of its batches after a crash; without
@@ -351,8 +209,8 @@ impl FileSystem {
         self.record_in_for(x, lane, false)
     }
 
-    /// [`FileSystem::record_in`] for a name operation.
-    fn record_in_names(&self, x: InodeNo, lane: InodeNo) -> Result<(), VfsError> {
+    /// [`Core::record_in`] for a name operation.
+    pub(crate) fn record_in_names(&self, x: InodeNo, lane: InodeNo) -> Result<(), VfsError> {
         self.record_in_for(x, lane, true)
     }
 
@@ -386,13 +244,244 @@ impl FileSystem {
         }
         Ok(())
     }
+}
+
+impl FileSystem {
+    /// Mounts (recovering) the image of `env`; creates the root directory on a freshly
+    /// formatted image.
+    pub fn mount(env: EngineEnv, config: EngineConfig) -> Result<FileSystem, VfsError> {
+        FileSystem::mount_with(env, config, CacheConfig::default())
+    }
+
+    /// [`FileSystem::mount`] with these page-cache settings.
+    pub fn mount_with(
+        env: EngineEnv,
+        config: EngineConfig,
+        cache: CacheConfig,
+    ) -> Result<FileSystem, VfsError> {
+        let clock = env.clock.clone();
+        let engine = Engine::open(env, config)?;
+        let db = engine.metadb();
+        let high = match db.get(records::COUNTER_KEY)? {
+            Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")),
+            Some(v) => return Err(VfsError::corrupt("inode counter", "length", 8, v.len())),
+            None => ROOT.0 + 1,
+        };
+        let core = Arc::new(Core {
+            engine,
+            clock,
+            inodes: Mutex::new(HashMap::new()),
+            record_lanes: Mutex::new(HashMap::new()),
+            create_lanes: Mutex::new(HashMap::new()),
+            cache: Arc::new(Cache::new(cache)),
+        });
+        let flusher = cache
+            .flush_interval
+            .map(|every| crate::data::Flusher::start(core.clone(), every));
+        let fs = FileSystem {
+            core,
+            next_ino: Mutex::new((high, high)),
+            rename_lock: Mutex::new(()),
+            name_lanes: Mutex::new(HashMap::new()),
+            creds: Mutex::new(Arc::new(Creds::of_process())),
+            record_locks: crate::locks::LockTable::default(),
+            flocks: crate::locks::LockTable::default(),
+            flusher: Mutex::new(flusher),
+        };
+        if fs
+            .core
+            .engine
+            .metadb()
+            .get(&records::inode_key(ROOT))?
+            .is_none()
+        {
+            let now = fs.now();
+            let root = Inode {
+                kind: Kind::Dir,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                nlink: 2,
+                parent: ROOT.0,
+                size: 0,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                btime_ns: now,
+                blocks: 0,
+            };
+            let mut batch = WriteBatch::new();
+            batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
+            fs.core
+                .engine
+                .put_metadata(ROOT, &batch, Durability::Fsync)?;
+        }
+        fs.reap_orphans()?;
+        Ok(fs)
+    }
+
+    /// Makes everything durable and unmounts. An error means something may not be.
+    pub fn unmount(self) -> Result<(), VfsError> {
+        self.stop_flusher();
+        self.core.write_back_all()?;
+        let core = self.core.clone();
+        drop(self);
+        // Nothing else holds the core once the flusher is stopped (handles hold only the
+        // cache's counters).
+        let core = Arc::into_inner(core).expect("no other holder of the core");
+        // Handles with dirty pages are gone (all written back): drop the rest.
+        core.cache
+            .dirty_inodes
+            .lock()
+            .expect("dirty inodes lock")
+            .clear();
+        core.engine.close()?;
+        Ok(())
+    }
+
+    fn stop_flusher(&self) {
+        if let Some(f) = self.flusher.lock().expect("flusher lock").take() {
+            f.stop();
+        }
+    }
+
+    /// Page-cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.core.cache.stats()
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.core.engine
+    }
+
+    /// POSIX record locks (F_GETLK, F_SETLK, F_SETLKW; OFD locks) of this instance.
+    pub fn record_locks(&self) -> &crate::locks::LockTable {
+        &self.record_locks
+    }
+
+    /// flock locks of this instance (whole-file record locks of their own table).
+    pub fn flocks(&self) -> &crate::locks::LockTable {
+        &self.flocks
+    }
+
+    /// Who the path-level API and `File` act as from now on (default: the process that
+    /// mounted). Name operations of the inode-level API take their caller's instead.
+    pub fn set_creds(&self, creds: Creds) {
+        *self.creds.lock().expect("creds lock") = Arc::new(creds);
+    }
+
+    /// The identity of the path-level API.
+    pub fn creds(&self) -> Arc<Creds> {
+        self.creds.lock().expect("creds lock").clone()
+    }
+
+    /// `access(2)`: Ok if `cx` may access `ino` as `mask` (MAY_* bits) says.
+    pub fn access(&self, cx: &Creds, ino: InodeNo, mask: u32) -> Result<(), VfsError> {
+        let h = self.handle(ino)?;
+        let st = h.read();
+        cx.check(live(&st, ino)?, mask, || format!("inode {ino}"))
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.core.clock.wall_ns() as i64
+    }
+
+    /// The handle of `ino` (loaded from MetaDB on first use).
+    pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
+        let mut table = self.core.inodes.lock().expect("inode table lock");
+        if let Some(h) = table.get(&ino).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        let inode = match self.core.engine.metadb().get(&records::inode_key(ino))? {
+            Some(v) => Some(Inode::decode(ino, &v)?),
+            None => None,
+        };
+        let h = Arc::new(Handle {
+            ino,
+            state: RwLock::new(InodeState { inode, open: 0 }),
+            pages: Mutex::new(Pages::new(self.core.cache.clone())),
+        });
+        table.insert(ino, Arc::downgrade(&h));
+        if table.len() > 4096 {
+            table.retain(|_, w| w.strong_count() > 0);
+        }
+        Ok(h)
+    }
+
+    /// A fresh inode number (never handed out before, even across crashes).
+    fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
+        let mut n = self.next_ino.lock().expect("inode counter lock");
+        if n.0 >= n.1 {
+            // Not through the engine: check its failure first (MetaDB fails on its own).
+            self.core.engine.check_writable()?;
+            let high = n.1 + INO_BATCH;
+            self.core.engine.metadb().put(
+                records::COUNTER_KEY,
+                &high.to_le_bytes(),
+                metadb::Durability::Sync,
+            )?;
+            n.1 = high;
+        }
+        let ino = n.0;
+        n.0 += 1;
+        Ok(InodeNo(ino))
+    }
+
+    /// The entry `name` of directory `dir` (whose state the caller has locked or read).
+    pub(crate) fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Option<Dentry>, VfsError> {
+        match self
+            .core
+            .engine
+            .metadb()
+            .get(&records::dentry_key(dir, name))?
+        {
+            Some(v) => Ok(Some(Dentry::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
+    /// reach (one entry per domain: each list stays as short as the domain count).
+    fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
+        let d = self.core.engine.domain_of(lane);
+        if d == self.core.engine.domain_of(ino) {
+            return;
+        }
+        let mut map = self.name_lanes.lock().expect("name lanes lock");
+        let lanes = map.entry(ino).or_default();
+        if !lanes.iter().any(|&x| self.core.engine.domain_of(x) == d) {
+            lanes.push(lane);
+        }
+        if map.len() > NAME_LANES_MAX {
+            // Many inodes never fsync'd: forget them once their lanes are durable.
+            let all = std::mem::take(&mut *map);
+            drop(map);
+            // An error turns the file system read-only; the next fsync reports it.
+            let _ = self.persist_lanes(all.into_values().flatten());
+        }
+    }
+
+    /// Makes the lanes of `lanes`' domains durable: one fsync per domain (each a device
+    /// flush at most).
+    pub(crate) fn persist_lanes(
+        &self,
+        lanes: impl IntoIterator<Item = InodeNo>,
+    ) -> Result<(), VfsError> {
+        let mut done = std::collections::HashSet::new();
+        for lane in lanes {
+            if done.insert(self.core.engine.domain_of(lane)) {
+                self.core.engine.fsync(lane)?;
+            }
+        }
+        Ok(())
+    }
 
     /// Notes that `ino` was created in `parent`'s lane (see [`FileSystem::record_in`]).
     fn note_create(&self, ino: InodeNo, parent: InodeNo) -> Result<(), VfsError> {
-        if self.engine.domain_of(ino) == self.engine.domain_of(parent) {
+        if self.core.engine.domain_of(ino) == self.core.engine.domain_of(parent) {
             return Ok(());
         }
-        let mut map = self.create_lanes.lock().expect("create lanes lock");
+        let mut map = self.core.create_lanes.lock().expect("create lanes lock");
         map.insert(ino, parent);
         if map.len() > NAME_LANES_MAX {
             // Many creates never linked elsewhere: make their lanes durable, forget them.
@@ -403,8 +492,15 @@ impl FileSystem {
         Ok(())
     }
 
+    /// Forgets every noted lane (a sync covers them all).
+    pub(crate) fn forget_lanes(&self) {
+        std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
+        std::mem::take(&mut *self.core.record_lanes.lock().expect("record lanes lock"));
+        std::mem::take(&mut *self.core.create_lanes.lock().expect("create lanes lock"));
+    }
+
     /// The lanes `ino`'s fsync must persist, forgotten here.
-    fn take_lanes(&self, ino: InodeNo) -> Vec<InodeNo> {
+    pub(crate) fn take_lanes(&self, ino: InodeNo) -> Vec<InodeNo> {
         self.name_lanes
             .lock()
             .expect("name lanes lock")
@@ -416,8 +512,11 @@ impl FileSystem {
     pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
-        let inode = live(&st, ino)?;
-        Ok(metadata(ino, inode))
+        let mut meta = metadata(ino, live(&st, ino)?);
+        // Blocks dirty pages will allocate count already (as the kernel's delayed
+        // allocation does).
+        meta.blocks += self.core.pending_blocks(&h)? * (BLOCK / 512);
+        Ok(meta)
     }
 
     /// Creates `name` in directory `parent`: a file, a directory or (with `target`) a
@@ -483,8 +582,9 @@ impl FileSystem {
         if let Some(t) = target {
             batch.put(records::symlink_key(ino).to_vec(), t.to_vec());
         }
-        self.record_in(parent, parent)?;
-        self.engine
+        self.core.record_in(parent, parent)?;
+        self.core
+            .engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         pst.inode = Some(pinode);
         let h = self.handle(ino)?;
@@ -505,7 +605,8 @@ impl FileSystem {
                 "inode {ino} is not a symbolic link"
             )));
         }
-        self.engine
+        self.core
+            .engine
             .metadb()
             .get(&records::symlink_key(ino))?
             .ok_or_else(|| {
@@ -547,7 +648,7 @@ impl FileSystem {
             .expect("directory inode below u64::MAX");
         let end = records::dentry_prefix(InodeNo(next));
         let mut out = Vec::new();
-        for item in self.engine.metadb().range(&start, Some(&end), None)? {
+        for item in self.core.engine.metadb().range(&start, Some(&end), None)? {
             let (key, value) = item?;
             let d = Dentry::decode(&value)?;
             out.push(DirEntry {
@@ -584,7 +685,7 @@ impl FileSystem {
     /// Whether directory `dir` has no entries (no lock taken: callers hold it).
     fn is_empty_dir(&self, dir: InodeNo) -> Result<bool, VfsError> {
         let prefix = records::dentry_prefix(dir);
-        let mut iter = self.engine.metadb().prefix(&prefix, None)?;
+        let mut iter = self.core.engine.metadb().prefix(&prefix, None)?;
         Ok(iter.next().transpose()?.is_none())
     }
 
@@ -612,11 +713,15 @@ impl FileSystem {
         }
         let ch = self.handle(entry.ino)?;
         let mut cst = ch.write();
-        let mut child = *live(&cst, entry.ino)?;
+        let child = *live(&cst, entry.ino)?;
         cx.may_delete(&pinode, &child, || show(name))?;
         if dir && !self.is_empty_dir(entry.ino)? {
             return Err(VfsError::NotEmpty(show(name)));
         }
+        // The record is rewritten (or the file deleted): its dirty pages first.
+        let gone = (dir || child.nlink == 1) && cst.open == 0;
+        self.settle(&ch, &mut cst, gone)?;
+        let mut child = *live(&cst, entry.ino)?;
         let now = self.now();
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
@@ -643,8 +748,9 @@ impl FileSystem {
                 records::inode_key(parent).to_vec(),
                 pinode.encode().to_vec(),
             );
-            self.record_in(parent, parent)?;
-            self.engine
+            self.core.record_in(parent, parent)?;
+            self.core
+                .engine
                 .put_metadata(parent, &times, Durability::Buffered)?;
         } else if gone {
             // A directory or a symlink has no blocks: all of it in the parent's lane.
@@ -652,9 +758,10 @@ impl FileSystem {
                 records::inode_key(parent).to_vec(),
                 pinode.encode().to_vec(),
             );
-            self.record_in(parent, parent)?;
+            self.core.record_in(parent, parent)?;
             self.deletion_records(entry.ino, &child, &mut batch)?;
-            self.engine
+            self.core
+                .engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = None;
         } else {
@@ -662,8 +769,8 @@ impl FileSystem {
                 records::inode_key(parent).to_vec(),
                 pinode.encode().to_vec(),
             );
-            self.record_in(parent, parent)?;
-            self.record_in_names(entry.ino, parent)?;
+            self.core.record_in(parent, parent)?;
+            self.core.record_in_names(entry.ino, parent)?;
             batch.put(
                 records::inode_key(entry.ino).to_vec(),
                 child.encode().to_vec(),
@@ -674,7 +781,8 @@ impl FileSystem {
             }
             // The link count changed in the parent's lane: the file's fsync reaches it.
             self.note_lane(entry.ino, parent);
-            self.engine
+            self.core
+                .engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = Some(child);
         }
@@ -692,7 +800,8 @@ impl FileSystem {
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         self.deletion_records(ino, inode, &mut batch)?;
-        self.engine
+        self.core
+            .engine
             .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
         Ok(())
     }
@@ -713,7 +822,8 @@ impl FileSystem {
         for name in self.xattr_names(ino)? {
             batch.delete(records::xattr_key(ino, &name));
         }
-        self.record_lanes
+        self.core
+            .record_lanes
             .lock()
             .expect("record lanes lock")
             .remove(&ino);
@@ -727,6 +837,7 @@ impl FileSystem {
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
+                    self.settle(h, &mut st, true)?;
                     self.reap_orphan(h.ino, &inode)?;
                     st.inode = None;
                 }
@@ -749,6 +860,7 @@ impl FileSystem {
     /// inode is gone or named again is dropped.
     fn reap_orphans(&self) -> Result<u64, VfsError> {
         let found = self
+            .core
             .engine
             .metadb()
             .prefix(&[records::ORPHAN_TAG], None)?
@@ -768,7 +880,8 @@ impl FileSystem {
                 _ => {
                     let mut batch = WriteBatch::new();
                     batch.delete(key);
-                    self.engine
+                    self.core
+                        .engine
                         .put_metadata(ino, &batch, Durability::Buffered)?;
                 }
             }
@@ -796,6 +909,7 @@ impl FileSystem {
         let mut pinode = self.free_name(cx, &pst, parent, name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let mut inode = *live(&st, ino)?;
         let now = self.now();
         inode.nlink += 1;
@@ -817,9 +931,10 @@ impl FileSystem {
             records::inode_key(parent).to_vec(),
             pinode.encode().to_vec(),
         );
-        self.record_in_names(ino, parent)?;
-        self.record_in(parent, parent)?;
-        self.engine
+        self.core.record_in_names(ino, parent)?;
+        self.core.record_in(parent, parent)?;
+        self.core
+            .engine
             .put_metadata(parent, &batch, Durability::Buffered)?;
         st.inode = Some(inode);
         self.note_lane(ino, parent);
@@ -930,6 +1045,9 @@ impl FileSystem {
                     }
                     let th = self.handle(t.ino)?;
                     let mut tst = th.write();
+                    let gone =
+                        (t.kind == Kind::Dir || live(&tst, t.ino)?.nlink == 1) && tst.open == 0;
+                    self.settle(&th, &mut tst, gone)?;
                     let mut tinode = *live(&tst, t.ino)?;
                     tinode.ctime_ns = now;
                     if t.kind == Kind::Dir {
@@ -946,7 +1064,7 @@ impl FileSystem {
                         self.deletion_records(t.ino, &tinode, &mut batch)?;
                         tst.inode = None;
                     } else {
-                        self.record_in_names(t.ino, dp)?;
+                        self.core.record_in_names(t.ino, dp)?;
                         batch.put(records::inode_key(t.ino).to_vec(), tinode.encode().to_vec());
                         if tinode.nlink == 0 {
                             // Open, nameless: freed at last close, or by the next mount.
@@ -985,8 +1103,8 @@ impl FileSystem {
             parents.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
             parents.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
         }
-        self.record_in(sp, dp)?;
-        self.record_in(dp, dp)?;
+        self.core.record_in(sp, dp)?;
+        self.core.record_in(dp, dp)?;
         // The lane the rename is logged in; fsyncs of both directories must reach it.
         let logged_in = match follow_up {
             // The replaced file's last link: the entries go to its lane with its deletion,
@@ -994,7 +1112,8 @@ impl FileSystem {
             // link counts do not change: a file replaced a file) follow in `dp`'s lane.
             Some((ino, inode)) => {
                 self.delete_inode(ino, &inode, batch)?;
-                self.engine
+                self.core
+                    .engine
                     .put_metadata(dp, &parents, Durability::Buffered)?;
                 ino
             }
@@ -1003,7 +1122,9 @@ impl FileSystem {
                     assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
                     batch.put(key.to_vec(), value.to_vec());
                 }
-                self.engine.put_metadata(dp, &batch, Durability::Buffered)?;
+                self.core
+                    .engine
+                    .put_metadata(dp, &batch, Durability::Buffered)?;
                 dp
             }
         };
@@ -1069,7 +1190,7 @@ impl FileSystem {
         inode.parent = parent.0;
         inode.ctime_ns = now;
         // Every rename that reparents is logged in `parent`'s lane.
-        self.record_in_names(dir, parent)?;
+        self.core.record_in_names(dir, parent)?;
         batch.put(records::inode_key(dir).to_vec(), inode.encode().to_vec());
         st.inode = Some(inode);
         Ok(())
@@ -1085,7 +1206,7 @@ impl FileSystem {
             if b == ROOT {
                 return Ok(false);
             }
-            let inode = match self.engine.metadb().get(&records::inode_key(b))? {
+            let inode = match self.core.engine.metadb().get(&records::inode_key(b))? {
                 Some(v) => Inode::decode(b, &v)?,
                 None => return Ok(false),
             };
@@ -1112,6 +1233,7 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
         let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let mut inode = *live(&st, ino)?;
         let what = || format!("inode {ino}");
         let owner = cx.owns(&inode);
@@ -1184,250 +1306,15 @@ impl FileSystem {
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-        self.record_in(ino, ino)?;
-        self.engine
+        self.core.record_in(ino, ino)?;
+        self.core
+            .engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
         Ok(())
     }
 
-    /// Writes `data` at `offset` of file `ino` (growing it as needed); returns the bytes
-    /// written. Partial blocks are read, merged and written whole.
-    pub fn write_at(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize, VfsError> {
-        let h = self.handle(ino)?;
-        let mut st = h.write();
-        self.write_locked(ino, &mut st, offset, data)
-    }
-
-    /// `write_at` for a caller holding the inode's write lock (O_APPEND needs the size
-    /// and the write under one lock).
-    pub(crate) fn write_locked(
-        &self,
-        ino: InodeNo,
-        st: &mut InodeState,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<usize, VfsError> {
-        let mut inode = *live(st, ino)?;
-        if inode.kind != Kind::File {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
-        }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= FILE_SIZE_MAX)
-            .ok_or_else(|| VfsError::TooLarge(format!("write to {offset} + {}", data.len())))?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let first = offset / BLOCK;
-        let last = (end - 1) / BLOCK;
-        self.zero_tail_before_growth(ino, &inode, first)?;
-        let mut at = first;
-        while at <= last {
-            let chunk_end = (at + WRITE_CHUNK_BLOCKS - 1).min(last);
-            let mut buf = vec![0u8; ((chunk_end - at + 1) * BLOCK) as usize];
-            let buf_start = at * BLOCK;
-            // Old contents of partial blocks at either end of this chunk.
-            for b in [at, chunk_end] {
-                let (b_lo, b_hi) = (b * BLOCK, (b + 1) * BLOCK);
-                let partial = offset > b_lo || end < b_hi;
-                if partial && b_lo < inode.size {
-                    let at_buf = ((b - at) * BLOCK) as usize;
-                    let block = &mut buf[at_buf..at_buf + BLOCK as usize];
-                    self.engine.read(ino, FileBlock(b), block)?;
-                    // Bytes past the end of the file are never exposed: whatever an
-                    // earlier truncate left there reads as zeros once the file grows.
-                    if inode.size < b_hi {
-                        block[(inode.size - b_lo) as usize..].fill(0);
-                    }
-                }
-            }
-            let lo = offset.max(buf_start);
-            let hi = end.min((chunk_end + 1) * BLOCK);
-            buf[(lo - buf_start) as usize..(hi - buf_start) as usize]
-                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
-            let now = self.now();
-            inode.size = inode.size.max(hi);
-            inode.mtime_ns = now;
-            inode.ctime_ns = now;
-            self.write_blocks(ino, &mut inode, FileBlock(at), &buf)?;
-            st.inode = Some(inode);
-            at = chunk_end + 1;
-        }
-        Ok(data.len())
-    }
-
-    /// Writes whole blocks `first..` of `ino` with `inode` (its new attributes) in the
-    /// same batch, its block count adjusted by the blocks the write newly maps.
-    pub(crate) fn write_blocks(
-        &self,
-        ino: InodeNo,
-        inode: &mut Inode,
-        first: FileBlock,
-        data: &[u8],
-    ) -> Result<(), VfsError> {
-        self.record_in(ino, ino)?;
-        let counted = Counted::new(ino, inode);
-        self.engine.write_with(
-            ino,
-            first,
-            data,
-            Extra::Counted(&|delta| counted.batch(delta)),
-            Durability::Buffered,
-        )?;
-        *inode = counted.done();
-        Ok(())
-    }
-
-    /// Unmaps blocks `from..to` (to the end without `to`) of `ino` with `inode` in the
-    /// same batch, its block count adjusted.
-    pub(crate) fn punch_blocks(
-        &self,
-        ino: InodeNo,
-        inode: &mut Inode,
-        from: FileBlock,
-        to: Option<FileBlock>,
-    ) -> Result<(), VfsError> {
-        self.record_in(ino, ino)?;
-        let counted = Counted::new(ino, inode);
-        self.engine.punch_with(
-            ino,
-            from,
-            to,
-            Extra::Counted(&|delta| counted.batch(delta)),
-            Durability::Buffered,
-        )?;
-        *inode = counted.done();
-        Ok(())
-    }
-
-    /// Before a write starting at block `first` grows the file past a partial last
-    /// block it does not touch, that block's bytes past the end become zeros (a truncate
-    /// may have left old bytes there). Invisible until the write's batch extends the
-    /// size, so it needs no atomicity with it.
-    fn zero_tail_before_growth(
-        &self,
-        ino: InodeNo,
-        inode: &Inode,
-        first: u64,
-    ) -> Result<(), VfsError> {
-        let tail = inode.size % BLOCK;
-        let b = inode.size / BLOCK;
-        if tail == 0 || b >= first {
-            return Ok(());
-        }
-        let mut block = vec![0u8; BLOCK as usize];
-        if self.engine.read(ino, FileBlock(b), &mut block)?[0]
-            && block[tail as usize..].iter().any(|&x| x != 0)
-        {
-            block[tail as usize..].fill(0);
-            self.engine.write(
-                ino,
-                FileBlock(b),
-                &block,
-                &WriteBatch::new(),
-                Durability::Buffered,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns the bytes read
-    /// (0 at or past the end). Holes read as zeros.
-    pub fn read_at(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
-        let h = self.handle(ino)?;
-        let st = h.read();
-        let inode = live(&st, ino)?;
-        if inode.kind == Kind::Dir {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
-        }
-        if offset >= inode.size || buf.is_empty() {
-            return Ok(0);
-        }
-        let end = inode.size.min(offset + buf.len() as u64);
-        let first = offset / BLOCK;
-        let last = (end - 1) / BLOCK;
-        let mut blocks = vec![0u8; ((last - first + 1) * BLOCK) as usize];
-        self.engine.read(ino, FileBlock(first), &mut blocks)?;
-        let skip = (offset - first * BLOCK) as usize;
-        let n = (end - offset) as usize;
-        buf[..n].copy_from_slice(&blocks[skip..skip + n]);
-        Ok(n)
-    }
-
-    /// Sets file `ino`'s size: blocks past it are freed, the tail of the last block is
-    /// zeroed, growth leaves a hole.
-    pub fn truncate(&self, ino: InodeNo, size: u64) -> Result<(), VfsError> {
-        let h = self.handle(ino)?;
-        let mut st = h.write();
-        self.truncate_locked(ino, &mut st, size)
-    }
-
-    pub(crate) fn truncate_locked(
-        &self,
-        ino: InodeNo,
-        st: &mut InodeState,
-        size: u64,
-    ) -> Result<(), VfsError> {
-        let mut inode = *live(st, ino)?;
-        if inode.kind != Kind::File {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
-        }
-        if size > FILE_SIZE_MAX {
-            return Err(VfsError::TooLarge(format!("size {size}")));
-        }
-        let now = self.now();
-        let old = inode.size;
-        inode.size = size;
-        inode.mtime_ns = now;
-        inode.ctime_ns = now;
-        if size < old {
-            // One batch: the blocks past the new end and the size. Bytes of the last
-            // block past the end stay on the device; writes and growth zero them before
-            // they can be read (`write_locked`, below).
-            self.punch_blocks(ino, &mut inode, FileBlock(size.div_ceil(BLOCK)), None)?;
-        } else if old % BLOCK != 0 && size > old {
-            // Growth: the old last block's bytes past the old end become zeros, in the
-            // same batch as the size.
-            let b = old / BLOCK;
-            let mut block = vec![0u8; BLOCK as usize];
-            let mapped = self.engine.read(ino, FileBlock(b), &mut block)?;
-            if mapped[0] {
-                block[(old % BLOCK) as usize..].fill(0);
-                self.write_blocks(ino, &mut inode, FileBlock(b), &block)?;
-            } else {
-                self.put_inode(ino, &inode, WriteBatch::new())?;
-            }
-        } else {
-            self.put_inode(ino, &inode, WriteBatch::new())?;
-        }
-        st.inode = Some(inode);
-        Ok(())
-    }
-
-    /// fsync: makes `ino`'s data and attributes durable, and the names it was created or
-    /// renamed under since its last fsync (`data_only`: fdatasync, the same here since
-    /// the size rides with the data).
-    pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
-        let _ = data_only;
-        // The names first: a crash between the two then leaves the old contents under
-        // the new name, never the new contents without a name.
-        self.persist_lanes(self.take_lanes(ino))?;
-        self.engine.fsync(ino)?;
-        Ok(())
-    }
-
-    /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
-    pub fn sync(&self) -> Result<(), VfsError> {
-        // What was noted before the sync is covered by it.
-        std::mem::take(&mut *self.name_lanes.lock().expect("name lanes lock"));
-        std::mem::take(&mut *self.record_lanes.lock().expect("record lanes lock"));
-        std::mem::take(&mut *self.create_lanes.lock().expect("create lanes lock"));
-        self.engine.sync()?;
-        Ok(())
-    }
-
     pub fn statfs(&self) -> StatFs {
-        let space = self.engine.space_report();
+        let space = self.core.engine.space_report();
         StatFs {
             block_size: BLOCK as u32,
             blocks: space.capacity_blocks,
@@ -1441,39 +1328,6 @@ impl FileSystem {
         live(&st, h.ino)?;
         st.open += 1;
         Ok(())
-    }
-}
-
-/// An inode record made for a batch once the engine knows how many blocks the batch maps
-/// or unmaps (`Extra::Counted`), and the inode as that batch wrote it.
-struct Counted {
-    ino: InodeNo,
-    inode: std::cell::Cell<Inode>,
-}
-
-impl Counted {
-    fn new(ino: InodeNo, inode: &Inode) -> Counted {
-        Counted {
-            ino,
-            inode: std::cell::Cell::new(*inode),
-        }
-    }
-
-    fn batch(&self, delta: i64) -> WriteBatch {
-        let mut inode = self.inode.get();
-        // Exact unless the record was corrupted (fsck's business): never below zero.
-        inode.blocks = inode.blocks.saturating_add_signed(delta);
-        self.inode.set(inode);
-        let mut batch = WriteBatch::new();
-        batch.put(
-            records::inode_key(self.ino).to_vec(),
-            inode.encode().to_vec(),
-        );
-        batch
-    }
-
-    fn done(self) -> Inode {
-        self.inode.into_inner()
     }
 }
 

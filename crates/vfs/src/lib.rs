@@ -5,6 +5,9 @@
 //! - [`path`]: path resolution (symlinks, `.`/`..`, ELOOP) and path-level calls.
 //! - [`file`]: `OpenOptions` and `File` (Read, Write, Seek, read_at, write_at, set_len,
 //!   sync_all, sync_data).
+//! - [`data`]: file data through the page cache: read, write, write-back, truncate,
+//!   fsync, sync, and the background flusher.
+//! - [`pagecache`]: cached blocks per inode, the cache's budget and dirty limit.
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
@@ -16,19 +19,21 @@
 //! Name operations take the caller's [`Creds`] and check permissions; operations on an
 //! open file (read, write, truncate, fsync) were checked when it was opened. The
 //! path-level API and `File` act as the identity `FileSystem::set_creds` gave (default:
-//! the mounting process's). This slice writes file data through to the engine (no page
-//! cache yet); docs/SEMANTICS.md says what is durable when.
+//! the mounting process's). File data goes through a write-back page cache
+//! ([`data`]); docs/SEMANTICS.md says what is durable when.
 //!
 //! Invariants:
 //! - Every operation is atomic after a crash (one MetaDB batch; see `fs`).
 //! - Inode numbers are never reused.
 
 pub mod creds;
+pub mod data;
 pub mod error;
 pub mod file;
 pub mod fs;
 pub mod inode_api;
 pub mod locks;
+pub mod pagecache;
 pub mod path;
 pub mod records;
 pub mod sparse;
@@ -39,6 +44,7 @@ pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, StatFs, TimeChange};
 pub use inode_api::OpenInode;
+pub use pagecache::{CacheConfig, CacheStats};
 pub use records::Kind;
 pub use sparse::Fallocate;
 pub use xattr::XattrMode;

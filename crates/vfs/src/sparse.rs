@@ -73,6 +73,9 @@ impl FileSystem {
         }
         let h = self.handle(ino)?;
         let mut st = h.write();
+        // The blocks change under the cache: write it back and drop it.
+        self.settle(&h, &mut st, false)?;
+        h.pages().clear();
         let inode = *live(&st, ino)?;
         if inode.kind != Kind::File {
             return Err(if inode.kind == Kind::Dir {
@@ -84,7 +87,7 @@ impl FileSystem {
         match op {
             Fallocate::Allocate { keep_size } => {
                 if !keep_size && end > inode.size {
-                    self.truncate_locked(ino, &mut st, end)?;
+                    self.truncate_locked(&h, &mut st, end)?;
                 }
                 self.allocate_holes(ino, &mut st, offset / BLOCK, end.div_ceil(BLOCK))
             }
@@ -92,7 +95,7 @@ impl FileSystem {
             Fallocate::ZeroRange { keep_size } => {
                 self.zero_range(ino, &mut st, offset, end)?;
                 if !keep_size && end > live(&st, ino)?.size {
-                    self.truncate_locked(ino, &mut st, end)?;
+                    self.truncate_locked(&h, &mut st, end)?;
                 }
                 Ok(())
             }
@@ -127,7 +130,7 @@ impl FileSystem {
         for (mut at, hole_end) in holes {
             while at < hole_end {
                 let n = (hole_end - at).min(ZERO_CHUNK_BLOCKS);
-                self.write_blocks(
+                self.core.write_blocks(
                     ino,
                     &mut inode,
                     FileBlock(at),
@@ -146,6 +149,7 @@ impl FileSystem {
         let mut at = first;
         while at < end {
             let data = self
+                .core
                 .engine
                 .next_mapped(ino, FileBlock(at))?
                 .map_or(end, |b| b.0.min(end));
@@ -155,7 +159,7 @@ impl FileSystem {
             if data >= end {
                 break;
             }
-            at = self.engine.next_unmapped(ino, FileBlock(data))?.0;
+            at = self.core.engine.next_unmapped(ino, FileBlock(data))?.0;
         }
         Ok(out)
     }
@@ -188,7 +192,7 @@ impl FileSystem {
             }
         }
         if end_whole > first_whole {
-            self.punch_blocks(
+            self.core.punch_blocks(
                 ino,
                 &mut inode,
                 FileBlock(first_whole),
@@ -211,9 +215,9 @@ impl FileSystem {
         to: u64,
     ) -> Result<(), VfsError> {
         let mut block = vec![0u8; BLOCK as usize];
-        if self.engine.read(ino, FileBlock(b), &mut block)?[0] {
+        if self.core.engine.read(ino, FileBlock(b), &mut block)?[0] {
             block[from as usize..to as usize].fill(0);
-            self.write_blocks(ino, inode, FileBlock(b), &block)?;
+            self.core.write_blocks(ino, inode, FileBlock(b), &block)?;
         }
         Ok(())
     }
@@ -222,13 +226,19 @@ impl FileSystem {
     /// past the end of the file, or when only a hole follows.
     pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64, VfsError> {
         let h = self.handle(ino)?;
-        let st = h.read();
+        // Dirty pages are data the block index does not show yet.
+        let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let size = live(&st, ino)?.size;
         let beyond = || VfsError::NoSuchOffset(format!("inode {ino} offset {offset}"));
         if offset >= size {
             return Err(beyond());
         }
-        match self.engine.next_mapped(ino, FileBlock(offset / BLOCK))? {
+        match self
+            .core
+            .engine
+            .next_mapped(ino, FileBlock(offset / BLOCK))?
+        {
             Some(b) if b.0 * BLOCK < size => Ok(offset.max(b.0 * BLOCK)),
             _ => Err(beyond()),
         }
@@ -238,14 +248,19 @@ impl FileSystem {
     /// of the file counts as one); ENXIO at or past the end.
     pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64, VfsError> {
         let h = self.handle(ino)?;
-        let st = h.read();
+        // Dirty pages are data the block index does not show yet.
+        let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let size = live(&st, ino)?.size;
         if offset >= size {
             return Err(VfsError::NoSuchOffset(format!(
                 "inode {ino} offset {offset}"
             )));
         }
-        let hole = self.engine.next_unmapped(ino, FileBlock(offset / BLOCK))?;
+        let hole = self
+            .core
+            .engine
+            .next_unmapped(ino, FileBlock(offset / BLOCK))?;
         Ok(offset.max(hole.0 * BLOCK).min(size))
     }
 }

@@ -108,10 +108,11 @@ impl FileSystem {
         }
         let h = self.handle(ino)?;
         let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
-        let exists = self.engine.metadb().get(&key)?.is_some();
+        let exists = self.core.engine.metadb().get(&key)?.is_some();
         match (mode, exists) {
             (XattrMode::Create, true) => return Err(VfsError::Exists(show(name))),
             (XattrMode::Replace, false) => return Err(VfsError::NoAttribute(show(name))),
@@ -141,7 +142,8 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let st = h.read();
         may_access(cx, live(&st, ino)?, name, false)?;
-        self.engine
+        self.core
+            .engine
             .metadb()
             .get(&records::xattr_key(ino, name))?
             .ok_or_else(|| VfsError::NoAttribute(show(name)))
@@ -169,7 +171,7 @@ impl FileSystem {
     pub(crate) fn xattr_names(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
         let prefix = records::xattr_prefix(ino);
         let mut names = Vec::new();
-        for item in self.engine.metadb().prefix(&prefix, None)? {
+        for item in self.core.engine.metadb().prefix(&prefix, None)? {
             names.push(item?.0[prefix.len()..].to_vec());
         }
         Ok(names)
@@ -185,10 +187,11 @@ impl FileSystem {
         check_name(name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
+        self.settle(&h, &mut st, false)?;
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
-        if self.engine.metadb().get(&key)?.is_none() {
+        if self.core.engine.metadb().get(&key)?.is_none() {
             return Err(VfsError::NoAttribute(show(name)));
         }
         inode.ctime_ns = self.now();

@@ -12,7 +12,7 @@ use engine::mkfs::{format, MkfsOptions};
 use engine::progress::NoProgress;
 use format::constants::MIB;
 use platform::{ManualClock, Rng};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
 
@@ -93,6 +93,10 @@ fn image() -> Arc<Device> {
 }
 
 fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    mount_with(dev, vfs::CacheConfig::default())
+}
+
+fn mount_with(dev: &Arc<Device>, cache: vfs::CacheConfig) -> Arc<FileSystem> {
     let env = EngineEnv {
         device: dev.clone(),
         pmr: None,
@@ -101,7 +105,7 @@ fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
     let mut config = EngineConfig::default();
     config.metadb.background = false;
     config.metadb.memtable_bytes = 256 << 10;
-    Arc::new(FileSystem::mount(env, config).unwrap())
+    Arc::new(FileSystem::mount_with(env, config, cache).unwrap())
 }
 
 fn errno<T>(r: Result<T, vfs::VfsError>) -> Result<T, i32> {
@@ -132,18 +136,20 @@ fn snapshot(fs: &FileSystem, dir: &str, out: &mut BTreeMap<String, (Kind, Vec<u8
                 let ino = fs.resolve(&path, false).unwrap();
                 assert_eq!(fs.read_at(ino, 0, &mut buf).unwrap(), buf.len());
                 // st_blocks is exact: 8 sectors per mapped block, no block past the end.
-                let mapped: Vec<u64> = fs
-                    .engine()
-                    .metadb()
-                    .prefix(&engine::log::keys::mapping_prefix(ino), None)
-                    .unwrap()
-                    .map(|item| {
-                        engine::log::keys::parse_mapping_key(&item.unwrap().0)
-                            .unwrap()
-                            .1
-                             .0
-                    })
-                    .collect();
+                // Blocks the engine maps, and blocks of dirty pages not written back.
+                let mut mapped: BTreeSet<u64> = fs.dirty_blocks(ino).unwrap().into_iter().collect();
+                mapped.extend(
+                    fs.engine()
+                        .metadb()
+                        .prefix(&engine::log::keys::mapping_prefix(ino), None)
+                        .unwrap()
+                        .map(|item| {
+                            engine::log::keys::parse_mapping_key(&item.unwrap().0)
+                                .unwrap()
+                                .1
+                                 .0
+                        }),
+                );
                 assert_eq!(meta.blocks, 8 * mapped.len() as u64, "{path}: st_blocks");
                 assert!(
                     mapped.iter().all(|&b| b < meta.size.div_ceil(4096)),
@@ -572,7 +578,10 @@ fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
     raw.copy_from_slice(&buf);
     let (backend, handle) = RecordingBackend::new(raw, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
-    let fs = mount(&dev);
+    // Write-through: every write reaches the log when made, so with one domain the
+    // whole history is ordered (with write-back, unsynced data may follow later
+    // operations of other files: docs/SEMANTICS.md §2; crates/crashtest checks that).
+    let fs = mount_with(&dev, vfs::CacheConfig::write_through());
     let mut rng = Rng::from_seed(77);
     let mut trees = vec![tree_of(&fs)];
     let mut acked: Vec<(bool, u64)> = Vec::new();

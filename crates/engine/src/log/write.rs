@@ -74,22 +74,57 @@ impl Engine {
         extra: Extra<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        assert!(
+            !data.is_empty() && data.len() % BLOCK == 0,
+            "write of {} bytes",
+            data.len()
+        );
+        let count = (data.len() / BLOCK) as u64;
+        self.write_ranges(ino, &[(first, count)], data, extra, durability)
+    }
+
+    /// Writes several ranges of `ino` in one atomic batch: `ranges` are (first block,
+    /// block count) in ascending, non-overlapping order, `data` their blocks one after
+    /// the other (how a page cache writes back a file's scattered dirty blocks at once).
+    pub fn write_ranges(
+        &self,
+        ino: InodeNo,
+        ranges: &[(FileBlock, u64)],
+        data: &[u8],
+        extra: Extra<'_>,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
         assert!(ino.0 != 0, "inode 0");
         assert!(
             !data.is_empty() && data.len() % BLOCK == 0,
             "write of {} bytes",
             data.len()
         );
+        assert_eq!(
+            ranges.iter().map(|r| r.1).sum::<u64>(),
+            (data.len() / BLOCK) as u64,
+            "ranges cover the data"
+        );
+        assert!(
+            ranges.windows(2).all(|w| w[0].0 .0 + w[0].1 <= w[1].0 .0)
+                && ranges.iter().all(|r| r.1 > 0),
+            "ranges ascend without overlapping"
+        );
         self.check_writable()?;
+        let numbers: Vec<FileBlock> = ranges
+            .iter()
+            .flat_map(|&(first, n)| (first.0..first.0 + n).map(FileBlock))
+            .collect();
         let blocks = Blocks {
             ino,
-            first,
-            data,
+            ranges,
             crcs: data
                 .chunks(BLOCK)
-                .enumerate()
-                .map(|(i, b)| keys::block_crc(ino, FileBlock(first.0 + i as u64), b))
+                .zip(&numbers)
+                .map(|(b, &n)| keys::block_crc(ino, n, b))
                 .collect(),
+            numbers,
+            data,
             extra,
         };
         let domain = self.domain(ino);
@@ -258,8 +293,8 @@ impl Engine {
         Ok(receipt)
     }
 
-    /// The batch that points blocks `first..` of `ino` at `runs` (reserved, now written
-    /// or in flight), invalidating what they replace. Under the domain's lock.
+    /// The batch that points the blocks of `blocks` at `runs` (reserved, now written or
+    /// in flight), invalidating what they replace. Under the domain's lock.
     fn index_batch(
         &self,
         state: &mut DomainState,
@@ -268,14 +303,17 @@ impl Engine {
         runs: &[Run],
         seq: u64,
     ) -> Result<WriteBatch, EngineError> {
-        let (ino, first) = (blocks.ino, blocks.first);
-        let old = self.mappings(ino, first, u64::from(blocks.count()))?;
+        let ino = blocks.ino;
+        let mut old = std::collections::HashMap::new();
+        for &(first, n) in blocks.ranges {
+            old.extend(self.mappings(ino, first, n)?);
+        }
         let mut batch = WriteBatch::new();
         let addrs = runs
             .iter()
             .flat_map(|r| (0..u64::from(r.blocks)).map(move |i| BlockAddr(r.start.0 + i)));
         for (i, addr) in addrs.enumerate() {
-            let block = FileBlock(first.0 + i as u64);
+            let block = blocks.numbers[i];
             if let Some(m) = old.get(&block) {
                 state.invalidate(&self.geometry, m.addr);
             }
@@ -432,7 +470,10 @@ impl Engine {
 /// One write's blocks with their CRCs, as `Engine::write` prepared them.
 struct Blocks<'a> {
     ino: InodeNo,
-    first: FileBlock,
+    /// (first block, count), ascending.
+    ranges: &'a [(FileBlock, u64)],
+    /// The file block of each 4 KiB block of `data`.
+    numbers: Vec<FileBlock>,
     data: &'a [u8],
     crcs: Vec<u32>,
     /// The caller's operations for the same batch.
