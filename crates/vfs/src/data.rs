@@ -412,7 +412,17 @@ impl FileSystem {
             }
             drop(pages);
             let mut blocks = vec![0u8; ((fetch_end - b + 1) * BLOCK) as usize];
-            let mapped = self.core.engine.read(ino, FileBlock(b), &mut blocks)?;
+            let mapped = match self.core.engine.read(ino, FileBlock(b), &mut blocks) {
+                Ok(mapped) => mapped,
+                // The read-ahead is a guess: a bad block beyond the request fails only
+                // a read that asks for it.
+                Err(_) if fetch_end > run_end => {
+                    fetch_end = run_end;
+                    blocks.truncate(((run_end - b + 1) * BLOCK) as usize);
+                    self.core.engine.read(ino, FileBlock(b), &mut blocks)?
+                }
+                Err(e) => return Err(e.into()),
+            };
             pages = h.pages();
             for (i, block) in blocks.chunks(PAGE).enumerate() {
                 let at = b + i as u64;
@@ -489,20 +499,24 @@ impl FileSystem {
     }
 
     /// Writes back `h`'s dirty pages before its record is written elsewhere (the caller
-    /// holds its write lock as `st`), or drops them if `gone` (the file is being
-    /// deleted).
-    pub(crate) fn settle(
-        &self,
-        h: &Handle,
-        st: &mut InodeState,
-        gone: bool,
-    ) -> Result<(), VfsError> {
-        if gone {
+    /// holds its write lock as `st`).
+    pub(crate) fn settle(&self, h: &Handle, st: &mut InodeState) -> Result<(), VfsError> {
+        self.core.write_back(h, st)
+    }
+
+    /// Drops the pages of `ino`, whose deletion is done (dirty pages of a deleted inode
+    /// are never written back; until the deletion succeeds they still serve reads).
+    pub(crate) fn drop_pages(&self, ino: InodeNo) {
+        let h = self
+            .core
+            .inodes
+            .lock()
+            .expect("inode table lock")
+            .get(&ino)
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(h) = h {
             h.pages().clear();
-            self.core.cache.note_clean(h.ino);
-            Ok(())
-        } else {
-            self.core.write_back(h, st)
+            self.core.cache.note_clean(ino);
         }
     }
 

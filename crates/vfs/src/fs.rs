@@ -718,9 +718,11 @@ impl FileSystem {
         if dir && !self.is_empty_dir(entry.ino)? {
             return Err(VfsError::NotEmpty(show(name)));
         }
-        // The record is rewritten (or the file deleted): its dirty pages first.
-        let gone = (dir || child.nlink == 1) && cst.open == 0;
-        self.settle(&ch, &mut cst, gone)?;
+        // The record is rewritten: its dirty pages first (a file being deleted has
+        // them dropped instead, once the deletion is done).
+        if !((dir || child.nlink == 1) && cst.open == 0) {
+            self.settle(&ch, &mut cst)?;
+        }
         let mut child = *live(&cst, entry.ino)?;
         let now = self.now();
         pinode.mtime_ns = now;
@@ -741,6 +743,7 @@ impl FileSystem {
             // loses only them).
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
+            self.drop_pages(entry.ino);
             // Logged in the file's lane: an fsync of the directory must reach it.
             self.note_lane(parent, entry.ino);
             let mut times = WriteBatch::new();
@@ -837,9 +840,9 @@ impl FileSystem {
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
-                    self.settle(h, &mut st, true)?;
                     self.reap_orphan(h.ino, &inode)?;
                     st.inode = None;
+                    self.drop_pages(h.ino);
                 }
             }
         }
@@ -909,7 +912,7 @@ impl FileSystem {
         let mut pinode = self.free_name(cx, &pst, parent, name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         let now = self.now();
         inode.nlink += 1;
@@ -1045,9 +1048,9 @@ impl FileSystem {
                     }
                     let th = self.handle(t.ino)?;
                     let mut tst = th.write();
-                    let gone =
-                        (t.kind == Kind::Dir || live(&tst, t.ino)?.nlink == 1) && tst.open == 0;
-                    self.settle(&th, &mut tst, gone)?;
+                    if !((t.kind == Kind::Dir || live(&tst, t.ino)?.nlink == 1) && tst.open == 0) {
+                        self.settle(&th, &mut tst)?;
+                    }
                     let mut tinode = *live(&tst, t.ino)?;
                     tinode.ctime_ns = now;
                     if t.kind == Kind::Dir {
@@ -1112,6 +1115,7 @@ impl FileSystem {
             // link counts do not change: a file replaced a file) follow in `dp`'s lane.
             Some((ino, inode)) => {
                 self.delete_inode(ino, &inode, batch)?;
+                self.drop_pages(ino);
                 self.core
                     .engine
                     .put_metadata(dp, &parents, Durability::Buffered)?;
@@ -1233,7 +1237,7 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         let what = || format!("inode {ino}");
         let owner = cx.owns(&inode);

@@ -74,7 +74,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let mut st = h.write();
         // The blocks change under the cache: write it back and drop it.
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         h.pages().clear();
         let inode = *live(&st, ino)?;
         if inode.kind != Kind::File {
@@ -228,7 +228,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         // Dirty pages are data the block index does not show yet.
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let size = live(&st, ino)?.size;
         let beyond = || VfsError::NoSuchOffset(format!("inode {ino} offset {offset}"));
         if offset >= size {
@@ -250,7 +250,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         // Dirty pages are data the block index does not show yet.
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let size = live(&st, ino)?.size;
         if offset >= size {
             return Err(VfsError::NoSuchOffset(format!(

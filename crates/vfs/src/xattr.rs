@@ -108,7 +108,7 @@ impl FileSystem {
         }
         let h = self.handle(ino)?;
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
@@ -187,7 +187,7 @@ impl FileSystem {
         check_name(name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
-        self.settle(&h, &mut st, false)?;
+        self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);

@@ -44,7 +44,11 @@ fn small_appends_are_written_back_together_and_survive_fsync_and_remount() {
         .append(true)
         .open(&fs, "/log")
         .unwrap();
-    let blocks_before = fs.engine().counters().blocks_written.load(Ordering::Relaxed);
+    let blocks_before = fs
+        .engine()
+        .counters()
+        .blocks_written
+        .load(Ordering::Relaxed);
     let mut expect = Vec::new();
     for i in 0..1000u32 {
         let line = format!("record {i:06} {}\n", "x".repeat((i % 90) as usize));
@@ -53,7 +57,10 @@ fn small_appends_are_written_back_together_and_survive_fsync_and_remount() {
     }
     // Nothing reached the engine yet; reads see the writes.
     assert_eq!(
-        fs.engine().counters().blocks_written.load(Ordering::Relaxed),
+        fs.engine()
+            .counters()
+            .blocks_written
+            .load(Ordering::Relaxed),
         blocks_before
     );
     let mut got = vec![0u8; expect.len()];
@@ -65,7 +72,12 @@ fn small_appends_are_written_back_together_and_survive_fsync_and_remount() {
     let stats = fs.cache_stats();
     assert_eq!(stats.dirty, 0);
     assert_eq!(stats.writebacks, 1, "one write-back for 1000 appends");
-    let written = fs.engine().counters().blocks_written.load(Ordering::Relaxed) - blocks_before;
+    let written = fs
+        .engine()
+        .counters()
+        .blocks_written
+        .load(Ordering::Relaxed)
+        - blocks_before;
     assert_eq!(written, expect.len().div_ceil(4096) as u64);
     drop((f, r));
     // Without an unmount (a crash after the fsync) the data is there.
@@ -302,16 +314,28 @@ fn a_file_write_back_is_atomic_at_every_crash_point() {
         let mut buf = vec![0u8; size as usize];
         r.read_at(&mut buf, 0).unwrap();
         if size == 20000 {
-            assert!(buf.iter().all(|&b| b == 1), "state {state}: a partial write-back");
+            assert!(
+                buf.iter().all(|&b| b == 1),
+                "state {state}: a partial write-back"
+            );
             old += 1;
         } else {
             assert_eq!(size, 31 * 4096, "state {state}");
-            assert!(buf[4 * 4096..5 * 4096].iter().all(|&b| b == 2), "state {state}");
-            assert!(buf[4096 + 7..4096 + 107].iter().all(|&b| b == 3), "state {state}");
+            assert!(
+                buf[4 * 4096..5 * 4096].iter().all(|&b| b == 2),
+                "state {state}"
+            );
+            assert!(
+                buf[4096 + 7..4096 + 107].iter().all(|&b| b == 3),
+                "state {state}"
+            );
             assert!(buf[30 * 4096..].iter().all(|&b| b == 4), "state {state}");
             assert!(buf[20000..30 * 4096].iter().all(|&b| b == 0 || b == 2));
             new += 1;
         }
     }
-    assert!(old > 0 && new > 0, "crash states before and after: {old} {new}");
+    assert!(
+        old > 0 && new > 0,
+        "crash states before and after: {old} {new}"
+    );
 }
