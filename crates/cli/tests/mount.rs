@@ -418,3 +418,33 @@ fn foreground_mount_exits_zero_on_sigterm() {
     assert_eq!(fs::read(fx.mnt.join("f")).expect("read"), b"kept");
     fx.unmount_with(&["umount"]);
 }
+
+#[test]
+fn fallocate_and_seek_data_hole_work_through_the_mount() {
+    let fx = Fixture::new();
+    fx.mount();
+    let v = fx.vars();
+    // util-linux's fallocate, and python's os.lseek with SEEK_DATA / SEEK_HOLE.
+    let out = sh(
+        "f=\"$MNT/sparse\" && \
+         fallocate -l 1048576 \"$f\" && stat -c '%s %b' \"$f\" && \
+         fallocate -p -o 4096 -l 8192 \"$f\" && stat -c '%s %b' \"$f\" && \
+         fallocate -n -o 2097152 -l 4096 \"$f\" && stat -c '%s %b' \"$f\" && \
+         python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); \
+print(os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 0, os.SEEK_HOLE), \
+os.lseek(fd, 4096, os.SEEK_DATA), os.lseek(fd, 12288, os.SEEK_HOLE))' \"$f\"",
+        &v,
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "1048576 2048",
+            "1048576 2032",
+            "1048576 2040",
+            "0 4096 12288 1048576"
+        ],
+        "{out}"
+    );
+    fx.unmount();
+    fx.fsck_clean();
+}

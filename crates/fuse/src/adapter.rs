@@ -19,8 +19,8 @@ use format::InodeNo;
 use fuser::{
     AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -479,6 +479,45 @@ impl fuser::Filesystem for AugeFuse {
         reply: ReplyEmpty,
     ) {
         done(reply, self.fs.fsync_ino(ino(i), datasync));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = vfs::Fallocate::from_mode(mode)
+            .and_then(|op| self.fs.fallocate(ino(i), op, offset, length));
+        done(reply, r);
+    }
+
+    /// Only SEEK_DATA and SEEK_HOLE reach here (the kernel does the others).
+    fn lseek(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let r = match whence {
+            libc::SEEK_DATA => self.fs.seek_data(ino(i), offset),
+            libc::SEEK_HOLE => self.fs.seek_hole(ino(i), offset),
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match r {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
