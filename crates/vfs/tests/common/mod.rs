@@ -26,12 +26,17 @@ pub fn image(bytes: u64, domains: u32) -> Arc<Device> {
 
 /// `dev` mounted with the default configuration and a manual clock.
 pub fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    mount_with(dev, EngineConfig::default())
+}
+
+/// `dev` mounted with `config` and a manual clock.
+pub fn mount_with(dev: &Arc<Device>, config: EngineConfig) -> Arc<FileSystem> {
     let env = EngineEnv {
         device: dev.clone(),
         pmr: None,
         clock: Arc::new(ManualClock::new(1_000_000)),
     };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
+    Arc::new(FileSystem::mount(env, config).unwrap())
 }
 
 /// A fresh image of `bytes` with `domains` domains, mounted.

@@ -1,0 +1,166 @@
+//! The reference-model simulator: actors (threads) run random operations against one
+//! mounted augefs, each on its own names in a private directory and in a shared one,
+//! each checked exactly against its own model as it goes (model.rs, actor.rs). Between
+//! epochs, with every actor stopped and every file closed, the whole tree is compared
+//! with the merged models (check.rs); every few epochs and at the end the file system is
+//! unmounted, fsck must find the image clean (data verified), and after a remount the
+//! whole tree, data and attributes included, must equal the models.
+//!
+//! Sizes (docs/TESTING.md): `SIM_SEEDS` seeds of `SIM_OPS` operations each, `SIM_ACTORS`
+//! threads; `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints
+//! the command); `SIM_TRACE=1` prints every operation. Defaults: 8 seeds x 128k
+//! operations in release (the CI step `cargo test --release -p vfs --test simulator`),
+//! 2 x 4k in the debug profile.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod actor;
+mod check;
+mod model;
+
+use actor::{private_dir, Actor, SHARED};
+use engine::log::EngineConfig;
+use std::sync::Arc;
+use std::time::Instant;
+use vfs::{Creds, FileSystem};
+
+/// Operations per actor between quiescent checks.
+const EPOCH_OPS: u64 = 500;
+/// Epochs between remounts (each with fsck).
+const REMOUNT_EPOCHS: u64 = 10;
+
+struct Config {
+    seeds: Vec<u64>,
+    ops: u64,
+    actors: usize,
+}
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+    })
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let (seeds, ops) = if cfg!(debug_assertions) {
+            (2, 4_000)
+        } else {
+            (8, 128_000)
+        };
+        let seeds = match env("SIM_SEED") {
+            Some(s) => vec![s],
+            None => (1..=env("SIM_SEEDS").unwrap_or(seeds)).collect(),
+        };
+        Config {
+            seeds,
+            ops: env("SIM_OPS").unwrap_or(ops),
+            actors: env("SIM_ACTORS").unwrap_or(4) as usize,
+        }
+    }
+}
+
+fn mount(dev: &Arc<device::Device>) -> Arc<FileSystem> {
+    let mut config = EngineConfig::default();
+    // Small memtables: flushes and compactions happen often.
+    config.metadb.memtable_bytes = 256 << 10;
+    let fs = common::mount_with(dev, config);
+    fs.set_creds(Creds::root());
+    fs
+}
+
+/// fsck (check only, data verified) of the unmounted image finds nothing.
+fn fsck_clean(dev: &Arc<device::Device>) -> Result<(), String> {
+    let options = fsck::Options {
+        mode: fsck::Mode::Check,
+        verify_data: true,
+        now_ns: 0,
+    };
+    let report = fsck::check(dev.clone(), None, &options, &engine::progress::NoProgress)
+        .map_err(|e| format!("fsck could not check the image: {e}"))?;
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        let problems: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| format!("{:?}: {}", p.kind, p.message))
+            .collect();
+        Err(format!("fsck: {}", problems.join("; ")))
+    }
+}
+
+/// One seed: returns the operations run and the remounts done.
+fn run(seed: u64, config: &Config) -> (u64, u64) {
+    let dev = common::image(256 << 20, 3);
+    let mut fs = mount(&dev);
+    fs.create_dir(SHARED, 0o777).unwrap();
+    for i in 0..config.actors {
+        fs.create_dir(&private_dir(i), 0o755).unwrap();
+    }
+    let mut actors: Vec<Actor> = (0..config.actors).map(|i| Actor::new(seed, i)).collect();
+    let per_actor = config.ops.div_ceil(config.actors as u64);
+    let (mut done, mut epoch, mut remounts) = (0, 0, 0);
+    while done < per_actor {
+        let n = EPOCH_OPS.min(per_actor - done);
+        std::thread::scope(|s| {
+            for a in actors.iter_mut() {
+                let fs = &fs;
+                s.spawn(move || a.run(fs, n));
+            }
+        });
+        done += n;
+        epoch += 1;
+        let models: Vec<&model::Model> = actors.iter().map(|a| &a.model).collect();
+        let at = format!("seed {seed} after epoch {epoch} ({done} operations per actor)");
+        check::check_tree(&fs, &models, false).unwrap_or_else(|e| panic!("{at}: {e}"));
+        if epoch % REMOUNT_EPOCHS == 0 || done == per_actor {
+            Arc::into_inner(fs)
+                .expect("no other reference")
+                .unmount()
+                .unwrap_or_else(|e| panic!("{at}: unmount: {e}"));
+            fsck_clean(&dev).unwrap_or_else(|e| panic!("{at}: {e}"));
+            fs = mount(&dev);
+            check::check_tree(&fs, &models, true)
+                .unwrap_or_else(|e| panic!("{at}, remounted: {e}"));
+            remounts += 1;
+        }
+    }
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    (done * config.actors as u64, remounts)
+}
+
+#[test]
+fn simulator_matches_the_model() {
+    let config = Config::from_env();
+    let start = Instant::now();
+    let mut total = 0;
+    for &seed in &config.seeds {
+        let t = Instant::now();
+        let r = std::panic::catch_unwind(|| run(seed, &config));
+        let (ops, remounts) = r.unwrap_or_else(|e| {
+            eprintln!(
+                "simulator: seed {seed} failed. Replay (each actor repeats its operations; \
+                 the interleaving may differ): SIM_SEED={seed} SIM_OPS={} SIM_ACTORS={} \
+                 cargo test -p vfs --release --test simulator (SIM_ACTORS=1 for one thread)",
+                config.ops, config.actors
+            );
+            std::panic::resume_unwind(e)
+        });
+        total += ops;
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "simulator: seed {seed}: {ops} operations, {} actors, {remounts} remounts \
+             with fsck, {secs:.1} s ({:.0} operations/s)",
+            config.actors,
+            ops as f64 / secs
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "simulator: {total} operations over {} seeds in {secs:.1} s ({:.0} operations/s)",
+        config.seeds.len(),
+        total as f64 / secs
+    );
+}
