@@ -19,6 +19,9 @@ const NAMES: [&str; 5] = ["a", "b", "c", "dd", "e"];
 const SHARED_NAMES: u64 = 4;
 pub const SHARED: &str = "/shared";
 const XATTRS: [&[u8]; 3] = [b"user.a", b"user.b", b"trusted.c"];
+/// Slashes in the path of a directory where new names go (`/t0/a/b`: two levels below
+/// the actor's roots; about 150 names per root at most).
+const DEPTH_MAX: usize = 3;
 /// Open handles an actor keeps at most.
 const HELD_MAX: usize = 3;
 
@@ -82,16 +85,29 @@ impl Actor {
         from[self.rng.below(from.len() as u64) as usize]
     }
 
-    /// A path whose parent is one of the actor's directories (or the shared one).
-    fn random_path(&mut self) -> String {
-        let mut dirs: Vec<&String> = self.model.roots.iter().collect();
+    /// The actor's directories (roots first) up to two levels below the roots, where
+    /// new names go: this bounds the tree (renames can still move names deeper).
+    fn dirs(&self) -> Vec<String> {
+        let mut dirs = self.model.roots.clone();
         dirs.extend(
             self.model
                 .tree
                 .iter()
-                .filter(|(_, n)| matches!(n, Node::Dir(_)))
-                .map(|(p, _)| p),
+                .filter(|(p, n)| matches!(n, Node::Dir(_)) && p.matches('/').count() <= DEPTH_MAX)
+                .map(|(p, _)| p.clone()),
         );
+        dirs
+    }
+
+    /// A path whose parent is one of the actor's directories (or the shared one): an
+    /// existing name at any depth a quarter of the time (so names a rename moved deep
+    /// still go away), else a name, new or not, in a directory at most `DEPTH_MAX` deep.
+    fn random_path(&mut self) -> String {
+        if !self.model.tree.is_empty() && self.rng.chance(1, 4) {
+            let i = self.rng.below(self.model.tree.len() as u64) as usize;
+            return self.model.tree.keys().nth(i).expect("in range").clone();
+        }
+        let dirs = self.dirs();
         let dir = dirs[self.rng.below(dirs.len() as u64) as usize].clone();
         if dir == SHARED {
             let k = self.rng.below(SHARED_NAMES);
@@ -163,7 +179,12 @@ impl Actor {
                 .open(fs, &path),
         );
         match node {
-            Some(_) => assert_eq!(r.err(), Some(libc::EEXIST), "{}: create_new {path}", self.at()),
+            Some(_) => assert_eq!(
+                r.err(),
+                Some(libc::EEXIST),
+                "{}: create_new {path}",
+                self.at()
+            ),
             None => {
                 r.unwrap_or_else(|e| panic!("{}: create_new {path}: errno {e}", self.at()));
                 self.model.add(path, Node::File, Object::new(mode));
@@ -173,8 +194,7 @@ impl Actor {
 
     /// open(2) with random flags; a file opened may be kept open.
     fn open_flags(&mut self, fs: &Arc<FileSystem>, path: String, node: Option<Node>) {
-        let [read, write, append, trunc, create, excl] =
-            [0; 6].map(|_| self.rng.chance(1, 2));
+        let [read, write, append, trunc, create, excl] = [0; 6].map(|_| self.rng.chance(1, 2));
         let writes = write || append;
         let mode = self.pick(&[0o600, 0o644]);
         let r = errno(
@@ -276,7 +296,12 @@ impl Actor {
             Some(Node::Dir(_)) => {
                 let f = r.unwrap_or_else(|e| panic!("{}: open dir {path}: {e}", self.at()));
                 let got = errno(f.read_at(&mut [0; 8], 0));
-                assert_eq!(got.err(), Some(libc::EISDIR), "{}: read dir {path}", self.at());
+                assert_eq!(
+                    got.err(),
+                    Some(libc::EISDIR),
+                    "{}: read dir {path}",
+                    self.at()
+                );
             }
             _ => assert_eq!(r.err(), Some(libc::ENOENT), "{}: open {path}", self.at()),
         }
@@ -308,7 +333,11 @@ impl Actor {
         let len = 1 + self.rng.below(3 * BLOCK);
         let end = offset + len;
         let r = file.fallocate(op, offset, len);
-        assert!(r.is_ok(), "{}: {op:?} {what} {offset}+{len}: {r:?}", self.at());
+        assert!(
+            r.is_ok(),
+            "{}: {op:?} {what} {offset}+{len}: {r:?}",
+            self.at()
+        );
         let obj = self.model.objects.get_mut(&id).expect("object");
         let grows = end > obj.data.len() as u64;
         match op {
@@ -473,7 +502,12 @@ impl Actor {
                     let t = fs.read_link(path).unwrap();
                     assert!(t == self.model.object(n).target.as_bytes(), "{}", self.at());
                     let followed = errno(fs.metadata(path));
-                    assert_eq!(followed.err(), Some(libc::ENOENT), "{}: stat {path}", self.at());
+                    assert_eq!(
+                        followed.err(),
+                        Some(libc::ENOENT),
+                        "{}: stat {path}",
+                        self.at()
+                    );
                 }
             }
         }
@@ -524,10 +558,19 @@ impl Actor {
         let name = self.pick(&XATTRS);
         let Some(n @ (Node::File(_) | Node::Dir(_))) = node else {
             let r = errno(fs.get_xattr(path, name));
-            assert_eq!(r.err(), Some(libc::ENOENT), "{}: getxattr {path}", self.at());
+            assert_eq!(
+                r.err(),
+                Some(libc::ENOENT),
+                "{}: getxattr {path}",
+                self.at()
+            );
             return;
         };
-        let what = format!("{}: xattr {} of {path}", self.at(), String::from_utf8_lossy(name));
+        let what = format!(
+            "{}: xattr {} of {path}",
+            self.at(),
+            String::from_utf8_lossy(name)
+        );
         let have = self.model.object(n).xattrs.get(name).cloned();
         match self.rng.below(4) {
             0 => {
@@ -568,14 +611,7 @@ impl Actor {
     /// strictly increasing, so no entry twice; each an actor's; this actor's exactly its
     /// model), in batches of 1-4 entries resumed by name.
     fn readdir(&mut self, fs: &Arc<FileSystem>) {
-        let mut dirs: Vec<String> = self.model.roots.clone();
-        dirs.extend(
-            self.model
-                .tree
-                .iter()
-                .filter(|(_, n)| matches!(n, Node::Dir(_)))
-                .map(|(p, _)| p.clone()),
-        );
+        let dirs = self.dirs();
         let dir = dirs[self.rng.below(dirs.len() as u64) as usize].clone();
         let ino = fs.resolve(&dir, false).unwrap();
         let cx = Creds::root();
@@ -584,14 +620,22 @@ impl Actor {
             let max = 1 + self.rng.below(4) as usize;
             let after = got.last().map(|(n, _)| n.as_bytes().to_vec());
             let page = fs.readdir(&cx, ino, after.as_deref(), max).unwrap();
-            assert!(page.len() <= max, "{}: readdir {dir}: page too long", self.at());
+            assert!(
+                page.len() <= max,
+                "{}: readdir {dir}: page too long",
+                self.at()
+            );
             if page.is_empty() {
                 break;
             }
             for e in page {
                 let name = String::from_utf8(e.name).expect("names are UTF-8");
                 if let Some((last, _)) = got.last() {
-                    assert!(*last < name, "{}: readdir {dir}: {name} after {last}", self.at());
+                    assert!(
+                        *last < name,
+                        "{}: readdir {dir}: {name} after {last}",
+                        self.at()
+                    );
                 }
                 got.push((name, e.kind));
             }
@@ -599,7 +643,10 @@ impl Actor {
         let own_prefix = format!("s{}_", self.index);
         if dir == SHARED {
             for (name, _) in &got {
-                let valid = name.strip_prefix('s').and_then(|r| r.split_once('_')).is_some();
+                let valid = name
+                    .strip_prefix('s')
+                    .and_then(|r| r.split_once('_'))
+                    .is_some();
                 assert!(valid, "{}: readdir {dir}: a torn name {name:?}", self.at());
             }
             got.retain(|(n, _)| n.starts_with(&own_prefix));
@@ -656,7 +703,11 @@ impl Actor {
                 if h.write {
                     assert_eq!(r, Ok(bytes.len()), "{}: write {what}", self.at());
                     let obj = self.model.objects.get_mut(&h.id).expect("held object");
-                    let at = if h.append { obj.data.len() as u64 } else { offset };
+                    let at = if h.append {
+                        obj.data.len() as u64
+                    } else {
+                        offset
+                    };
                     obj.write(at, &bytes);
                 } else {
                     assert_eq!(r.err(), Some(libc::EBADF), "{}: write {what}", self.at());
@@ -709,7 +760,11 @@ impl Actor {
     fn statfs(&mut self, fs: &Arc<FileSystem>) {
         let s = fs.statfs();
         assert_eq!((s.block_size, s.name_max), (4096, 255), "{}", self.at());
-        assert!(s.blocks_free <= s.blocks && s.blocks > 0, "{}: {s:?}", self.at());
+        assert!(
+            s.blocks_free <= s.blocks && s.blocks > 0,
+            "{}: {s:?}",
+            self.at()
+        );
     }
 }
 
@@ -721,7 +776,14 @@ pub fn check_meta(model: &Model, node: Node, nlink: u32, meta: &Metadata) -> Res
         Node::Symlink(_) => obj.target.len() as u64,
         Node::Dir(_) => meta.size,
     };
-    let got = (meta.kind, meta.nlink, meta.mode & 0o7777, meta.uid, meta.gid, meta.size);
+    let got = (
+        meta.kind,
+        meta.nlink,
+        meta.mode & 0o7777,
+        meta.uid,
+        meta.gid,
+        meta.size,
+    );
     let want = (node.kind(), nlink, obj.perm, obj.uid, obj.gid, size);
     if got != want {
         return Err(format!(

@@ -35,8 +35,14 @@ pub fn check_tree(fs: &FileSystem, models: &[&Model], data: bool) -> Result<(), 
         want.extend(m.tree.iter().map(|(p, n)| (p.clone(), n.kind())));
     }
     if got != want {
-        let extra: Vec<_> = got.iter().filter(|(p, k)| want.get(*p) != Some(k)).collect();
-        let missing: Vec<_> = want.iter().filter(|(p, k)| got.get(*p) != Some(k)).collect();
+        let extra: Vec<_> = got
+            .iter()
+            .filter(|(p, k)| want.get(*p) != Some(k))
+            .collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(p, k)| got.get(*p) != Some(k))
+            .collect();
         return Err(format!(
             "tree differs: unexpected {extra:?}, missing {missing:?}"
         ));
@@ -89,7 +95,9 @@ pub fn check_tree(fs: &FileSystem, models: &[&Model], data: bool) -> Result<(), 
                 Node::File(_) => {
                     let mut buf = vec![0u8; obj.data.len() + 1];
                     let ino = fs.resolve(path, false).unwrap();
-                    let n = fs.read_at(ino, 0, &mut buf).map_err(|e| format!("{path}: {e}"))?;
+                    let n = fs
+                        .read_at(ino, 0, &mut buf)
+                        .map_err(|e| format!("{path}: {e}"))?;
                     if buf[..n] != obj.data[..] {
                         return Err(format!("{path}: contents differ ({n} bytes read)"));
                     }
@@ -109,7 +117,9 @@ pub fn check_tree(fs: &FileSystem, models: &[&Model], data: bool) -> Result<(), 
                 return Err(format!("{path}: xattrs {names:?}"));
             }
             for (name, value) in &obj.xattrs {
-                let got = fs.get_xattr(path, name).map_err(|e| format!("{path}: {e}"))?;
+                let got = fs
+                    .get_xattr(path, name)
+                    .map_err(|e| format!("{path}: {e}"))?;
                 if got != *value {
                     return Err(format!("{path}: xattr {name:?} differs"));
                 }

@@ -80,7 +80,8 @@ impl Object {
             self.data.resize(end, 0);
         }
         self.data[offset as usize..end].copy_from_slice(bytes);
-        self.mapped.extend(offset / BLOCK..=(end as u64 - 1) / BLOCK);
+        self.mapped
+            .extend(offset / BLOCK..=(end as u64 - 1) / BLOCK);
         self.times = None;
     }
 
