@@ -77,6 +77,16 @@ pub struct Metadata {
     pub mtime_ns: i64,
     pub ctime_ns: i64,
     pub btime_ns: i64,
+    /// `st_blksize`: the preferred I/O size (one block).
+    pub blksize: u32,
+    /// `st_rdev`: always 0 (augefs has no device nodes).
+    pub rdev: u64,
+}
+
+impl Metadata {
+    /// The `statx` mask bits every `Metadata` fills: the basic stats and the birth time
+    /// (docs/SEMANTICS.md §5). `st_dev` is the front end's (the kernel's for FUSE).
+    pub const STATX_MASK: u32 = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
 }
 
 /// One directory entry as readdir returns it.
@@ -1525,5 +1535,7 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         mtime_ns: inode.mtime_ns,
         ctime_ns: inode.ctime_ns,
         btime_ns: inode.btime_ns,
+        blksize: BLOCK as u32,
+        rdev: 0,
     }
 }
