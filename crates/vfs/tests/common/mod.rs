@@ -48,3 +48,55 @@ pub fn mounted(bytes: u64, domains: u32) -> Arc<FileSystem> {
 pub fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
     r.map_or_else(|e| e.errno(), |_| 0)
 }
+
+/// The device's bytes now, as a new memory device: what a crash at this instant leaves
+/// (the memory backend has no volatile cache, so everything written so far survives).
+pub fn crash_copy(dev: &Device) -> Arc<Device> {
+    let buf = dev
+        .read(
+            0,
+            device::AlignedBuf::zeroed(dev.size_bytes() as usize),
+            device::IoCause::Tool,
+        )
+        .unwrap();
+    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+        buf.to_vec(),
+        512,
+    ))))
+}
+
+/// Orphan records (nameless open inodes) in MetaDB.
+pub fn orphan_records(fs: &FileSystem) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(&[vfs::records::ORPHAN_TAG], None)
+        .unwrap()
+        .count()
+}
+
+/// Blocks mapped for inode `ino`.
+pub fn mapped_blocks(fs: &FileSystem, ino: u64) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(
+            &engine::log::keys::mapping_prefix(format::InodeNo(ino)),
+            None,
+        )
+        .unwrap()
+        .count()
+}
+
+/// fsck (check only, data verified) of an unmounted image: the problems it finds.
+pub fn fsck_problems(dev: &Arc<Device>) -> Vec<String> {
+    let options = fsck::Options {
+        mode: fsck::Mode::Check,
+        verify_data: true,
+        now_ns: 0,
+    };
+    let report = fsck::check(dev.clone(), None, &options, &NoProgress).expect("fsck runs");
+    report
+        .problems
+        .iter()
+        .map(|p| format!("{:?}: {}", p.kind, p.message))
+        .collect()
+}

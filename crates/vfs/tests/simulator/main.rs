@@ -66,21 +66,10 @@ fn mount(dev: &Arc<device::Device>) -> Arc<FileSystem> {
 
 /// fsck (check only, data verified) of the unmounted image finds nothing.
 fn fsck_clean(dev: &Arc<device::Device>) -> Result<(), String> {
-    let options = fsck::Options {
-        mode: fsck::Mode::Check,
-        verify_data: true,
-        now_ns: 0,
-    };
-    let report = fsck::check(dev.clone(), None, &options, &engine::progress::NoProgress)
-        .map_err(|e| format!("fsck could not check the image: {e}"))?;
-    if report.problems.is_empty() {
+    let problems = common::fsck_problems(dev);
+    if problems.is_empty() {
         Ok(())
     } else {
-        let problems: Vec<String> = report
-            .problems
-            .iter()
-            .map(|p| format!("{:?}: {}", p.kind, p.message))
-            .collect();
         Err(format!("fsck: {}", problems.join("; ")))
     }
 }
