@@ -667,6 +667,25 @@ impl Actor {
             self.held.swap_remove(i);
             return;
         }
+        if self.rng.chance(1, 4) {
+            // O_TMPFILE in the path's directory: no name until a `link` of the handle.
+            let dir = parent(path);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open_tmpfile(fs, dir)
+                .unwrap_or_else(|e| panic!("{}: O_TMPFILE in {dir}: {e}", self.at()));
+            let id = self.model.add_nameless(Object::new(0o644));
+            let (read, write, append) = (true, true, false);
+            self.held.push(Held {
+                file,
+                id,
+                read,
+                write,
+                append,
+            });
+            return;
+        }
         let Some(Node::File(id)) = node else { return };
         let read = self.rng.chance(1, 2);
         let append = self.rng.chance(1, 4);
@@ -694,7 +713,22 @@ impl Actor {
         let i = self.rng.below(self.held.len() as u64) as usize;
         let mut h = self.held.swap_remove(i);
         let what = format!("held file {:#x}", h.id);
-        match self.rng.below(7) {
+        match self.rng.below(8) {
+            7 => {
+                // linkat of the open file: also names a nameless one (O_TMPFILE, or
+                // unlinked while open).
+                let to = self.random_path();
+                let r = errno(h.file.link(&to));
+                let want = if self.model.tree.contains_key(&to) {
+                    Err(libc::EEXIST)
+                } else {
+                    Ok(())
+                };
+                assert_eq!(r, want, "{}: link {what} -> {to}", self.at());
+                if r.is_ok() {
+                    self.model.tree.insert(to, Node::File(h.id));
+                }
+            }
             0 | 1 => {
                 let offset = self.rng.below(3 * BLOCK + 100);
                 let len = 1 + self.rng.below(6000) as usize;

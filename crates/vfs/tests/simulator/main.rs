@@ -6,8 +6,8 @@
 //! unmounted, fsck must find the image clean (data verified), and after a remount the
 //! whole tree, data and attributes included, must equal the models.
 //!
-//! Sizes (docs/TESTING.md): `SIM_SEEDS` seeds of `SIM_OPS` operations each, `SIM_ACTORS`
-//! threads; `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints
+//! Sizes (docs/TESTING.md): `SIM_SEEDS` seeds (from `SIM_FIRST`, default 1) of
+//! `SIM_OPS` operations each, `SIM_ACTORS` threads; `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints
 //! the command); `SIM_TRACE=1` prints every operation. Default (CI): 8 seeds x 128,000
 //! operations, 4 actors (about a minute in the test profile on 2 cores).
 
@@ -45,7 +45,10 @@ impl Config {
     fn from_env() -> Config {
         let seeds = match env("SIM_SEED") {
             Some(s) => vec![s],
-            None => (1..=env("SIM_SEEDS").unwrap_or(8)).collect(),
+            None => {
+                let first = env("SIM_FIRST").unwrap_or(1);
+                (first..first + env("SIM_SEEDS").unwrap_or(8)).collect()
+            }
         };
         Config {
             seeds,

@@ -197,12 +197,17 @@ impl Model {
         }
     }
 
-    /// Adds a new object named `path`.
-    pub fn add(&mut self, path: String, make: fn(Id) -> Node, object: Object) -> Node {
+    /// Adds a new object with no name (O_TMPFILE).
+    pub fn add_nameless(&mut self, object: Object) -> Id {
         let id = self.next_id;
         self.next_id += 1;
         self.objects.insert(id, object);
-        let node = make(id);
+        id
+    }
+
+    /// Adds a new object named `path`.
+    pub fn add(&mut self, path: String, make: fn(Id) -> Node, object: Object) -> Node {
+        let node = make(self.add_nameless(object));
         self.tree.insert(path, node);
         node
     }
