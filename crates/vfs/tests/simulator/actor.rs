@@ -22,6 +22,9 @@ const XATTRS: [&[u8]; 3] = [b"user.a", b"user.b", b"trusted.c"];
 /// Slashes in the path of a directory where new names go (`/t0/a/b`: two levels below
 /// the actor's roots; about 150 names per root at most).
 const DEPTH_MAX: usize = 3;
+/// Names an actor has at most (beyond, operations pick existing names only, so creates
+/// fail and removals shrink the tree): keeps each operation's cost bounded.
+const NAMES_MAX: usize = 300;
 /// Open handles an actor keeps at most.
 const HELD_MAX: usize = 3;
 
@@ -101,9 +104,11 @@ impl Actor {
 
     /// A path whose parent is one of the actor's directories (or the shared one): an
     /// existing name at any depth a quarter of the time (so names a rename moved deep
-    /// still go away), else a name, new or not, in a directory at most `DEPTH_MAX` deep.
+    /// still go away) and always once the actor has `NAMES_MAX` names, else a name, new
+    /// or not, in a directory at most `DEPTH_MAX` deep.
     fn random_path(&mut self) -> String {
-        if !self.model.tree.is_empty() && self.rng.chance(1, 4) {
+        let full = self.model.tree.len() >= NAMES_MAX;
+        if full || (!self.model.tree.is_empty() && self.rng.chance(1, 4)) {
             let i = self.rng.below(self.model.tree.len() as u64) as usize;
             return self.model.tree.keys().nth(i).expect("in range").clone();
         }
