@@ -213,9 +213,8 @@ impl Actor {
                 .mode(mode)
                 .open(fs, &path),
         );
-        let want: Result<Option<Node>, i32> = if !read && !writes {
-            Err(libc::EINVAL)
-        } else if (trunc || create || excl) && !writes {
+        // Neither reading nor writing, or creating or truncating without writing.
+        let want: Result<Option<Node>, i32> = if !writes && (!read || trunc || create || excl) {
             Err(libc::EINVAL)
         } else {
             match node {
