@@ -3,39 +3,23 @@
 //! includes every acknowledged fsync and sync. (Random operations against a model, with
 //! several threads, are the simulator's: tests/simulator.)
 
+mod common;
+
 use device::memory::MemoryBackend;
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
-use format::constants::MIB;
-use platform::{ManualClock, Rng};
+use engine::log::EngineConfig;
+use platform::Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
 
-fn image() -> Arc<Device> {
-    let dev = Device::new(Box::new(MemoryBackend::new(128 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(3),
-        fs_uuid: [1; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
-}
-
+/// `dev` mounted with small memtables and no background jobs (a deterministic device
+/// write order).
 fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
     let mut config = EngineConfig::default();
     config.metadb.background = false;
     config.metadb.memtable_bytes = 256 << 10;
-    Arc::new(FileSystem::mount(env, config).unwrap())
+    common::mount_with(dev, config)
 }
 
 /// The whole tree as the file system has it.
@@ -103,39 +87,8 @@ fn tree_of(fs: &FileSystem) -> Tree {
 #[test]
 fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
     use device::recording::{CrashPolicy, RecordingBackend};
-    let formatted = image();
-    let mut raw = vec![0u8; 128 * MIB as usize];
-    let mut at = 0;
-    while at < raw.len() {
-        let len = (8 * MIB as usize).min(raw.len() - at);
-        let buf = formatted
-            .read(
-                at as u64,
-                device::AlignedBuf::zeroed(len),
-                device::IoCause::Tool,
-            )
-            .unwrap();
-        raw[at..at + len].copy_from_slice(&buf);
-        at += len;
-    }
-    // One domain: reformat the copy with a single domain.
-    let one = Device::new(Box::new(MemoryBackend::from_image(raw, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(1),
-        fs_uuid: [2; 16],
-        created_unix_ns: 1,
-        force: true,
-    };
-    format(&one, None, &opts, &NoProgress).unwrap();
-    let mut raw = vec![0u8; 128 * MIB as usize];
-    let buf = one
-        .read(
-            0,
-            device::AlignedBuf::zeroed(raw.len()),
-            device::IoCause::Tool,
-        )
-        .unwrap();
-    raw.copy_from_slice(&buf);
+    // One domain: every operation in one lane.
+    let raw = common::image_bytes(&common::image(128 << 20, 1));
     let (backend, handle) = RecordingBackend::new(raw, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let fs = mount(&dev);

@@ -52,6 +52,14 @@ pub fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
 /// The device's bytes now, as a new memory device: what a crash at this instant leaves
 /// (the memory backend has no volatile cache, so everything written so far survives).
 pub fn crash_copy(dev: &Device) -> Arc<Device> {
+    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+        image_bytes(dev),
+        512,
+    ))))
+}
+
+/// Every byte of `dev`.
+pub fn image_bytes(dev: &Device) -> Vec<u8> {
     let buf = dev
         .read(
             0,
@@ -59,10 +67,7 @@ pub fn crash_copy(dev: &Device) -> Arc<Device> {
             device::IoCause::Tool,
         )
         .unwrap();
-    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-        buf.to_vec(),
-        512,
-    ))))
+    buf.to_vec()
 }
 
 /// Orphan records (nameless open inodes) in MetaDB.
