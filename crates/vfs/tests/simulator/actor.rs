@@ -74,12 +74,20 @@ impl Actor {
         format!("seed {} actor {} op {}", self.seed, self.index, self.ops)
     }
 
-    /// `n` operations, then every held file closed.
-    pub fn run(&mut self, fs: &Arc<FileSystem>, n: u64) {
+    /// `n` operations, then every held file closed unless `keep_open` (then
+    /// [`Actor::close_all`] closes them).
+    pub fn run(&mut self, fs: &Arc<FileSystem>, n: u64, keep_open: bool) {
         for _ in 0..n {
             self.step(fs);
             self.ops += 1;
         }
+        if !keep_open {
+            self.close_all();
+        }
+    }
+
+    /// Closes every held file; the model forgets what no name refers to.
+    pub fn close_all(&mut self) {
         self.held.clear();
         self.model.forget_unreferenced(&[]);
     }

@@ -4,7 +4,8 @@
 //! epochs, with every actor stopped and every file closed, the whole tree is compared
 //! with the merged models (check.rs); every few epochs and at the end the file system is
 //! unmounted, fsck must find the image clean (data verified), and after a remount the
-//! whole tree, data and attributes included, must equal the models.
+//! whole tree, data and attributes included, must equal the models. Every other remount
+//! is of a crash image taken right after a sync with files open (orphans to reap).
 //!
 //! Sizes (docs/TESTING.md): `SIM_SEEDS` seeds (from `SIM_FIRST`, default 1) of
 //! `SIM_OPS` operations each, `SIM_ACTORS` threads; `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints
@@ -88,28 +89,43 @@ fn run(seed: u64, config: &Config) -> (u64, u64) {
     let mut actors: Vec<Actor> = (0..config.actors).map(|i| Actor::new(seed, i)).collect();
     let per_actor = config.ops.div_ceil(config.actors as u64);
     let (mut done, mut epoch, mut remounts) = (0, 0, 0);
+    let mut dev = dev;
     while done < per_actor {
         let n = EPOCH_OPS.min(per_actor - done);
+        epoch += 1;
+        let remount = epoch % REMOUNT_EPOCHS == 0 || done + n == per_actor;
+        // Every other remount (not the last) is a crash right after a sync, with the
+        // actors' files still open: some nameless (unlinked, O_TMPFILE).
+        let crash = remount && remounts % 2 == 1 && done + n < per_actor;
         std::thread::scope(|s| {
             for a in actors.iter_mut() {
                 let fs = &fs;
-                s.spawn(move || a.run(fs, n));
+                s.spawn(move || a.run(fs, n, crash));
             }
         });
         done += n;
-        epoch += 1;
-        let models: Vec<&model::Model> = actors.iter().map(|a| &a.model).collect();
         let at = format!("seed {seed} after epoch {epoch} ({done} operations per actor)");
+        let crashed = crash.then(|| {
+            fs.sync().unwrap_or_else(|e| panic!("{at}: sync: {e}"));
+            common::crash_copy(&dev)
+        });
+        actors.iter_mut().for_each(Actor::close_all);
+        let models: Vec<&model::Model> = actors.iter().map(|a| &a.model).collect();
         check::check_tree(&fs, &models, false).unwrap_or_else(|e| panic!("{at}: {e}"));
-        if epoch % REMOUNT_EPOCHS == 0 || done == per_actor {
+        if remount {
             Arc::into_inner(fs)
                 .expect("no other reference")
                 .unmount()
                 .unwrap_or_else(|e| panic!("{at}: unmount: {e}"));
-            fsck_clean(&dev).unwrap_or_else(|e| panic!("{at}: {e}"));
+            // After a crash the nameless open files are orphans: fsck accepts them (their
+            // records keep them), the mount frees them, and the block accounting of the
+            // comparison shows it did.
+            let what = if crash { "crash image" } else { "image" };
+            dev = crashed.unwrap_or(dev);
+            fsck_clean(&dev).unwrap_or_else(|e| panic!("{at}: {what}: {e}"));
             fs = mount(&dev);
             check::check_tree(&fs, &models, true)
-                .unwrap_or_else(|e| panic!("{at}, remounted: {e}"));
+                .unwrap_or_else(|e| panic!("{at}: {what} remounted: {e}"));
             remounts += 1;
         }
     }
