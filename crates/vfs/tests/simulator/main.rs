@@ -7,10 +7,11 @@
 //! whole tree, data and attributes included, must equal the models. Every other remount
 //! is of a crash image taken right after a sync with files open (orphans to reap).
 //!
-//! Sizes (docs/TESTING.md): `SIM_SEEDS` seeds (from `SIM_FIRST`, default 1) of
-//! `SIM_OPS` operations each, `SIM_ACTORS` threads; `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints
-//! the command); `SIM_TRACE=1` prints every operation. Default (CI): 8 seeds x 128,000
-//! operations, 4 actors (about a minute in the test profile on 2 cores).
+//! Sizes (docs/TESTING.md §1a): `SIM_SEEDS` seeds (from `SIM_FIRST`, default 1) of
+//! `SIM_OPS` operations each, `SIM_ACTORS` threads, `SIM_DOMAINS` domains (default 3);
+//! `SIM_SEED=S` runs seed S alone (to replay a failure, whose message prints the
+//! command); `SIM_TRACE=1` prints every operation. Default (CI): 8 seeds x 128,000
+//! operations, 4 actors (under a minute in the test profile on 2 cores).
 
 mod actor;
 mod check;
@@ -33,6 +34,7 @@ struct Config {
     seeds: Vec<u64>,
     ops: u64,
     actors: usize,
+    domains: u32,
 }
 
 fn env(name: &str) -> Option<u64> {
@@ -55,6 +57,7 @@ impl Config {
             seeds,
             ops: env("SIM_OPS").unwrap_or(128_000),
             actors: env("SIM_ACTORS").unwrap_or(4) as usize,
+            domains: env("SIM_DOMAINS").unwrap_or(3) as u32,
         }
     }
 }
@@ -80,7 +83,7 @@ fn fsck_clean(dev: &Arc<device::Device>) -> Result<(), String> {
 
 /// One seed: returns the operations run and the remounts done.
 fn run(seed: u64, config: &Config) -> (u64, u64) {
-    let dev = common::image(256 << 20, 3);
+    let dev = common::image(256 << 20, config.domains);
     let mut fs = mount(&dev);
     fs.create_dir(SHARED, 0o777).unwrap();
     for i in 0..config.actors {
@@ -145,8 +148,9 @@ fn simulator_matches_the_model() {
             eprintln!(
                 "simulator: seed {seed} failed. Replay (each actor repeats its operations; \
                  the interleaving may differ): SIM_SEED={seed} SIM_OPS={} SIM_ACTORS={} \
-                 cargo test -p vfs --release --test simulator (SIM_ACTORS=1 for one thread)",
-                config.ops, config.actors
+                 SIM_DOMAINS={} cargo test -p vfs --test simulator (SIM_ACTORS=1 for one \
+                 thread)",
+                config.ops, config.actors, config.domains
             );
             std::panic::resume_unwind(e)
         });
