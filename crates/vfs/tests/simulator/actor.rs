@@ -263,7 +263,9 @@ impl Actor {
 
     fn pwrite(&mut self, fs: &Arc<FileSystem>, path: &str, node: Option<Node>) {
         let offset = self.rng.below(3 * BLOCK + 100);
-        let len = 1 + self.rng.below(9000) as usize;
+        // Now and then more than the VFS's 1 MiB write unit (applied in pieces).
+        let len_max = if self.rng.chance(1, 200) { 1_300_000 } else { 9000 };
+        let len = 1 + self.rng.below(len_max) as usize;
         let bytes = self.random_bytes(len);
         let r = OpenOptions::new()
             .write(true)
