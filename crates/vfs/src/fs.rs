@@ -200,21 +200,7 @@ impl FileSystem {
             flocks: crate::locks::LockTable::default(),
         };
         if fs.engine.metadb().get(&records::inode_key(ROOT))?.is_none() {
-            let now = fs.now();
-            let root = Inode {
-                kind: Kind::Dir,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                parent: ROOT.0,
-                size: 0,
-                atime_ns: now,
-                mtime_ns: now,
-                ctime_ns: now,
-                btime_ns: now,
-                blocks: 0,
-            };
+            let root = Inode::new(Kind::Dir, 0o755, 0, 0, ROOT, fs.now());
             let mut batch = WriteBatch::new();
             batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
             fs.engine.put_metadata(ROOT, &batch, Durability::Fsync)?;
@@ -1490,20 +1476,7 @@ pub(crate) fn new_inode(
     } else if kind == Kind::File && !cx.is_root() && !cx.in_group(gid) {
         perm &= !S_ISGID;
     }
-    Inode {
-        kind,
-        perm,
-        uid: cx.uid,
-        gid,
-        nlink: if kind == Kind::Dir { 2 } else { 1 },
-        parent: if kind == Kind::Dir { parent.0 } else { 0 },
-        size: 0,
-        atime_ns: now,
-        mtime_ns: now,
-        ctime_ns: now,
-        btime_ns: now,
-        blocks: 0,
-    }
+    Inode::new(kind, perm, cx.uid, gid, parent, now)
 }
 
 /// The inode of a locked state, or ENOENT if it was deleted.
