@@ -53,8 +53,8 @@ pub fn attr(m: &Metadata) -> FileAttr {
         nlink: m.nlink,
         uid: m.uid,
         gid: m.gid,
-        rdev: 0,
-        blksize: 4096,
+        rdev: m.rdev as u32,
+        blksize: m.blksize,
         flags: 0,
     }
 }

@@ -291,11 +291,17 @@ impl FileSystem {
         let tail = (size % BLOCK) as usize;
         let b = size / BLOCK;
         if offset > size && tail != 0 && b < first {
-            if pages.get(b).is_none() && self.core.is_mapped(ino, b)? {
-                let (block, mapped) = self.core.load_block(ino, b, size)?;
-                pages.insert_clean(b, &block, Some(mapped));
-            }
-            if pages.get(b).is_some() {
+            // Only a block with data needs it (a hole reads as zeros and stays one).
+            let has_data = match pages.get(b).map(|p| (p.dirty, p.mapped)) {
+                Some((true, _)) | Some((false, Some(true))) => true,
+                Some((false, Some(false))) => false,
+                _ => self.core.is_mapped(ino, b)?,
+            };
+            if has_data {
+                if pages.get(b).is_none() {
+                    let (block, mapped) = self.core.load_block(ino, b, size)?;
+                    pages.insert_clean(b, &block, Some(mapped));
+                }
                 pages.mark_dirty(b).data[tail..].fill(0);
             }
         }

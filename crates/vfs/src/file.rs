@@ -117,19 +117,36 @@ impl OpenOptions {
         }
         let handle = fs.handle(ino)?;
         fs.opened(&handle)?;
-        let file = File {
-            fs: fs.clone(),
-            handle,
-            pos: 0,
-            read: self.read,
-            write: writes,
-            append: self.append,
-            owner: LockOwner(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
-        };
+        let file = self.file(fs, handle);
         if self.truncate && meta.kind == Kind::File && meta.size > 0 {
             file.set_len(0)?;
         }
         Ok(file)
+    }
+
+    /// `open(dir, O_TMPFILE)`: a new regular file with no name in directory `dir` (it
+    /// needs write access), freed at its last close unless [`File::link`] names it.
+    pub fn open_tmpfile(&self, fs: &Arc<FileSystem>, dir: &str) -> Result<File, VfsError> {
+        if !(self.write || self.append) {
+            return Err(VfsError::Invalid("O_TMPFILE without write access".into()));
+        }
+        let cx = fs.creds();
+        let dir = fs.resolve_as(&cx, dir, true)?;
+        let open = fs.create_tmpfile(&cx, dir, self.mode)?;
+        Ok(self.file(fs, open.into_handle()))
+    }
+
+    /// A `File` for `handle`, which the caller has counted as open.
+    fn file(&self, fs: &Arc<FileSystem>, handle: Arc<Handle>) -> File {
+        File {
+            fs: fs.clone(),
+            handle,
+            pos: 0,
+            read: self.read,
+            write: self.write || self.append,
+            append: self.append,
+            owner: LockOwner(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
+        }
     }
 }
 
@@ -264,6 +281,14 @@ impl File {
 
     pub fn metadata(&self) -> Result<Metadata, VfsError> {
         self.fs.stat_ino(self.handle.ino)
+    }
+
+    /// `linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH)`: a new name for this open file,
+    /// also for one with no name (O_TMPFILE, or unlinked while open), which then stays.
+    pub fn link(&self, path: &str) -> Result<(), VfsError> {
+        let cx = self.fs.creds();
+        let (parent, name) = self.fs.resolve_parent_as(&cx, path)?;
+        self.fs.link(&cx, self.handle.ino, parent, name)
     }
 }
 

@@ -82,6 +82,16 @@ pub struct Metadata {
     pub mtime_ns: i64,
     pub ctime_ns: i64,
     pub btime_ns: i64,
+    /// `st_blksize`: the preferred I/O size (one block).
+    pub blksize: u32,
+    /// `st_rdev`: always 0 (augefs has no device nodes).
+    pub rdev: u64,
+}
+
+impl Metadata {
+    /// The `statx` mask bits every `Metadata` fills: the basic stats and the birth time
+    /// (docs/SEMANTICS.md §5). `st_dev` is the front end's (the kernel's for FUSE).
+    pub const STATX_MASK: u32 = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
 }
 
 /// One directory entry as readdir returns it.
@@ -296,20 +306,7 @@ impl FileSystem {
             .is_none()
         {
             let now = fs.now();
-            let root = Inode {
-                kind: Kind::Dir,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                parent: ROOT.0,
-                size: 0,
-                atime_ns: now,
-                mtime_ns: now,
-                ctime_ns: now,
-                btime_ns: now,
-                blocks: 0,
-            };
+            let root = Inode::new(Kind::Dir, 0o755, 0, 0, ROOT, now);
             let mut batch = WriteBatch::new();
             batch.put(records::inode_key(ROOT).to_vec(), root.encode().to_vec());
             fs.core
@@ -409,7 +406,7 @@ impl FileSystem {
     }
 
     /// A fresh inode number (never handed out before, even across crashes).
-    fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
+    pub(crate) fn allocate_ino(&self) -> Result<InodeNo, VfsError> {
         let mut n = self.next_ino.lock().expect("inode counter lock");
         if n.0 >= n.1 {
             // Not through the engine: check its failure first (MetaDB fails on its own).
@@ -539,31 +536,10 @@ impl FileSystem {
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
         let mut pinode = self.free_name(cx, &pst, parent, name)?;
-        // A set-group-ID directory hands its group (and, to directories, the bit) down.
-        let inherit = pinode.perm & S_ISGID != 0;
-        let gid = if inherit { pinode.gid } else { cx.gid };
-        let mut perm = perm & 0o7777;
-        if kind == Kind::Dir && inherit {
-            perm |= S_ISGID;
-        } else if kind == Kind::File && !cx.is_root() && !cx.in_group(gid) {
-            perm &= !S_ISGID;
-        }
         let ino = self.allocate_ino()?;
-        let now = self.now();
-        let inode = Inode {
-            kind,
-            perm,
-            uid: cx.uid,
-            gid,
-            nlink: if kind == Kind::Dir { 2 } else { 1 },
-            parent: if kind == Kind::Dir { parent.0 } else { 0 },
-            size: target.map_or(0, |t| t.len() as u64),
-            atime_ns: now,
-            mtime_ns: now,
-            ctime_ns: now,
-            btime_ns: now,
-            blocks: 0,
-        };
+        let mut inode = new_inode(cx, &pinode, parent, kind, perm, self.now());
+        inode.size = target.map_or(0, |t| t.len() as u64);
+        let now = inode.btime_ns;
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
         if kind == Kind::Dir {
@@ -915,11 +891,16 @@ impl FileSystem {
         self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         let now = self.now();
+        let mut batch = WriteBatch::new();
+        if inode.nlink == 0 {
+            // An O_TMPFILE file (or one unlinked while open) gets a name: no longer an
+            // orphan. Its orphan record's lane is made durable first (`record_in_names`).
+            batch.delete(records::orphan_key(ino).to_vec());
+        }
         inode.nlink += 1;
         inode.ctime_ns = now;
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
-        let mut batch = WriteBatch::new();
         batch.put(
             records::dentry_key(parent, name),
             Dentry {
@@ -1335,6 +1316,28 @@ impl FileSystem {
     }
 }
 
+/// A new inode of `kind` made by `cx` in directory `parent` (whose inode is `pinode`),
+/// with one link (two for a directory) and every time `now`. A set-group-ID directory
+/// hands its group (and, to directories, the bit) down.
+pub(crate) fn new_inode(
+    cx: &Creds,
+    pinode: &Inode,
+    parent: InodeNo,
+    kind: Kind,
+    perm: u32,
+    now: i64,
+) -> Inode {
+    let inherit = pinode.perm & S_ISGID != 0;
+    let gid = if inherit { pinode.gid } else { cx.gid };
+    let mut perm = perm & 0o7777;
+    if kind == Kind::Dir && inherit {
+        perm |= S_ISGID;
+    } else if kind == Kind::File && !cx.is_root() && !cx.in_group(gid) {
+        perm &= !S_ISGID;
+    }
+    Inode::new(kind, perm, cx.uid, gid, parent, now)
+}
+
 /// The inode of a locked state, or ENOENT if it was deleted.
 pub(crate) fn live(st: &InodeState, ino: InodeNo) -> Result<&Inode, VfsError> {
     st.inode
@@ -1383,5 +1386,7 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         mtime_ns: inode.mtime_ns,
         ctime_ns: inode.ctime_ns,
         btime_ns: inode.btime_ns,
+        blksize: BLOCK as u32,
+        rdev: 0,
     }
 }

@@ -26,6 +26,11 @@ impl OpenInode {
     pub fn ino(&self) -> InodeNo {
         self.handle.ino
     }
+
+    /// The handle, still counted as open (a `File` made from it closes it).
+    pub(crate) fn into_handle(self) -> Arc<Handle> {
+        self.handle
+    }
 }
 
 impl FileSystem {

@@ -13,6 +13,7 @@
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //! - [`locks`]: POSIX record locks and flock within one instance.
 //! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
+//! - [`tmpfile`]: O_TMPFILE (nameless files, named later by `link`).
 //!
 //! - [`creds`]: who is asking, and the POSIX permission rules.
 //!
@@ -37,6 +38,7 @@ pub mod pagecache;
 pub mod path;
 pub mod records;
 pub mod sparse;
+pub mod tmpfile;
 pub mod xattr;
 
 pub use creds::Creds;

@@ -155,6 +155,26 @@ pub const INODE_LAYOUT: StructLayout = StructLayout {
 };
 
 impl Inode {
+    /// A new inode of `kind`: one link (two for a directory, whose `parent` is kept),
+    /// empty, every time `now_ns`.
+    pub fn new(kind: Kind, perm: u32, uid: u32, gid: u32, parent: InodeNo, now_ns: i64) -> Inode {
+        let dir = kind == Kind::Dir;
+        Inode {
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink: if dir { 2 } else { 1 },
+            parent: if dir { parent.0 } else { 0 },
+            size: 0,
+            atime_ns: now_ns,
+            mtime_ns: now_ns,
+            ctime_ns: now_ns,
+            btime_ns: now_ns,
+            blocks: 0,
+        }
+    }
+
     pub fn encode(&self) -> [u8; INODE_BYTES] {
         let mut v = [0u8; INODE_BYTES];
         I_KIND.put_u8(&mut v, self.kind as u8);

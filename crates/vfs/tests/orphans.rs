@@ -4,46 +4,12 @@
 
 mod common;
 
-use device::memory::MemoryBackend;
-use device::Device;
 use format::InodeNo;
 use std::sync::Arc;
 use vfs::{FileSystem, OpenOptions, RenameMode};
 
 const MIB: u64 = 1 << 20;
 const IMAGE: u64 = 128 * MIB;
-
-/// The device's bytes now: what a crash at this instant leaves (the memory backend has
-/// no volatile cache, so everything written so far survives).
-fn crash_copy(dev: &Device) -> Arc<Device> {
-    let buf = dev
-        .read(
-            0,
-            device::AlignedBuf::zeroed(IMAGE as usize),
-            device::IoCause::Tool,
-        )
-        .unwrap();
-    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-        buf.to_vec(),
-        512,
-    ))))
-}
-
-fn orphan_records(fs: &FileSystem) -> usize {
-    fs.engine()
-        .metadb()
-        .prefix(&[vfs::records::ORPHAN_TAG], None)
-        .unwrap()
-        .count()
-}
-
-fn mapped_blocks(fs: &FileSystem, ino: u64) -> usize {
-    fs.engine()
-        .metadb()
-        .prefix(&engine::log::keys::mapping_prefix(InodeNo(ino)), None)
-        .unwrap()
-        .count()
-}
 
 /// Makes `path` with 1 MiB of data and returns it open for reading.
 fn big_open_file(fs: &Arc<FileSystem>, path: &str) -> vfs::File {
@@ -66,14 +32,14 @@ fn unlinked_open_file_is_readable_and_freed_at_last_close() {
     let ino = f.ino();
     fs.remove_file("/a").unwrap();
     assert!(fs.metadata("/a").is_err());
-    assert_eq!(orphan_records(&fs), 1);
+    assert_eq!(common::orphan_records(&fs), 1);
     let mut buf = vec![0u8; 4096];
     assert_eq!(f.read_at(&mut buf, 12_288).unwrap(), 4096);
     assert!(buf.iter().all(|&b| b == 9));
     assert_eq!(f.metadata().unwrap().nlink, 0);
     drop(f);
-    assert_eq!(orphan_records(&fs), 0);
-    assert_eq!(mapped_blocks(&fs, ino), 0);
+    assert_eq!(common::orphan_records(&fs), 0);
+    assert_eq!(common::mapped_blocks(&fs, ino), 0);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 }
 
@@ -91,20 +57,20 @@ fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
     // A rename over an open file orphans it too.
     fs.rename_path("/b", "/d/c", RenameMode::Replace).unwrap();
     fs.sync().unwrap();
-    assert_eq!(orphan_records(&fs), 2);
-    let crashed = crash_copy(&dev);
+    assert_eq!(common::orphan_records(&fs), 2);
+    let crashed = common::crash_copy(&dev);
     drop((f, g, replacing));
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 
     let fs = common::mount(&crashed);
-    assert_eq!(orphan_records(&fs), 0);
-    assert_eq!(mapped_blocks(&fs, fi), 0);
-    assert_eq!(mapped_blocks(&fs, ri), 0);
+    assert_eq!(common::orphan_records(&fs), 0);
+    assert_eq!(common::mapped_blocks(&fs, fi), 0);
+    assert_eq!(common::mapped_blocks(&fs, ri), 0);
     assert!(fs.stat_ino(InodeNo(fi)).is_err());
     assert!(fs.stat_ino(InodeNo(ri)).is_err());
     // The renamed file lives on under its new name.
     assert_eq!(fs.metadata("/d/c").unwrap().ino, gi);
-    assert_eq!(mapped_blocks(&fs, gi), 256);
+    assert_eq!(common::mapped_blocks(&fs, gi), 256);
     // Space: only /d/c's MiB is still live.
     assert_eq!(fs.engine().space_report().live_blocks - before, 256);
     Arc::into_inner(fs).unwrap().unmount().unwrap();

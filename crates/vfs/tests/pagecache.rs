@@ -8,7 +8,7 @@ use common::{image, mount};
 use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
+use engine::log::EngineConfig;
 use platform::{ManualClock, SystemClock};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,12 +23,7 @@ fn mount_with(dev: &Arc<Device>, cache: CacheConfig, real_clock: bool) -> Arc<Fi
     } else {
         Arc::new(ManualClock::new(1_000_000))
     };
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock,
-    };
-    Arc::new(FileSystem::mount_with(env, EngineConfig::default(), cache).unwrap())
+    common::mount_cached(dev, EngineConfig::default(), cache, clock)
 }
 
 fn unmount(fs: Arc<FileSystem>) {

@@ -228,9 +228,14 @@ impl Engine {
 
     /// Where the space is (statfs, ENOSPC reports, utilization tests).
     pub fn space_report(&self) -> SpaceReport {
-        let stats = self.pool.stats();
+        // The domains' counts and the pool's are read under different locks while
+        // domains take and release segments: the figures can disagree by the segments
+        // that moved in between. Domains first, so a segment taken meanwhile counts as a
+        // table's (capacity errs low); one released meanwhile could still make the
+        // difference negative, hence the saturation.
         let domain_segments: u32 = self.domain_segments().iter().map(|&n| n as u32).sum();
-        let table_segments = stats.in_use - domain_segments;
+        let stats = self.pool.stats();
+        let table_segments = stats.in_use.saturating_sub(domain_segments);
         let config = self.pool.config();
         let kept = config.reserve_segments + config.metadb_headroom;
         let heads = 2 * self.geometry.domain_count;

@@ -115,21 +115,7 @@ impl Fsck<'_> {
     }
 
     fn new_dir(&self, parent: InodeNo, perm: u32) -> Inode {
-        let now = self.options.now_ns;
-        Inode {
-            kind: K::Dir,
-            perm,
-            uid: 0,
-            gid: 0,
-            nlink: 2,
-            parent: parent.0,
-            size: 0,
-            atime_ns: now,
-            mtime_ns: now,
-            ctime_ns: now,
-            btime_ns: now,
-            blocks: 0,
-        }
+        Inode::new(K::Dir, perm, 0, 0, parent, self.options.now_ns)
     }
 
     /// Whether the tree can be checked (the root is, or now is, a directory).

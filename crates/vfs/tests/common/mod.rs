@@ -26,12 +26,28 @@ pub fn image(bytes: u64, domains: u32) -> Arc<Device> {
 
 /// `dev` mounted with the default configuration and a manual clock.
 pub fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    mount_with(dev, EngineConfig::default())
+}
+
+/// `dev` mounted with `config` and a manual clock.
+pub fn mount_with(dev: &Arc<Device>, config: EngineConfig) -> Arc<FileSystem> {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    mount_cached(dev, config, vfs::CacheConfig::default(), clock)
+}
+
+/// `dev` mounted with `config`, page-cache settings `cache` and `clock`.
+pub fn mount_cached(
+    dev: &Arc<Device>,
+    config: EngineConfig,
+    cache: vfs::CacheConfig,
+    clock: Arc<dyn platform::Clock>,
+) -> Arc<FileSystem> {
     let env = EngineEnv {
         device: dev.clone(),
         pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
+        clock,
     };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
+    Arc::new(FileSystem::mount_with(env, config, cache).unwrap())
 }
 
 /// A fresh image of `bytes` with `domains` domains, mounted.
@@ -42,4 +58,61 @@ pub fn mounted(bytes: u64, domains: u32) -> Arc<FileSystem> {
 /// The errno of a failed call, 0 for success.
 pub fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
     r.map_or_else(|e| e.errno(), |_| 0)
+}
+
+/// The device's bytes now, as a new memory device: what a crash at this instant leaves
+/// (the memory backend has no volatile cache, so everything written so far survives).
+pub fn crash_copy(dev: &Device) -> Arc<Device> {
+    Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+        image_bytes(dev),
+        512,
+    ))))
+}
+
+/// Every byte of `dev`.
+pub fn image_bytes(dev: &Device) -> Vec<u8> {
+    let buf = dev
+        .read(
+            0,
+            device::AlignedBuf::zeroed(dev.size_bytes() as usize),
+            device::IoCause::Tool,
+        )
+        .unwrap();
+    buf.to_vec()
+}
+
+/// Orphan records (nameless open inodes) in MetaDB.
+pub fn orphan_records(fs: &FileSystem) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(&[vfs::records::ORPHAN_TAG], None)
+        .unwrap()
+        .count()
+}
+
+/// Blocks mapped for inode `ino`.
+pub fn mapped_blocks(fs: &FileSystem, ino: u64) -> usize {
+    fs.engine()
+        .metadb()
+        .prefix(
+            &engine::log::keys::mapping_prefix(format::InodeNo(ino)),
+            None,
+        )
+        .unwrap()
+        .count()
+}
+
+/// fsck (check only, data verified) of an unmounted image: the problems it finds.
+pub fn fsck_problems(dev: &Arc<Device>) -> Vec<String> {
+    let options = fsck::Options {
+        mode: fsck::Mode::Check,
+        verify_data: true,
+        now_ns: 0,
+    };
+    let report = fsck::check(dev.clone(), None, &options, &NoProgress).expect("fsck runs");
+    report
+        .problems
+        .iter()
+        .map(|p| format!("{:?}: {}", p.kind, p.message))
+        .collect()
 }
