@@ -102,9 +102,10 @@ impl Subject for Kernel<'_> {
 
     fn used_bytes(&self) -> Result<u64, String> {
         let path = std::ffi::CString::new(path_str(&self.dir)?).map_err(|e| e.to_string())?;
-        // SAFETY: `path` is a NUL-terminated string and `st` a plain struct statvfs
-        // fills; both outlive the call.
+        // SAFETY: struct statvfs is plain integers, for which all zeros is valid.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `path` is a NUL-terminated string and `st` a struct statvfs to fill;
+        // both outlive the call.
         let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
         if rc != 0 {
             return Err(io_err(&self.dir, std::io::Error::last_os_error()));
