@@ -2,6 +2,8 @@
 //! augefs's create + fsync writes well under 16 KiB per operation, and (as root, with
 //! mkfs.ext4) an ext4 column is measured on a loop device that is gone afterwards.
 
+mod common;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -75,19 +77,13 @@ fn loop_devices(image: &Path) -> Vec<String> {
 }
 
 fn amplify(dir: &Path, extra: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_augefs"))
+    let out = Command::new(common::BIN)
         .args(["amplify", "--quick", "--runs", "1", "--dir"])
         .arg(dir)
         .args(extra)
         .output()
         .expect("run augefs");
-    assert!(
-        out.status.success(),
-        "amplify failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::check("amplify", &out);
     out
 }
 
