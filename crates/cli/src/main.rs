@@ -36,6 +36,8 @@ enum Command {
     Crashtest(cmd::crashtest::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
     Fsck(cmd::fsck::Args),
+    /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs.
+    Amplify(cmd::amplify::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
+        Command::Amplify(args) => cmd::amplify::run(args),
         Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
         Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
         Command::Bench(BenchCommand::Engine(args)) => cmd::bench_engine::run(args),

@@ -21,46 +21,22 @@
 use super::report::PerOp;
 use super::workload;
 use crate::bench::image;
+use crate::bench::loopdev::{command, path_str, BlockStat, KernelMount, LoopDevice};
 use crate::bench::scratch::{remove_dir, remove_file, Scratch};
 use crate::bench::threads::{Limit, Run};
 use device::BackendChoice;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 /// ext4 mounted on a loop device.
 #[derive(Debug)]
 pub struct Ext4 {
     image: PathBuf,
     mount_dir: PathBuf,
-    /// `/dev/loopN`, once attached.
-    loop_device: Option<String>,
-    mounted: bool,
+    loop_device: Option<LoopDevice>,
+    mount: Option<KernelMount>,
     pub image_bytes: u64,
     /// Whether the loop device does direct IO to the image, if the kernel says.
     pub direct_io: Option<bool>,
-}
-
-/// Runs `program` with `args`; its stdout, or a message with its stderr.
-fn command(program: &str, args: &[&str]) -> Result<String, String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{program} {}: {} ({})",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim(),
-            output.status
-        ))
-    }
-}
-
-fn path_str(path: &Path) -> Result<&str, String> {
-    path.to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", path.display()))
 }
 
 impl Ext4 {
@@ -71,7 +47,7 @@ impl Ext4 {
             image: scratch.named("ext4", ".img"),
             mount_dir: scratch.named("ext4", ".mnt"),
             loop_device: None,
-            mounted: false,
+            mount: None,
             image_bytes: bytes,
             direct_io: None,
         };
@@ -79,40 +55,24 @@ impl Ext4 {
         let image = path_str(&ext4.image)?.to_string();
         let lazy = "lazy_itable_init=0,lazy_journal_init=0";
         command("mkfs.ext4", &["-q", "-F", "-E", lazy, &image])?;
-        let attached = command("losetup", &["--find", "--show", "--direct-io=on", &image])?;
-        let loop_device = attached.trim().to_string();
-        if !loop_device.starts_with("/dev/") {
-            return Err(format!("losetup printed {attached:?}, not a device"));
-        }
-        ext4.loop_device = Some(loop_device.clone());
-        ext4.direct_io = ext4.sys_block("loop/dio").map(|text| text.trim() == "1");
+        let loop_device = LoopDevice::attach(&ext4.image)?;
+        ext4.direct_io = loop_device.direct_io;
+        let device = loop_device.path().to_string();
+        ext4.loop_device = Some(loop_device);
         std::fs::create_dir(&ext4.mount_dir)
             .map_err(|e| format!("{}: {e}", ext4.mount_dir.display()))?;
-        let mount_dir = path_str(&ext4.mount_dir)?.to_string();
-        command("mount", &["-t", "ext4", &loop_device, &mount_dir])?;
-        ext4.mounted = true;
+        ext4.mount = Some(KernelMount::mount("ext4", &device, &ext4.mount_dir, "")?);
         Ok(ext4)
     }
 
     pub fn loop_device(&self) -> &str {
-        self.loop_device.as_deref().unwrap_or("?")
+        self.loop_device.as_ref().map_or("?", LoopDevice::path)
     }
 
-    /// A file of the loop device's `/sys/block/<name>/` directory.
-    fn sys_block(&self, file: &str) -> Option<String> {
-        let name = self.loop_device.as_deref()?.strip_prefix("/dev/")?;
-        std::fs::read_to_string(format!("/sys/block/{name}/{file}")).ok()
-    }
-
-    /// Bytes written and flushes so far (fields 7 and 16 of the block layer's stat:
-    /// sectors written, flush requests).
+    /// Bytes written and flushes so far.
     fn written_and_flushes(&self) -> Option<(u64, u64)> {
-        let stat = self.sys_block("stat")?;
-        let fields: Vec<u64> = stat
-            .split_whitespace()
-            .map(|f| f.parse().ok())
-            .collect::<Option<_>>()?;
-        Some((*fields.get(6)? * 512, *fields.get(15)?))
+        let stat: BlockStat = self.loop_device.as_ref()?.stat().ok()?;
+        Some((stat.write_bytes, stat.flushes?))
     }
 
     /// Writes everything out (`sync -f`, untimed), so a run does not pay for the one
@@ -144,22 +104,9 @@ impl Ext4 {
 
     fn teardown(&mut self) -> Vec<String> {
         let mut failures = Vec::new();
-        if self.mounted {
-            let dir = self.mount_dir.to_string_lossy().into_owned();
-            if let Err(e) = command("umount", &[&dir]) {
-                failures.push(e);
-                // Lazily, so that the loop device can go at least once nothing uses it.
-                if let Err(e) = command("umount", &["-l", &dir]) {
-                    failures.push(e);
-                }
-            }
-            self.mounted = false;
-        }
-        if let Some(device) = self.loop_device.take() {
-            if let Err(e) = command("losetup", &["-d", &device]) {
-                failures.push(e);
-            }
-        }
+        // Unmount, then detach (each says on stderr what failed), then remove.
+        drop(self.mount.take());
+        drop(self.loop_device.take());
         match std::fs::remove_dir(&self.mount_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 failures.push(format!("removing {}: {e}", self.mount_dir.display()))

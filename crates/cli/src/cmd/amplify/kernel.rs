@@ -1,0 +1,222 @@
+//! A kernel file system (ext2, ext4, xfs, btrfs) as a [`Subject`] of `augefs amplify`:
+//! made fresh on a loop device over an image file beside augefs's, mounted `noatime` (as
+//! in the paper), driven through std::fs and counted by the loop device's block-layer
+//! counters (`crate::bench::loopdev`).
+//!
+//! Invariants:
+//! - Every run makes the file system again on the same loop device.
+//! - A cold remount unmounts, drops the kernel's caches (`/proc/sys/vm/drop_caches`)
+//!   and mounts again.
+//! - The mount is undone by `Drop` (and the loop device by its owner), also on errors.
+
+use super::workload::{Io, Subject};
+use crate::bench::loopdev::{command, path_str, KernelMount, LoopDevice};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The kernel file systems `amplify` knows how to make.
+pub const KERNEL_FS: [&str; 4] = ["ext2", "ext4", "xfs", "btrfs"];
+
+/// The mount options of the paper's runs (§2.1).
+const MOUNT_OPTIONS: &str = "noatime";
+
+/// `mkfs.<fs_type>`'s arguments before the device: quiet, force, no discard of the
+/// whole device (xfs and btrfs: it only costs time here), and for ext4 no background
+/// initialisation that would write while a run is counted.
+fn mkfs_args(fs_type: &str) -> &'static [&'static str] {
+    match fs_type {
+        "ext2" => &["-q", "-F"],
+        "ext4" => &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
+        "xfs" | "btrfs" => &["-q", "-f", "-K"],
+        _ => unreachable!("checked against KERNEL_FS"),
+    }
+}
+
+pub fn mkfs_program(fs_type: &str) -> String {
+    format!("mkfs.{fs_type}")
+}
+
+pub struct Kernel<'a> {
+    fs_type: &'static str,
+    device: &'a LoopDevice,
+    dir: PathBuf,
+    mount: Option<KernelMount>,
+    file: Option<File>,
+}
+
+impl<'a> Kernel<'a> {
+    /// `fs_type` on `device`, mounted on `dir` (created if missing).
+    pub fn new(fs_type: &'static str, device: &'a LoopDevice, dir: &Path) -> Result<Self, String> {
+        assert!(KERNEL_FS.contains(&fs_type), "a known kernel file system");
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Kernel {
+            fs_type,
+            device,
+            dir: dir.to_path_buf(),
+            mount: None,
+            file: None,
+        })
+    }
+
+    fn mount(&mut self) -> Result<(), String> {
+        let mount = KernelMount::mount(self.fs_type, self.device.path(), &self.dir, MOUNT_OPTIONS)?;
+        self.mount = Some(mount);
+        Ok(())
+    }
+
+    fn at(&self, path: &str) -> PathBuf {
+        self.dir.join(path)
+    }
+
+    fn fsync_dir(&self, dir: &str) -> Result<(), String> {
+        let path = self.at(dir);
+        File::open(&path)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("fsync {}: {e}", path.display()))
+    }
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> String {
+    format!("{}: {e}", path.display())
+}
+
+impl Subject for Kernel<'_> {
+    fn make(&mut self) -> Result<(), String> {
+        self.unmount()?;
+        let mut args = mkfs_args(self.fs_type).to_vec();
+        args.push(self.device.path());
+        command(&mkfs_program(self.fs_type), &args)?;
+        self.mount()
+    }
+
+    fn io(&self) -> Result<Io, String> {
+        let stat = self.device.stat()?;
+        Ok(Io {
+            read_bytes: stat.read_bytes,
+            write_bytes: stat.write_bytes,
+            write_requests: stat.write_requests,
+            flushes: stat.flushes,
+            written_by_cause: None,
+        })
+    }
+
+    fn used_bytes(&self) -> Result<u64, String> {
+        let path = std::ffi::CString::new(path_str(&self.dir)?).map_err(|e| e.to_string())?;
+        // SAFETY: struct statvfs is plain integers, for which all zeros is valid.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `path` is a NUL-terminated string and `st` a struct statvfs to fill;
+        // both outlive the call.
+        let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+        if rc != 0 {
+            return Err(io_err(&self.dir, std::io::Error::last_os_error()));
+        }
+        Ok((st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64)
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        self.mount.as_ref().expect("mounted").sync()
+    }
+
+    fn unmount(&mut self) -> Result<(), String> {
+        self.file = None;
+        match self.mount.take() {
+            Some(mount) => mount.unmount(),
+            None => Ok(()),
+        }
+    }
+
+    fn remount_cold(&mut self) -> Result<(), String> {
+        self.unmount()?;
+        std::fs::write("/proc/sys/vm/drop_caches", "3")
+            .map_err(|e| format!("dropping the kernel's caches: {e}"))?;
+        self.mount()
+    }
+
+    fn mkdir(&mut self, path: &str) -> Result<(), String> {
+        let path = self.at(path);
+        std::fs::create_dir(&path).map_err(|e| io_err(&path, e))
+    }
+
+    fn write_file(&mut self, path: &str, bytes: u64) -> Result<(), String> {
+        let path = self.at(path);
+        let file = File::create(&path).map_err(|e| io_err(&path, e))?;
+        let chunk = vec![0x5a_u8; 1 << 20];
+        let mut done = 0;
+        while done < bytes {
+            let n = (bytes - done).min(chunk.len() as u64) as usize;
+            file.write_all_at(&chunk[..n], done)
+                .map_err(|e| io_err(&path, e))?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, path: &str) -> Result<(), String> {
+        let path = self.at(path);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn pwrite(&mut self, buf: &[u8], offset: u64) -> Result<(), String> {
+        let file = self.file.as_ref().expect("opened");
+        file.write_all_at(buf, offset)
+            .map_err(|e| format!("write: {e}"))
+    }
+
+    fn pread(&mut self, buf: &mut [u8], offset: u64) -> Result<(), String> {
+        let file = self.file.as_ref().expect("opened");
+        file.read_exact_at(buf, offset)
+            .map_err(|e| format!("read: {e}"))
+    }
+
+    fn fsync(&mut self) -> Result<(), String> {
+        let file = self.file.as_ref().expect("opened");
+        file.sync_all().map_err(|e| format!("fsync: {e}"))
+    }
+
+    fn close(&mut self) {
+        self.file = None;
+    }
+
+    fn create_fsync(&mut self, dir: &str, path: &str) -> Result<(), String> {
+        let path = self.at(path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        self.fsync_dir(dir)
+    }
+
+    fn mkdir_fsync(&mut self, dir: &str, path: &str) -> Result<(), String> {
+        self.mkdir(path)?;
+        self.fsync_dir(dir)
+    }
+
+    fn rename_fsync(&mut self, dir: &str, from: &str, to: &str) -> Result<(), String> {
+        let (from, to) = (self.at(from), self.at(to));
+        std::fs::rename(&from, &to).map_err(|e| io_err(&from, e))?;
+        self.fsync_dir(dir)
+    }
+}
+
+impl Drop for Kernel<'_> {
+    fn drop(&mut self) {
+        self.file = None;
+        // KernelMount's own Drop unmounts (and reports) if still mounted.
+        drop(self.mount.take());
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("augefs: removing {}: {e}", self.dir.display());
+            }
+        }
+    }
+}
