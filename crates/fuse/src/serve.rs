@@ -118,7 +118,12 @@ pub struct Bridge {
 impl Bridge {
     /// Mounts `fs` on `dir` with [`AugeFuse::bridge`] (no kernel caching) and serves it
     /// on `threads` request threads; returns once the kernel's INIT exchange is done.
-    pub fn spawn(fs: Arc<FileSystem>, dir: &Path, fsname: &str, threads: usize) -> Result<Bridge, FuseError> {
+    pub fn spawn(
+        fs: Arc<FileSystem>,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
         let opts = MountOptions {
             threads,
             ..MountOptions::default()
@@ -139,7 +144,10 @@ impl Bridge {
     pub fn stop(self) -> Result<(), FuseError> {
         self.session
             .umount_and_join()
-            .map_err(|source| FuseError::Serve { dir: self.dir, source })
+            .map_err(|source| FuseError::Serve {
+                dir: self.dir,
+                source,
+            })
     }
 }
 

@@ -83,6 +83,10 @@ impl Description {
         self.ino
     }
 
+    pub fn fs(&self) -> &Arc<FileSystem> {
+        &self.fs
+    }
+
     pub fn kind(&self) -> Kind {
         self.kind
     }
@@ -121,6 +125,12 @@ impl Description {
 
     pub fn is_path_only(&self) -> bool {
         self.flags() & libc::O_PATH != 0
+    }
+
+    /// The offset now, if no call holds it (a forked child reads it this way: the lock
+    /// may have been held by a thread that does not exist in the child).
+    pub fn try_offset(&self) -> Option<u64> {
+        self.offset.try_lock().ok().map(|o| *o)
     }
 
     /// The offset, locked for a read or write that moves it.
@@ -199,6 +209,16 @@ impl Table {
             .iter()
             .map(|(&fd, s)| (fd, s.desc.clone(), s.cloexec))
             .collect()
+    }
+
+    /// [`Table::all`] unless the table is locked (a forked child's view).
+    pub fn try_all(&self) -> Option<Vec<(i32, Arc<Description>, bool)>> {
+        let t = self.slots.try_lock().ok()?;
+        Some(
+            t.iter()
+                .map(|(&fd, s)| (fd, s.desc.clone(), s.cloexec))
+                .collect(),
+        )
     }
 
     pub fn cloexec(&self, fd: i32) -> Result<bool> {

@@ -145,6 +145,13 @@ impl Posix {
         self.table.all()
     }
 
+    /// [`Posix::descriptors`] and the working directory, or None if another thread holds
+    /// either lock (what a forked child may find).
+    pub fn try_snapshot(&self) -> Option<(Vec<(i32, Arc<Description>, bool)>, Cwd)> {
+        let cwd = self.cwd.try_lock().ok()?.clone();
+        Some((self.table.try_all()?, cwd))
+    }
+
     pub fn cloexec(&self, fd: i32) -> Result<bool> {
         self.table.cloexec(fd)
     }

@@ -1,0 +1,116 @@
+//! Turning augefs descriptors into bridge descriptors (kernel descriptors on the FUSE
+//! bridge) at the same numbers: in a forked child for everything it inherited, and in
+//! the owner for a descriptor about to become standard input, output or error (which
+//! libc's own stdio writes with calls no interposer sees).
+//!
+//! A converted descriptor reopens the path its description was opened by, with its
+//! flags and its offset at that moment; descriptors that shared the description still
+//! share the new one, but the offset is no longer shared with the other process
+//! (docs/SEMANTICS.md §4). A file unlinked meanwhile cannot be reopened: its descriptor
+//! stays a placeholder (EBADF), and the log says so.
+
+use crate::log;
+use crate::real::real;
+use crate::state::{self, CWD_IN};
+use posix::Posix;
+use std::ffi::CString;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn bridge_path(rel: &str) -> Option<CString> {
+    let mut b = std::env::var_os("AUGEFS_BRIDGE")?.into_encoded_bytes();
+    if rel != "/" {
+        b.extend_from_slice(rel.as_bytes());
+    }
+    CString::new(b).ok()
+}
+
+/// Reopens description `d` on the bridge and puts it at each of `fds` (with their
+/// close-on-exec flags). Returns whether it worked.
+fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> bool {
+    let Some(path) = bridge_path(d.path()) else {
+        return false;
+    };
+    let mut flags = d.flags() & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+    if d.kind() == vfs::Kind::Dir && flags & libc::O_PATH == 0 {
+        flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    }
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    // SAFETY: a NUL-terminated path.
+    let new = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
+    if new < 0 {
+        log::line(&format!(
+            "cannot hand {} over to the bridge (descriptors {:?} now fail with EBADF)",
+            d.path(),
+            fds.iter().map(|f| f.0).collect::<Vec<_>>()
+        ));
+        return false;
+    }
+    if d.kind() == vfs::Kind::File {
+        let lseek = real!(lseek: fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t);
+        // SAFETY: our descriptor.
+        unsafe { lseek(new, offset as i64, libc::SEEK_SET) };
+    }
+    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    for &(fd, cloexec) in fds {
+        // SAFETY: replaces the placeholder at `fd`, which this process owns.
+        unsafe { dup3(new, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+    }
+    state::real_close(new);
+    true
+}
+
+/// Groups `which` (all descriptors if None) by description.
+type Group = (Arc<posix::desc::Description>, Vec<(i32, bool)>);
+
+fn groups(all: Vec<(i32, Arc<posix::desc::Description>, bool)>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    for (fd, d, cloexec) in all {
+        match out.iter_mut().find(|(o, _)| Arc::ptr_eq(o, &d)) {
+            Some((_, fds)) => fds.push((fd, cloexec)),
+            None => out.push((d, vec![(fd, cloexec)])),
+        }
+    }
+    out
+}
+
+/// In a forked child: every inherited descriptor, and the working directory. Touches
+/// only the table (never the file system) and takes no lock that another thread of
+/// the parent may have held at fork: a busy lock skips the descriptor.
+pub fn to_bridge_all(px: &Posix) {
+    let Some((all, cwd)) = px.try_snapshot() else {
+        log::line("forked while the descriptor table was busy: inherited augefs descriptors fail with EBADF");
+        return;
+    };
+    for (d, fds) in groups(all) {
+        let offset = d.try_offset().unwrap_or(0);
+        reopen(&d, &fds, offset);
+    }
+    if CWD_IN.load(Ordering::Relaxed) {
+        if let Some(p) = bridge_path(&cwd.path) {
+            let chdir = real!(chdir: fn(*const libc::c_char) -> libc::c_int);
+            // SAFETY: a NUL-terminated path.
+            unsafe { chdir(p.as_ptr()) };
+        }
+    }
+}
+
+/// In the owner: the description behind `fd` (and its other descriptors) becomes a
+/// bridge descriptor, leaving the table. False if there is no bridge.
+pub fn to_bridge(px: &Posix, fd: i32) -> bool {
+    let Ok(d) = px.get(fd) else { return false };
+    let fds: Vec<(i32, bool)> = px
+        .descriptors()
+        .into_iter()
+        .filter(|(_, o, _)| Arc::ptr_eq(o, &d))
+        .map(|(n, _, c)| (n, c))
+        .collect();
+    let offset = *d.offset();
+    if !reopen(&d, &fds, offset) {
+        return false;
+    }
+    for (n, _) in fds {
+        let _ = px.close(n);
+    }
+    true
+}
