@@ -471,6 +471,13 @@ impl fuser::Filesystem for AugeFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.direct_io {
+            // A bridge's server is also a client of it (docs/DESIGN.md §4f): without
+            // FLUSH (ENOSYS stops the kernel sending it) a close never waits for a reply,
+            // so a process exiting with files open on its own bridge cannot hang.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         // close(2): writes already reached the vfs; durability is fsync's.
         reply.ok();
     }

@@ -40,7 +40,11 @@ impl Posix {
     }
 
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
-        let d = self.readable(fd)?;
+        self.read_from(&*self.readable(fd)?, buf)
+    }
+
+    /// `read` on a description held outside the table (the interposer's pumps).
+    pub fn read_from(&self, d: &Description, buf: &mut [u8]) -> Result<usize> {
         let mut off = d.offset();
         let n = self.fs.read_at(d.ino(), *off, buf)?;
         *off += n as u64;
@@ -55,7 +59,11 @@ impl Posix {
 
     /// Writes at the offset (or the end, with O_APPEND) and moves it past the data.
     pub fn write(&self, fd: i32, buf: &[u8]) -> Result<usize> {
-        let d = self.writable(fd)?;
+        self.write_to(&*self.writable(fd)?, buf)
+    }
+
+    /// `write` on a description held outside the table (the interposer's pumps).
+    pub fn write_to(&self, d: &Description, buf: &[u8]) -> Result<usize> {
         let mut off = d.offset();
         if d.flags() & libc::O_APPEND != 0 {
             let (at, n) = self.fs.append_ino(d.ino(), buf)?;

@@ -140,9 +140,20 @@ impl Posix {
         Ok(())
     }
 
+    /// Removes descriptor `fd` from the table only (the caller keeps the number as
+    /// something else, e.g. a kernel descriptor of the same file): record locks stay.
+    pub fn detach_fd(&self, fd: i32) -> Result<Arc<Description>> {
+        self.table.remove(fd)
+    }
+
     /// Every descriptor with its close-on-exec flag.
     pub fn descriptors(&self) -> Vec<(i32, Arc<Description>, bool)> {
         self.table.all()
+    }
+
+    /// The working directory unless another thread holds its lock.
+    pub fn try_cwd(&self) -> Result<Cwd> {
+        Ok(self.cwd.try_lock().map_err(|_| err(libc::EAGAIN))?.clone())
     }
 
     /// [`Posix::descriptors`] and the working directory, or None if another thread holds

@@ -1,7 +1,9 @@
 //! Turning augefs descriptors into bridge descriptors (kernel descriptors on the FUSE
-//! bridge) at the same numbers: in a forked child for everything it inherited, and in
-//! the owner for a descriptor about to become standard input, output or error (which
-//! libc's own stdio writes with calls no interposer sees).
+//! bridge) at the same numbers, when the owner forks: the parent converts its own
+//! descriptors just before the fork, so parent and child share the kernel's open file
+//! descriptions (one offset, as POSIX wants across fork). The owner is then a client of
+//! its own bridge for those descriptors (slower, but coherent: the bridge caches
+//! nothing); the bridge answers FLUSH with ENOSYS so no close waits on it.
 //!
 //! A converted descriptor reopens the path its description was opened by, with its
 //! flags and its offset at that moment; descriptors that shared the description still
@@ -74,43 +76,32 @@ fn groups(all: Vec<(i32, Arc<posix::desc::Description>, bool)>) -> Vec<Group> {
     out
 }
 
-/// In a forked child: every inherited descriptor, and the working directory. Touches
-/// only the table (never the file system) and takes no lock that another thread of
-/// the parent may have held at fork: a busy lock skips the descriptor.
+/// Before a fork, in the owner: every augefs descriptor becomes a bridge descriptor and
+/// leaves the table. Takes no lock another thread may hold for long (a busy table skips
+/// the conversion, and the child's copies fail with EBADF).
 pub fn to_bridge_all(px: &Posix) {
-    let Some((all, cwd)) = px.try_snapshot() else {
+    let Some((all, _)) = px.try_snapshot() else {
         log::line("forked while the descriptor table was busy: inherited augefs descriptors fail with EBADF");
         return;
     };
     for (d, fds) in groups(all) {
         let offset = d.try_offset().unwrap_or(0);
-        reopen(&d, &fds, offset);
+        if reopen(&d, &fds, offset) {
+            for (fd, _) in fds {
+                let _ = px.detach_fd(fd);
+            }
+        }
     }
+}
+
+/// In a forked child: its working directory inside augefs becomes the bridge's.
+pub fn cwd_to_bridge(px: &Posix) {
     if CWD_IN.load(Ordering::Relaxed) {
+        let Ok(cwd) = px.try_cwd() else { return };
         if let Some(p) = bridge_path(&cwd.path) {
             let chdir = real!(chdir: fn(*const libc::c_char) -> libc::c_int);
             // SAFETY: a NUL-terminated path.
             unsafe { chdir(p.as_ptr()) };
         }
     }
-}
-
-/// In the owner: the description behind `fd` (and its other descriptors) becomes a
-/// bridge descriptor, leaving the table. False if there is no bridge.
-pub fn to_bridge(px: &Posix, fd: i32) -> bool {
-    let Ok(d) = px.get(fd) else { return false };
-    let fds: Vec<(i32, bool)> = px
-        .descriptors()
-        .into_iter()
-        .filter(|(_, o, _)| Arc::ptr_eq(o, &d))
-        .map(|(n, _, c)| (n, c))
-        .collect();
-    let offset = *d.offset();
-    if !reopen(&d, &fds, offset) {
-        return false;
-    }
-    for (n, _) in fds {
-        let _ = px.close(n);
-    }
-    true
 }

@@ -3,12 +3,12 @@
 //! Before the owner execs (execve, execv, execvp, execvpe, fexecve) it syncs the file
 //! system and adds to the new program's environment `AUGEFS_FDS`, one
 //! `fd:flags:offset:path` (path in hex) per descriptor without close-on-exec:
-//! augefs ones and bridge ones (standard descriptors turned into bridge descriptors,
-//! which die with this process's bridge; each is replaced by a placeholder). The exec
+//! augefs ones and pumped standard descriptors (their pipes die with this process's
+//! pump threads: each is drained and replaced by a placeholder). The exec
 //! releases the image (its descriptor is close-on-exec). The new program attaches at
 //! load ([`take_over`]) and reopens each at its number; one that cannot be reopened
 //! stays a placeholder, so using it fails with EBADF, and the log names it. If the exec
-//! fails, the bridge descriptors are put back and nothing else changed.
+//! fails, the pumped descriptors are put back and nothing else changed.
 //! `AUGEFS_CWD` carries a working directory inside augefs the same way.
 #![expect(
     clippy::undocumented_unsafe_blocks,
@@ -26,7 +26,7 @@ use posix::At;
 use std::ffi::CString;
 use std::sync::atomic::Ordering;
 
-/// Descriptors at or above this hold the bridge descriptors an exec set aside.
+/// Descriptors at or above this hold the pipe ends an exec set aside.
 const SAVED_FD_MIN: c_int = 900;
 
 fn hex(b: &[u8]) -> String {
@@ -44,35 +44,6 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 struct Prepared {
     env: Vec<CString>,
     restore: Vec<(c_int, c_int)>,
-}
-
-/// The bridge descriptors among 0..=2: (fd, flags, offset, augefs path).
-fn bridge_std_fds() -> Vec<(c_int, c_int, i64, Vec<u8>)> {
-    let mut out = Vec::new();
-    for fd in 0..=2 {
-        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
-            continue;
-        };
-        let Some(path) = crate::route::from_bridge(target.as_os_str().as_encoded_bytes()) else {
-            continue;
-        };
-        let rel = path[state::prefix().len()..].to_vec();
-        let fcntl = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
-        let lseek = real!(lseek: fn(c_int, libc::off_t, c_int) -> libc::off_t);
-        let flags = unsafe { fcntl(fd, libc::F_GETFL, 0) };
-        let cloexec = unsafe { fcntl(fd, libc::F_GETFD, 0) } & libc::FD_CLOEXEC != 0;
-        if flags < 0 || cloexec {
-            continue;
-        }
-        let off = unsafe { lseek(fd, 0, libc::SEEK_CUR) }.max(0);
-        out.push((
-            fd,
-            flags,
-            off,
-            if rel.is_empty() { b"/".to_vec() } else { rel },
-        ));
-    }
-    out
 }
 
 /// Builds the new program's environment from `envp` plus the hand-over, or None when
@@ -95,7 +66,8 @@ unsafe fn prepare(envp: *const *const c_char) -> Option<Prepared> {
     let fcntl = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
     let dup2 = real!(dup2: fn(c_int, c_int) -> c_int);
     let open = real!(open: fn(*const c_char, c_int, libc::mode_t) -> c_int);
-    for (fd, flags, off, path) in bridge_std_fds() {
+    crate::pump::drain();
+    for (fd, d, off) in crate::pump::pumped() {
         let saved = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, SAVED_FD_MIN as usize) };
         let ph = unsafe { open(c"/".as_ptr(), libc::O_PATH, 0) };
         if saved < 0 || ph < 0 {
@@ -104,7 +76,11 @@ unsafe fn prepare(envp: *const *const c_char) -> Option<Prepared> {
         unsafe { dup2(ph, fd) };
         state::real_close(ph);
         restore.push((fd, saved));
-        items.push(format!("{fd}:{flags}:{off}:{}", hex(&path)));
+        items.push(format!(
+            "{fd}:{}:{off}:{}",
+            d.flags(),
+            hex(d.path().as_bytes())
+        ));
     }
     state::detach(true);
     let mut env: Vec<CString> = Vec::new();
@@ -241,9 +217,10 @@ pub fn take_over() {
         match px.open(At::Cwd, &path, reopen, 0) {
             Ok(d) => {
                 *d.offset() = off;
-                px.install(fd, d, false);
-                if fd <= 2 && std::env::var_os("AUGEFS_BRIDGE").is_some() {
-                    crate::convert::to_bridge(&px, fd);
+                if fd <= 2 {
+                    crate::pump::start(&px, d, fd, false);
+                } else {
+                    px.install(fd, d, false);
                 }
             }
             Err(e) => log::line(&format!(

@@ -12,6 +12,7 @@
 )]
 
 use crate::guard;
+use crate::pump;
 use crate::real::real;
 use crate::route::{self, ret, ret_int, set_errno, Route};
 use crate::state;
@@ -126,6 +127,9 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if !guard::inside() && fd <= 2 && pump::is_pumped(fd) {
+        pump::forget(fd);
+    }
     if let Some(px) = route::fd(fd) {
         let _g = guard::enter();
         let r = px.close(fd);
@@ -160,29 +164,41 @@ pub unsafe extern "C" fn close_range(
 /// Makes `new` refer to `old`'s description (both augefs or `old` a kernel one).
 fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
     let dup3 = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
+    let flag = if cloexec { libc::O_CLOEXEC } else { 0 };
     let src = route::fd(old);
     if let Some(px) = state::owner() {
-        if px.is_open(new) && new != old {
+        if px.is_open(new) {
             let _g = guard::enter();
             let _ = px.close(new);
         }
     }
     let Some(px) = src else {
-        return unsafe { dup3(old, new, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+        let r = unsafe { dup3(old, new, flag) };
+        if r >= 0 && pump::is_pumped(new) {
+            pump::forget(new);
+        }
+        return r;
     };
-    // Standard input, output and error are written by libc's own stdio, which no
-    // interposer sees: with a bridge they become bridge descriptors (kernel ones).
-    if new <= 2 && std::env::var_os("AUGEFS_BRIDGE").is_some() {
-        let _g = guard::enter();
-        if crate::convert::to_bridge(&px, old) {
-            return unsafe { dup3(old, new, if cloexec { libc::O_CLOEXEC } else { 0 }) };
-        }
+    let Ok(d) = px.get(old) else {
+        set_errno(libc::EBADF);
+        return -1;
+    };
+    if pump::is_pumped(new) {
+        pump::forget(new);
     }
-    let r = unsafe { dup3(old, new, if cloexec { libc::O_CLOEXEC } else { 0 }) };
-    if r >= 0 {
-        if let Ok(d) = px.get(old) {
-            px.install(new, d, cloexec);
+    // Standard input, output and error are read and written by libc's own stdio, which
+    // no interposer sees: they become pipes served by a pump thread.
+    if new <= 2 {
+        let _g = guard::enter();
+        if pump::start(&px, d, new, cloexec) {
+            return new;
         }
+        set_errno(libc::EMFILE);
+        return -1;
+    }
+    let r = unsafe { dup3(old, new, flag) };
+    if r >= 0 {
+        px.install(new, d, cloexec);
     }
     r
 }
@@ -249,6 +265,8 @@ fn fcntl_augefs(px: &Posix, fd: c_int, cmd: c_int, arg: usize) -> c_int {
             set_errno(libc::EBADF);
             -1
         }
+        // Write-lifetime hints (F_GET_RW_HINT .. F_SET_FILE_RW_HINT): advice, accepted.
+        1035..=1038 => 0,
         libc::F_GET_SEALS | libc::F_ADD_SEALS => {
             set_errno(libc::EINVAL);
             -1

@@ -10,7 +10,8 @@
 //! - [`names`]: calls on names, attributes, xattrs, chdir, getcwd, realpath.
 //! - [`dirs`]: directory streams. [`stdio`]: fopen and friends via fopencookie.
 //! - [`mmap`]: mappings of augefs files. [`exec`]: handing descriptors over at exec.
-//! - [`convert`]: augefs descriptors to bridge descriptors (fork, standard streams).
+//! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
+//! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //!
 //! Invariants:
 //! - Augefs descriptor numbers are reserved by kernel placeholders (O_PATH), so they
@@ -30,6 +31,7 @@ mod guard;
 mod log;
 mod mmap;
 mod names;
+mod pump;
 mod real;
 mod route;
 mod state;

@@ -128,13 +128,12 @@ pub fn ret_int(r: posix::Result<()>) -> libc::c_int {
 
 /// A path the kernel returned, mapped back from the bridge to the prefix.
 pub fn from_bridge(path: &[u8]) -> Option<Vec<u8>> {
-    if let Mode::Bridged(b) = state::mode() {
-        let rest = path.strip_prefix(&b[..])?;
-        if rest.is_empty() || rest[0] == b'/' {
-            let mut out = state::prefix().to_vec();
-            out.extend_from_slice(rest);
-            return Some(out);
-        }
+    let b = std::env::var_os("AUGEFS_BRIDGE")?.into_encoded_bytes();
+    let rest = path.strip_prefix(&b[..])?;
+    if !rest.is_empty() && rest[0] != b'/' {
+        return None;
     }
-    None
+    let mut out = state::prefix().to_vec();
+    out.extend_from_slice(rest);
+    Some(out)
 }

@@ -98,9 +98,13 @@ pub fn mode() -> Mode {
     if CHILD.load(Ordering::Acquire) {
         return bridged_or_refused();
     }
-    MODE.read()
-        .map(|m| m.clone())
-        .unwrap_or(Mode::Refused(libc::EIO))
+    // Locked for writing: another thread is attaching (its engine threads meet this
+    // too, for their own kernel calls): undecided, so `attach` waits for it.
+    match MODE.try_read() {
+        Ok(m) => m.clone(),
+        Err(std::sync::TryLockError::WouldBlock) => Mode::Unset,
+        Err(std::sync::TryLockError::Poisoned(_)) => Mode::Refused(libc::EIO),
+    }
 }
 
 fn bridged_or_refused() -> Mode {
@@ -115,7 +119,9 @@ pub fn owner() -> Option<Arc<Posix>> {
     if guard::inside() || CHILD.load(Ordering::Acquire) {
         return None;
     }
-    match &*MODE.read().ok()? {
+    // Locked for writing: the image is being attached, so no augefs descriptor exists
+    // yet (the engine's threads starting up get here for their own kernel calls).
+    match &*MODE.try_read().ok()? {
         Mode::Owner(p) => Some(p.clone()),
         _ => None,
     }
@@ -177,7 +183,7 @@ fn decide() -> Mode {
     OWNER_PID.store(pid, Ordering::Relaxed);
     ATFORK.call_once(|| {
         // SAFETY: registers a plain function as the fork child handler.
-        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
     });
     if let Some(dir) = bridge_dir() {
         start_bridge(&fs, &dir, &image);
@@ -231,6 +237,19 @@ fn wait_for_bridge() -> Mode {
     Mode::Refused(libc::EBUSY)
 }
 
+/// The fork prepare handler: pumped output reaches the file first, so the child's
+/// converted descriptors start at the right offsets.
+extern "C" fn before_fork() {
+    if is_child() {
+        return;
+    }
+    crate::pump::drain();
+    if let Some(p) = owner() {
+        let _g = guard::enter();
+        crate::convert::to_bridge_all(&p);
+    }
+}
+
 /// The fork child handler: from now on this process is bridged; the descriptors it
 /// inherited become bridge descriptors at the same numbers.
 extern "C" fn forked_child() {
@@ -243,7 +262,7 @@ extern "C" fn forked_child() {
         Err(_) => None,
     };
     if let Some(p) = posix {
-        crate::convert::to_bridge_all(&p);
+        crate::convert::cwd_to_bridge(&p);
         // The child must never release the parent's in-memory state.
         std::mem::forget(p);
     }
@@ -263,6 +282,11 @@ pub fn detach(for_exec: bool) {
     }
     let _g = guard::enter();
     let Some(p) = owner_posix() else { return };
+    // stdio flushes its buffers after the library destructors: flush now, so pumped
+    // output is in the file before the sync.
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    crate::pump::drain();
     if let Err(e) = p.fs().sync() {
         log::line(&format!("sync: {e}"));
     }
