@@ -47,11 +47,12 @@ fn stdout(what: &str, out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// No bridge mount is left behind.
-fn no_bridge_left() {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+/// No bridge mount of this fixture's image is left behind (its source is the image).
+fn no_bridge_left(fx: &Fixture) {
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+    let image = fx.image.to_string_lossy();
     assert!(
-        !mounts.contains("augefs-run-"),
+        !mounts.lines().any(|l| l.split(' ').next() == Some(image.as_ref())),
         "a bridge mount was left: {mounts}"
     );
 }
@@ -75,7 +76,7 @@ fn sqlite3_transactions_and_integrity() {
     fx.fsck_clean();
     let again = run(&fx, &["sqlite3", "/augefs/db", "SELECT count(*) FROM t; PRAGMA integrity_check;"]);
     assert_eq!(stdout("sqlite3 reopen", &again).trim(), "100000\nok");
-    no_bridge_left();
+    no_bridge_left(&fx);
 }
 
 #[test]
@@ -101,7 +102,7 @@ fn db_bench_workloads() {
         &["db_bench", "--db=/augefs/rocks", "--use_existing_db=1", "--benchmarks=readseq", "--num=2000"],
     );
     assert!(stdout("db_bench readseq", &check_db).contains("readseq"));
-    no_bridge_left();
+    no_bridge_left(&fx);
 }
 
 const PYTHON: &str = r#"
@@ -138,7 +139,7 @@ fn python_open_stdio_listdir_rename_stat() {
     fx.fsck_clean();
     let back = run(&fx, &["python3", "-c", "print(open('/augefs/py/b.txt').read().count('\\n'))"]);
     assert_eq!(stdout("python reopen", &back).trim(), "1000");
-    no_bridge_left();
+    no_bridge_left(&fx);
 }
 
 #[test]
@@ -174,7 +175,7 @@ fn bash_redirections_fork_and_exec() {
     let back = run(&fx, &["bash", "-c", "cat /augefs/log; cat /augefs/b"]);
     let text = stdout("bash reopen", &back);
     assert!(text.starts_with("first\n") && text.contains("last\nl1\n"), "{text}");
-    no_bridge_left();
+    no_bridge_left(&fx);
 }
 
 #[test]
@@ -197,7 +198,7 @@ fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
     assert_eq!(lines.len(), 1, "one log line names ioctl: {log}");
     assert!(lines[0].contains("ENOTSUP"), "{log}");
     fx.fsck_clean();
-    no_bridge_left();
+    no_bridge_left(&fx);
 }
 
 #[test]

@@ -42,8 +42,9 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
     let new = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
     if new < 0 {
         log::line(&format!(
-            "cannot hand {} over to the bridge (descriptors {:?} now fail with EBADF)",
+            "cannot hand {} over to the bridge ({}; descriptors {:?} now fail with EBADF)",
             d.path(),
+            std::io::Error::last_os_error(),
             fds.iter().map(|f| f.0).collect::<Vec<_>>()
         ));
         return false;

@@ -41,6 +41,8 @@ static CHILD: AtomicBool = AtomicBool::new(false);
 /// The working directory is inside augefs (owner: the posix layer's cwd).
 pub static CWD_IN: AtomicBool = AtomicBool::new(false);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// The bridge this process serves: it lives as long as the process (its threads end
+/// with it; see `detach`).
 static BRIDGE: Mutex<Option<augefs_fuse::Bridge>> = Mutex::new(None);
 static ATFORK: std::sync::Once = std::sync::Once::new();
 /// The process's umask (read at attach, followed through `umask`), applied to the
@@ -273,9 +275,13 @@ pub fn is_child() -> bool {
     CHILD.load(Ordering::Acquire)
 }
 
-/// Syncs and lets go of the image: the bridge stops, descriptors close, the file
-/// system unmounts (or, if a call still runs in another thread, is synced). Used at
-/// exit; `for_exec` only syncs (exec itself releases the image).
+/// Syncs before the image is let go: at exit (`for_exec` false) and before exec. At
+/// exit, stdio is flushed, the pumps drained and this process's own descriptors on the
+/// bridge closed while the bridge still serves (a close then never waits on a server
+/// that is gone); the bridge's threads and the image go with the process (the kernel
+/// ends the FUSE connection and releases the image's lock), and `augefs run` detaches
+/// the dead mount. Everything acknowledged is durable after the sync; an unlinked file
+/// still open is freed by the next mount.
 pub fn detach(for_exec: bool) {
     if is_child() || OWNER_PID.load(Ordering::Relaxed) != std::process::id() as i32 {
         return;
@@ -287,28 +293,30 @@ pub fn detach(for_exec: bool) {
     // SAFETY: fflush(NULL) flushes every stream.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     crate::pump::drain();
+    if !for_exec {
+        close_bridge_fds();
+    }
     if let Err(e) = p.fs().sync() {
         log::line(&format!("sync: {e}"));
     }
-    if for_exec {
+}
+
+/// Closes this process's kernel descriptors on its own bridge.
+fn close_bridge_fds() {
+    let Some(bridge) = bridge_dir() else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
-    }
-    if let Some(b) = BRIDGE.lock().ok().and_then(|mut b| b.take()) {
-        if let Err(e) = b.stop() {
-            log::line(&format!("stopping the bridge: {e}"));
-        }
-    }
-    let Ok(mut w) = MODE.write() else { return };
-    *w = Mode::Off;
-    drop(w);
-    for (fd, _, _) in p.descriptors() {
-        let _ = p.close(fd);
-    }
-    let fs = p.fs().clone();
-    drop(p);
-    if let Some(fs) = Arc::into_inner(fs) {
-        if let Err(e) = fs.unmount() {
-            log::line(&format!("unmount: {e}"));
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+            continue;
+        };
+        if target.as_os_str().as_encoded_bytes().starts_with(&bridge) {
+            real_close(fd);
         }
     }
 }
