@@ -128,7 +128,11 @@ impl Bridge {
             threads,
             ..MountOptions::default()
         };
-        let session = Session::new(AugeFuse::bridge(fs), dir, &config(&opts, fsname))
+        let mut c = config(&opts, fsname);
+        // Every descriptor of the bridge is opened here, synchronously (no per-thread
+        // clones opened later): the interposer numbers them out of programs' way.
+        c.clone_fd = false;
+        let session = Session::new(AugeFuse::bridge(fs), dir, &c)
             .and_then(Session::spawn)
             .map_err(|source| FuseError::Mount {
                 dir: dir.to_path_buf(),

@@ -140,9 +140,38 @@ pub fn attach() -> Mode {
         return Mode::Refused(libc::EIO);
     };
     if matches!(*w, Mode::Unset) {
-        *w = decide();
+        *w = above(INTERNAL_FD_MIN, decide);
     }
     w.clone()
+}
+
+/// Lowest number of the descriptors augefs itself holds (the image, the io_uring ring,
+/// the PMR, the bridge's /dev/fuse, the pumps' pipes): programs (shells above all)
+/// `dup2` onto small numbers they consider free, which must never be ours.
+pub const INTERNAL_FD_MIN: i32 = 100;
+
+/// Runs `f` with every free descriptor below `min` taken, so what `f` opens (including
+/// by raw syscalls such as io_uring_setup) is numbered at or above `min`.
+pub fn above<T>(min: i32, f: impl FnOnce() -> T) -> T {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let mut fillers = Vec::new();
+    loop {
+        // SAFETY: a NUL-terminated path; the descriptor is ours.
+        let fd = unsafe { open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            break;
+        }
+        if fd >= min {
+            real_close(fd);
+            break;
+        }
+        fillers.push(fd);
+    }
+    let r = f();
+    for fd in fillers {
+        real_close(fd);
+    }
+    r
 }
 
 fn decide() -> Mode {
