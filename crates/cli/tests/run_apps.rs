@@ -169,7 +169,7 @@ fn bash_redirections_fork_and_exec() {
     let out = stdout("bash", &run(&fx, &["bash", "-c", &script]));
     assert_eq!(
         out,
-        "3\nL1\nL2\nL3\nFOUR\n10\nread built-in\n/augefs/d\nhere\ndone\n"
+        "3\nL1\nL2\nL3\nFOUR\n6\nread built-in\n/augefs/d\nhere\ndone\n"
     );
     fx.fsck_clean();
     let back = run(&fx, &["bash", "-c", "cat /augefs/log; cat /augefs/b"]);
