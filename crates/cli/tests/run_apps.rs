@@ -52,7 +52,9 @@ fn no_bridge_left(fx: &Fixture) {
     let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
     let image = fx.image.to_string_lossy();
     assert!(
-        !mounts.lines().any(|l| l.split(' ').next() == Some(image.as_ref())),
+        !mounts
+            .lines()
+            .any(|l| l.split(' ').next() == Some(image.as_ref())),
         "a bridge mount was left: {mounts}"
     );
 }
@@ -74,7 +76,14 @@ fn sqlite3_transactions_and_integrity() {
     let out = stdout("sqlite3 load", &run(&fx, &["sqlite3", "/augefs/db", &read]));
     assert_eq!(out.trim(), "100000\nok");
     fx.fsck_clean();
-    let again = run(&fx, &["sqlite3", "/augefs/db", "SELECT count(*) FROM t; PRAGMA integrity_check;"]);
+    let again = run(
+        &fx,
+        &[
+            "sqlite3",
+            "/augefs/db",
+            "SELECT count(*) FROM t; PRAGMA integrity_check;",
+        ],
+    );
     assert_eq!(stdout("sqlite3 reopen", &again).trim(), "100000\nok");
     no_bridge_left(&fx);
 }
@@ -93,13 +102,25 @@ fn db_bench_workloads() {
         ],
     );
     let text = stdout("db_bench", &out);
-    for b in ["fillseq", "fillrandom", "overwrite", "readrandom", "fillsync"] {
+    for b in [
+        "fillseq",
+        "fillrandom",
+        "overwrite",
+        "readrandom",
+        "fillsync",
+    ] {
         assert!(text.contains(&format!("{b} ")), "{b} missing from:\n{text}");
     }
     fx.fsck_clean();
     let check_db = run(
         &fx,
-        &["db_bench", "--db=/augefs/rocks", "--use_existing_db=1", "--benchmarks=readseq", "--num=2000"],
+        &[
+            "db_bench",
+            "--db=/augefs/rocks",
+            "--use_existing_db=1",
+            "--benchmarks=readseq",
+            "--num=2000",
+        ],
     );
     assert!(stdout("db_bench readseq", &check_db).contains("readseq"));
     no_bridge_left(&fx);
@@ -137,7 +158,14 @@ fn python_open_stdio_listdir_rename_stat() {
     let out = run(&fx, &["python3", script.to_str().unwrap()]);
     assert_eq!(stdout("python", &out).trim(), "python ok");
     fx.fsck_clean();
-    let back = run(&fx, &["python3", "-c", "print(open('/augefs/py/b.txt').read().count('\\n'))"]);
+    let back = run(
+        &fx,
+        &[
+            "python3",
+            "-c",
+            "print(open('/augefs/py/b.txt').read().count('\\n'))",
+        ],
+    );
     assert_eq!(stdout("python reopen", &back).trim(), "1000");
     no_bridge_left(&fx);
 }
@@ -174,7 +202,10 @@ fn bash_redirections_fork_and_exec() {
     fx.fsck_clean();
     let back = run(&fx, &["bash", "-c", "cat /augefs/log; cat /augefs/b"]);
     let text = stdout("bash reopen", &back);
-    assert!(text.starts_with("first\n") && text.contains("last\nl1\n"), "{text}");
+    assert!(
+        text.starts_with("first\n") && text.contains("last\nl1\n"),
+        "{text}"
+    );
     no_bridge_left(&fx);
 }
 

@@ -151,6 +151,9 @@ impl Drop for Description {
     }
 }
 
+/// A descriptor: its number, its description, its close-on-exec flag.
+pub type Entry = (i32, Arc<Description>, bool);
+
 #[derive(Debug)]
 struct Slot {
     desc: Arc<Description>,
@@ -204,7 +207,7 @@ impl Table {
             .ok_or(err(libc::EBADF))
     }
 
-    pub fn all(&self) -> Vec<(i32, Arc<Description>, bool)> {
+    pub fn all(&self) -> Vec<Entry> {
         self.lock()
             .iter()
             .map(|(&fd, s)| (fd, s.desc.clone(), s.cloexec))
@@ -212,7 +215,7 @@ impl Table {
     }
 
     /// [`Table::all`] unless the table is locked (a forked child's view).
-    pub fn try_all(&self) -> Option<Vec<(i32, Arc<Description>, bool)>> {
+    pub fn try_all(&self) -> Option<Vec<Entry>> {
         let t = self.slots.try_lock().ok()?;
         Some(
             t.iter()

@@ -147,7 +147,7 @@ impl Posix {
     }
 
     /// Every descriptor with its close-on-exec flag.
-    pub fn descriptors(&self) -> Vec<(i32, Arc<Description>, bool)> {
+    pub fn descriptors(&self) -> Vec<desc::Entry> {
         self.table.all()
     }
 
@@ -156,11 +156,9 @@ impl Posix {
         Ok(self.cwd.try_lock().map_err(|_| err(libc::EAGAIN))?.clone())
     }
 
-    /// [`Posix::descriptors`] and the working directory, or None if another thread holds
-    /// either lock (what a forked child may find).
-    pub fn try_snapshot(&self) -> Option<(Vec<(i32, Arc<Description>, bool)>, Cwd)> {
-        let cwd = self.cwd.try_lock().ok()?.clone();
-        Some((self.table.try_all()?, cwd))
+    /// [`Posix::descriptors`], or None if another thread holds the table's lock.
+    pub fn try_descriptors(&self) -> Option<Vec<desc::Entry>> {
+        self.table.try_all()
     }
 
     pub fn cloexec(&self, fd: i32) -> Result<bool> {

@@ -66,7 +66,7 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
 /// Groups `which` (all descriptors if None) by description.
 type Group = (Arc<posix::desc::Description>, Vec<(i32, bool)>);
 
-fn groups(all: Vec<(i32, Arc<posix::desc::Description>, bool)>) -> Vec<Group> {
+fn groups(all: Vec<posix::desc::Entry>) -> Vec<Group> {
     let mut out: Vec<Group> = Vec::new();
     for (fd, d, cloexec) in all {
         match out.iter_mut().find(|(o, _)| Arc::ptr_eq(o, &d)) {
@@ -81,7 +81,7 @@ fn groups(all: Vec<(i32, Arc<posix::desc::Description>, bool)>) -> Vec<Group> {
 /// leaves the table. Takes no lock another thread may hold for long (a busy table skips
 /// the conversion, and the child's copies fail with EBADF).
 pub fn to_bridge_all(px: &Posix) {
-    let Some((all, _)) = px.try_snapshot() else {
+    let Some(all) = px.try_descriptors() else {
         log::line("forked while the descriptor table was busy: inherited augefs descriptors fail with EBADF");
         return;
     };
