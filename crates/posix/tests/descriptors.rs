@@ -1,32 +1,14 @@
 //! The POSIX layer over a memory image: descriptor sharing, O_APPEND, directory
 //! cursors, *at calls, locks and the errno of each failure class.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
-use platform::ManualClock;
+#[path = "../../vfs/tests/common/mod.rs"]
+mod common;
+
 use posix::{At, Errno, Posix};
-use std::sync::Arc;
-use vfs::{Creds, FileSystem};
+use vfs::Creds;
 
 fn posix() -> Posix {
-    let dev = Device::new(Box::new(MemoryBackend::new(64 << 20, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    let fs = Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap());
-    Posix::new(fs, Creds::root(), 4242)
+    Posix::new(common::mounted(64 << 20, 2), Creds::root(), 4242)
 }
 
 fn errno<T: std::fmt::Debug>(r: posix::Result<T>) -> i32 {

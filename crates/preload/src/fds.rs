@@ -349,12 +349,37 @@ fn sized(r: posix::Result<usize>) -> ssize_t {
     ret(r.map(|n| n as i64)) as ssize_t
 }
 
+/// `f` on augefs descriptor `fd` with the caller's buffer as a slice; None for a
+/// kernel descriptor.
+unsafe fn on_buf_mut(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    f: impl FnOnce(&Posix, &mut [u8]) -> posix::Result<usize>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    Some(sized(f(&px, b)))
+}
+
+/// [`on_buf_mut`] for a buffer the call only reads.
+unsafe fn on_buf(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    f: impl FnOnce(&Posix, &[u8]) -> posix::Result<usize>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+    Some(sized(f(&px, b)))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        return sized(px.read(fd, b));
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.read(fd, b)) } {
+        return r;
     }
     let real = real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t);
     unsafe { real(fd, buf, n) }
@@ -372,10 +397,8 @@ pub unsafe extern "C" fn __read_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        return sized(px.write(fd, b));
+    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.write(fd, b)) } {
+        return r;
     }
     let real = real!(write: fn(c_int, *const c_void, size_t) -> ssize_t);
     unsafe { real(fd, buf, n) }
@@ -383,10 +406,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        return sized(px.pread(fd, b, off));
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.pread(fd, b, off)) } {
+        return r;
     }
     let real = real!(pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t);
     unsafe { real(fd, buf, n, off) }
@@ -421,10 +442,8 @@ pub unsafe extern "C" fn __pread64_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        return sized(px.pwrite(fd, b, off));
+    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.pwrite(fd, b, off)) } {
+        return r;
     }
     let real = real!(pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
     unsafe { real(fd, buf, n, off) }
@@ -682,10 +701,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        return sized(px.getdents64(fd, b));
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.getdents64(fd, b)) } {
+        return r;
     }
     let real = real!(getdents64: fn(c_int, *mut c_void, size_t) -> ssize_t);
     unsafe { real(fd, buf, n) }

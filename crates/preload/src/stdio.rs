@@ -72,6 +72,15 @@ fn flags_of(mode: &[u8]) -> Option<c_int> {
     Some(f)
 }
 
+/// The open flags of `mode`, or EINVAL set.
+unsafe fn mode_flags(mode: *const c_char) -> Option<c_int> {
+    let f = flags_of(unsafe { bytes(mode) });
+    if f.is_none() {
+        set_errno(libc::EINVAL);
+    }
+    f
+}
+
 fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     let io = CookieIo {
         read: Some(c_read),
@@ -95,17 +104,13 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
             set_errno(e);
             std::ptr::null_mut()
         }
-        Route::Augefs(..) => {
-            let Some(flags) = flags_of(unsafe { bytes(mode) }) else {
-                set_errno(libc::EINVAL);
-                return std::ptr::null_mut();
-            };
-            let fd = unsafe { fds::open(path, flags, 0o666) };
-            if fd < 0 {
-                return std::ptr::null_mut();
-            }
-            cookie_file(fd, mode)
-        }
+        Route::Augefs(..) => match unsafe { mode_flags(mode) } {
+            None => std::ptr::null_mut(),
+            Some(flags) => match unsafe { fds::open(path, flags, 0o666) } {
+                fd if fd < 0 => std::ptr::null_mut(),
+                fd => cookie_file(fd, mode),
+            },
+        },
     }
 }
 
@@ -148,8 +153,7 @@ pub unsafe extern "C" fn freopen(
             std::ptr::null_mut()
         }
         Route::Augefs(..) => {
-            let Some(flags) = flags_of(unsafe { bytes(mode) }) else {
-                set_errno(libc::EINVAL);
+            let Some(flags) = (unsafe { mode_flags(mode) }) else {
                 return std::ptr::null_mut();
             };
             unsafe { libc::fflush(stream) };
