@@ -12,6 +12,7 @@
 //!   utimens, xattrs, access, chdir.
 //! - [`dir`]: directory streams with a stable cursor, getdents64's byte format.
 //! - [`lock`]: fcntl record locks (process and OFD owners) and flock.
+//! - [`mount`]: mounting an image for the process's own use.
 //! - [`stat`]: `libc::stat`, `libc::statx` and `libc::statfs` from vfs attributes.
 //!
 //! Invariants:
@@ -27,6 +28,7 @@ pub mod desc;
 pub mod dir;
 pub mod io;
 pub mod lock;
+pub mod mount;
 pub mod names;
 pub mod open;
 pub mod stat;

@@ -179,33 +179,12 @@ fn decide() -> Mode {
         return Mode::Off;
     };
     let image = PathBuf::from(image);
-    let dev = match device::open(&image, &device::OpenOptions::default()) {
-        Ok(d) => d,
-        Err(device::DeviceError::InUse { .. }) => return wait_for_bridge(),
+    let pmr = std::env::var_os("AUGEFS_PMR").map(PathBuf::from);
+    let fs = match posix::mount::mount_image(&image, pmr.as_deref()) {
+        Ok(fs) => fs,
+        Err(posix::mount::MountError::InUse) => return wait_for_bridge(),
         Err(e) => {
-            log::line(&format!("{}: cannot attach: {e}", image.display()));
-            return Mode::Refused(libc::EIO);
-        }
-    };
-    let pmr = match std::env::var_os("AUGEFS_PMR") {
-        Some(p) => match pmr::Pmr::open(std::path::Path::new(&p), pmr::PmrOptions::default()) {
-            Ok(p) => Some(Arc::new(p)),
-            Err(e) => {
-                log::line(&format!("{}: {e}", PathBuf::from(p).display()));
-                return Mode::Refused(libc::EIO);
-            }
-        },
-        None => None,
-    };
-    let env = engine::log::EngineEnv {
-        device: Arc::new(dev),
-        pmr,
-        clock: Arc::new(platform::SystemClock::new()),
-    };
-    let fs = match vfs::FileSystem::mount(env, engine::log::EngineConfig::default()) {
-        Ok(fs) => Arc::new(fs),
-        Err(e) => {
-            log::line(&format!("{}: cannot mount: {e}", image.display()));
+            log::line(&format!("cannot attach: {e:?}"));
             return Mode::Refused(libc::EIO);
         }
     };
