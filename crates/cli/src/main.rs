@@ -32,6 +32,9 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Mount an image with FUSE (as a daemon unless -f; unmount with `umount DIR`).
     Mount(cmd::mount::Args),
+    /// Run a program with the LD_PRELOAD interposer: paths under the prefix reach the
+    /// image without the kernel (`augefs run --image I -- CMD...`).
+    Run(cmd::run::Args),
     /// Run crash workloads: every crash state recovered and checked (docs/TESTING.md).
     Crashtest(cmd::crashtest::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Fsck(args) => return cmd::fsck::run(args),
+        Command::Run(args) => return cmd::run::run(args),
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Mount(args) => cmd::mount::run(args),

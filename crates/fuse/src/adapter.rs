@@ -47,6 +47,11 @@ pub struct AugeFuse {
     files: Files,
     dirs: Dirs,
     writeback_cache: bool,
+    /// How long the kernel may cache attributes and names ([`TTL`]; zero for a bridge).
+    ttl: Duration,
+    /// Every open bypasses the kernel's page cache (a bridge: the owner process changes
+    /// the file system directly too, so the kernel must cache nothing).
+    direct_io: bool,
 }
 
 fn ino(i: INodeNo) -> InodeNo {
@@ -64,6 +69,19 @@ impl AugeFuse {
             files: Files::default(),
             dirs: Dirs::default(),
             writeback_cache,
+            ttl: TTL,
+            direct_io: false,
+        }
+    }
+
+    /// The adapter of an interposer's bridge (docs/DESIGN.md §4f): the process that
+    /// serves it also calls the vfs directly, so the kernel caches no attributes, names
+    /// or pages (entry and attribute timeouts 0, direct IO on every open).
+    pub fn bridge(fs: Arc<FileSystem>) -> AugeFuse {
+        AugeFuse {
+            ttl: Duration::ZERO,
+            direct_io: true,
+            ..AugeFuse::new(fs, false)
         }
     }
 
@@ -93,13 +111,16 @@ impl AugeFuse {
     }
 
     fn open_flags(&self) -> FopenFlags {
+        if self.direct_io {
+            return FopenFlags::FOPEN_DIRECT_IO;
+        }
         // The kernel's page cache stays valid across opens: nothing else changes files.
         FopenFlags::FOPEN_KEEP_CACHE
     }
 
     fn entry(&self, reply: ReplyEntry, r: Result<fuser::FileAttr, VfsError>) {
         match r {
-            Ok(a) => reply.entry(&TTL, &a, GENERATION),
+            Ok(a) => reply.entry(&self.ttl, &a, GENERATION),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -219,7 +240,7 @@ impl fuser::Filesystem for AugeFuse {
 
     fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.stat(ino(i)) {
-            Ok(a) => reply.attr(&TTL, &a),
+            Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -260,7 +281,7 @@ impl fuser::Filesystem for AugeFuse {
             self.stat(i)
         })();
         match r {
-            Ok(a) => reply.attr(&TTL, &a),
+            Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -401,7 +422,7 @@ impl fuser::Filesystem for AugeFuse {
             .new_inode(req, parent, n, Kind::File, mode & !umask, None)
             .and_then(|a| Ok((a, self.open_file(InodeNo(a.ino.0))?)));
         match r {
-            Ok((a, fh)) => reply.created(&TTL, &a, GENERATION, fh, self.open_flags()),
+            Ok((a, fh)) => reply.created(&self.ttl, &a, GENERATION, fh, self.open_flags()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -450,6 +471,13 @@ impl fuser::Filesystem for AugeFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.direct_io {
+            // A bridge's server is also a client of it (docs/DESIGN.md §4f): without
+            // FLUSH (ENOSYS stops the kernel sending it) a close never waits for a reply,
+            // so a process exiting with files open on its own bridge cannot hang.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         // close(2): writes already reached the vfs; durability is fsync's.
         reply.ok();
     }

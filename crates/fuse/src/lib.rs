@@ -21,4 +21,4 @@ mod convert;
 
 pub use adapter::AugeFuse;
 pub use options::{MountOptions, OptionError};
-pub use serve::{serve, FuseError, Unmounter};
+pub use serve::{serve, Bridge, FuseError, Unmounter};

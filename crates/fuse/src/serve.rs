@@ -106,6 +106,55 @@ fn config(opts: &MountOptions, fsname: &str) -> Config {
     c
 }
 
+/// A bridge mount served from background threads of the calling process (the
+/// interposer's owner, docs/DESIGN.md §4f); [`Bridge::stop`] unmounts it. The vfs stays
+/// the caller's: stopping leaves it mounted.
+#[derive(Debug)]
+pub struct Bridge {
+    session: fuser::BackgroundSession,
+    dir: PathBuf,
+}
+
+impl Bridge {
+    /// Mounts `fs` on `dir` with [`AugeFuse::bridge`] (no kernel caching) and serves it
+    /// on `threads` request threads; returns once the kernel's INIT exchange is done.
+    pub fn spawn(
+        fs: Arc<FileSystem>,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
+        let opts = MountOptions {
+            threads,
+            ..MountOptions::default()
+        };
+        let mut c = config(&opts, fsname);
+        // Every descriptor of the bridge is opened here, synchronously (no per-thread
+        // clones opened later): the interposer numbers them out of programs' way.
+        c.clone_fd = false;
+        let session = Session::new(AugeFuse::bridge(fs), dir, &c)
+            .and_then(Session::spawn)
+            .map_err(|source| FuseError::Mount {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+        Ok(Bridge {
+            session,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Unmounts the bridge and waits for its threads.
+    pub fn stop(self) -> Result<(), FuseError> {
+        self.session
+            .umount_and_join()
+            .map_err(|source| FuseError::Serve {
+                dir: self.dir,
+                source,
+            })
+    }
+}
+
 /// Mounts `fs` on `dir`, calls `on_ready` once the mount works, serves until the kernel
 /// ends the mount, and unmounts `fs`. `fsname` names the source in /proc/mounts.
 pub fn serve(

@@ -27,6 +27,7 @@
 //! - Every operation is atomic after a crash (one MetaDB batch; see `fs`).
 //! - Inode numbers are never reused.
 
+pub mod at;
 pub mod creds;
 pub mod data;
 pub mod error;

@@ -37,7 +37,7 @@ impl FileSystem {
         self.walk(cx, ROOT, path.as_bytes(), follow, &mut links)
     }
 
-    fn walk(
+    pub(crate) fn walk(
         &self,
         cx: &Creds,
         start: InodeNo,

@@ -9,3 +9,4 @@ pub mod fsck;
 pub mod inspect;
 pub mod mkfs;
 pub mod mount;
+pub mod run;

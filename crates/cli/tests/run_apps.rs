@@ -1,0 +1,252 @@
+//! Real programs through the interposer (`augefs run`, docs/DESIGN.md §4f): sqlite3,
+//! db_bench, a Python script, bash with redirections into the prefix (forked children
+//! reach the image through the owner's bridge), and a C program calling most of what
+//! the interposer covers. After each, `augefs fsck` finds the image clean and a fresh
+//! `augefs run` (a new attach) reads the data back.
+//!
+//! Needs `libaugefs_preload.so` next to the `augefs` binary (scripts/test builds it:
+//! `cargo build -p augefs-preload`).
+
+mod common;
+
+use common::{check, Fixture, BIN};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn preload_built() {
+    let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: run `cargo build -p augefs-preload` first (scripts/test does)",
+        lib.display()
+    );
+}
+
+/// The interposer's log of this fixture.
+fn log_of(fx: &Fixture) -> PathBuf {
+    fx.host.join("interposer.log")
+}
+
+/// `augefs run --image IMG --log LOG -- args...`.
+fn run(fx: &Fixture, args: &[&str]) -> Output {
+    preload_built();
+    Command::new(BIN)
+        .arg("run")
+        .arg("--image")
+        .arg(&fx.image)
+        .arg("--log")
+        .arg(log_of(fx))
+        .arg("--")
+        .args(args)
+        .output()
+        .expect("run augefs run")
+}
+
+fn stdout(what: &str, out: &Output) -> String {
+    check(what, out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// No bridge mount of this fixture's image is left behind (its source is the image).
+fn no_bridge_left(fx: &Fixture) {
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+    let image = fx.image.to_string_lossy();
+    assert!(
+        !mounts
+            .lines()
+            .any(|l| l.split(' ').next() == Some(image.as_ref())),
+        "a bridge mount was left: {mounts}"
+    );
+}
+
+#[test]
+fn sqlite3_transactions_and_integrity() {
+    let fx = Fixture::new();
+    let mut sql = String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n");
+    for _ in 0..10 {
+        sql.push_str(
+            "BEGIN;\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<10000) \
+             INSERT INTO t(v) SELECT hex(randomblob(16)) FROM c;\nCOMMIT;\n",
+        );
+    }
+    sql.push_str("SELECT count(*) FROM t;\nPRAGMA integrity_check;\n");
+    let script = fx.host.join("load.sql");
+    std::fs::write(&script, sql).unwrap();
+    let read = format!(".read {}", script.display());
+    let out = stdout("sqlite3 load", &run(&fx, &["sqlite3", "/augefs/db", &read]));
+    assert_eq!(out.trim(), "100000\nok");
+    fx.fsck_clean();
+    let again = run(
+        &fx,
+        &[
+            "sqlite3",
+            "/augefs/db",
+            "SELECT count(*) FROM t; PRAGMA integrity_check;",
+        ],
+    );
+    assert_eq!(stdout("sqlite3 reopen", &again).trim(), "100000\nok");
+    no_bridge_left(&fx);
+}
+
+#[test]
+fn db_bench_workloads() {
+    let fx = Fixture::new();
+    let out = run(
+        &fx,
+        &[
+            "db_bench",
+            "--db=/augefs/rocks",
+            "--benchmarks=fillseq,fillrandom,overwrite,readrandom,fillsync",
+            "--num=2000",
+            "--compression_type=none",
+        ],
+    );
+    let text = stdout("db_bench", &out);
+    for b in [
+        "fillseq",
+        "fillrandom",
+        "overwrite",
+        "readrandom",
+        "fillsync",
+    ] {
+        assert!(text.contains(&format!("{b} ")), "{b} missing from:\n{text}");
+    }
+    fx.fsck_clean();
+    let check_db = run(
+        &fx,
+        &[
+            "db_bench",
+            "--db=/augefs/rocks",
+            "--use_existing_db=1",
+            "--benchmarks=readseq",
+            "--num=2000",
+        ],
+    );
+    assert!(stdout("db_bench readseq", &check_db).contains("readseq"));
+    no_bridge_left(&fx);
+}
+
+const PYTHON: &str = r#"
+import os
+os.makedirs('/augefs/py', exist_ok=True)
+with open('/augefs/py/a.txt', 'w') as f:
+    for i in range(1000):
+        print(f"line {i}", file=f)
+with open('/augefs/py/a.txt') as f:
+    assert f.readline() == "line 0\n"
+    assert len(f.readlines()) == 999
+os.rename('/augefs/py/a.txt', '/augefs/py/b.txt')
+st = os.stat('/augefs/py/b.txt')
+assert st.st_size == sum(len(f"line {i}\n") for i in range(1000)), st
+assert sorted(os.listdir('/augefs/py')) == ['b.txt'], os.listdir('/augefs/py')
+data = os.urandom(300000)
+with open('/augefs/py/bin', 'wb') as f:
+    f.write(data)
+with open('/augefs/py/bin', 'rb') as f:
+    assert f.read() == data
+os.chdir('/augefs/py')
+assert os.getcwd() == '/augefs/py', os.getcwd()
+assert sorted(os.listdir('.')) == ['b.txt', 'bin']
+print("python ok")
+"#;
+
+#[test]
+fn python_open_stdio_listdir_rename_stat() {
+    let fx = Fixture::new();
+    let script = fx.host.join("t.py");
+    std::fs::write(&script, PYTHON).unwrap();
+    let out = run(&fx, &["python3", script.to_str().unwrap()]);
+    assert_eq!(stdout("python", &out).trim(), "python ok");
+    fx.fsck_clean();
+    let back = run(
+        &fx,
+        &[
+            "python3",
+            "-c",
+            "print(open('/augefs/py/b.txt').read().count('\\n'))",
+        ],
+    );
+    assert_eq!(stdout("python reopen", &back).trim(), "1000");
+    no_bridge_left(&fx);
+}
+
+#[test]
+fn bash_redirections_fork_and_exec() {
+    let fx = Fixture::new();
+    let host = fx.host.join("in.txt");
+    std::fs::write(&host, "l1\nl2\nl3\n").unwrap();
+    let script = format!(
+        "set -euo pipefail
+         echo built-in > /augefs/echo
+         cat {h} > /augefs/b
+         wc -l < /augefs/b
+         echo four >> /augefs/b
+         cat /augefs/b | tr a-z A-Z > /augefs/c
+         cat /augefs/c
+         exec 3>/augefs/log
+         echo first >&3
+         ls /augefs >&3
+         echo last >&3
+         exec 3>&-
+         wc -l < /augefs/log
+         read x < /augefs/echo; echo \"read $x\"
+         mkdir /augefs/d && cd /augefs/d && echo here > f && pwd && cat f
+         echo done",
+        h = host.display()
+    );
+    let out = stdout("bash", &run(&fx, &["bash", "-c", &script]));
+    assert_eq!(
+        out,
+        "3\nL1\nL2\nL3\nFOUR\n6\nread built-in\n/augefs/d\nhere\ndone\n"
+    );
+    fx.fsck_clean();
+    let back = run(&fx, &["bash", "-c", "cat /augefs/log; cat /augefs/b"]);
+    let text = stdout("bash reopen", &back);
+    assert!(
+        text.starts_with("first\n") && text.contains("last\nl1\n"),
+        "{text}"
+    );
+    no_bridge_left(&fx);
+}
+
+#[test]
+fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
+    let fx = Fixture::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_apps/calls.c");
+    let exe = fx.host.join("calls");
+    let cc = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc (install gcc: scripts/test does)");
+    check("cc calls.c", &cc);
+    let out = run(&fx, &[exe.to_str().unwrap()]);
+    assert_eq!(stdout("calls", &out).trim(), "calls ok");
+    let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
+    assert_eq!(lines.len(), 1, "one log line names ioctl: {log}");
+    assert!(lines[0].contains("ENOTSUP"), "{log}");
+    fx.fsck_clean();
+    no_bridge_left(&fx);
+}
+
+#[test]
+fn run_reports_usage_errors() {
+    let fx = Fixture::new();
+    let missing = Command::new(BIN)
+        .args(["run", "--image", "/nonexistent/img", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such image"));
+    let no_cmd = Command::new(BIN)
+        .args(["run", "--image"])
+        .arg(&fx.image)
+        .output()
+        .unwrap();
+    assert!(!no_cmd.status.success());
+    let status = run(&fx, &["sh", "-c", "exit 7"]);
+    assert_eq!(status.status.code(), Some(7));
+}

@@ -1,0 +1,183 @@
+//! Data calls on descriptors: read, write (O_APPEND atomic), their positioned (`p*`)
+//! and vectored (`*v`) forms, lseek (with SEEK_DATA and SEEK_HOLE), fsync, fdatasync,
+//! ftruncate and fallocate.
+//!
+//! Invariants:
+//! - A call that moves the offset holds the description's offset lock across the
+//!   vfs call, so descriptors sharing a description never read or write at one offset
+//!   twice.
+//! - An O_APPEND write takes the file's end and writes there under the inode's lock
+//!   (`FileSystem::append_ino`), whatever other descriptors do meanwhile.
+//! - A vectored call is one vfs call (buffers gathered), so it is atomic as a `write`.
+
+use crate::desc::Description;
+use crate::{err, Posix, Result};
+use std::sync::Arc;
+use vfs::{Fallocate, Kind};
+
+/// Largest offset a file may reach (Linux's MAX_LFS_FILESIZE is larger; the vfs's
+/// EFBIG limit applies first).
+const OFFSET_MAX: u64 = i64::MAX as u64;
+
+impl Posix {
+    fn readable(&self, fd: i32) -> Result<Arc<Description>> {
+        let d = self.get(fd)?;
+        if !d.readable() {
+            return Err(err(libc::EBADF));
+        }
+        if d.kind() == Kind::Dir {
+            return Err(err(libc::EISDIR));
+        }
+        Ok(d)
+    }
+
+    fn writable(&self, fd: i32) -> Result<Arc<Description>> {
+        let d = self.get(fd)?;
+        if !d.writable() {
+            return Err(err(libc::EBADF));
+        }
+        Ok(d)
+    }
+
+    pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
+        self.read_from(&*self.readable(fd)?, buf)
+    }
+
+    /// `read` on a description held outside the table (the interposer's pumps).
+    pub fn read_from(&self, d: &Description, buf: &mut [u8]) -> Result<usize> {
+        let mut off = d.offset();
+        let n = self.fs.read_at(d.ino(), *off, buf)?;
+        *off += n as u64;
+        Ok(n)
+    }
+
+    pub fn pread(&self, fd: i32, buf: &mut [u8], offset: i64) -> Result<usize> {
+        let d = self.readable(fd)?;
+        let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        Ok(self.fs.read_at(d.ino(), offset, buf)?)
+    }
+
+    /// Writes at the offset (or the end, with O_APPEND) and moves it past the data.
+    pub fn write(&self, fd: i32, buf: &[u8]) -> Result<usize> {
+        self.write_to(&*self.writable(fd)?, buf)
+    }
+
+    /// `write` on a description held outside the table (the interposer's pumps).
+    pub fn write_to(&self, d: &Description, buf: &[u8]) -> Result<usize> {
+        let mut off = d.offset();
+        if d.flags() & libc::O_APPEND != 0 {
+            let (at, n) = self.fs.append_ino(d.ino(), buf)?;
+            *off = at + n as u64;
+            return Ok(n);
+        }
+        let n = self.fs.write_at(d.ino(), *off, buf)?;
+        *off += n as u64;
+        Ok(n)
+    }
+
+    /// Writes at `offset` (Linux: at the end when the description has O_APPEND).
+    pub fn pwrite(&self, fd: i32, buf: &[u8], offset: i64) -> Result<usize> {
+        let d = self.writable(fd)?;
+        let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        if d.flags() & libc::O_APPEND != 0 {
+            return Ok(self.fs.append_ino(d.ino(), buf)?.1);
+        }
+        Ok(self.fs.write_at(d.ino(), offset, buf)?)
+    }
+
+    /// `readv` (offset None) or `preadv`: reads into one buffer, then scatters.
+    pub fn readv(&self, fd: i32, bufs: &mut [&mut [u8]], offset: Option<i64>) -> Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut tmp = vec![0u8; total];
+        let n = match offset {
+            None => self.read(fd, &mut tmp)?,
+            Some(o) => self.pread(fd, &mut tmp, o)?,
+        };
+        let mut from = &tmp[..n];
+        for b in bufs.iter_mut() {
+            let k = from.len().min(b.len());
+            b[..k].copy_from_slice(&from[..k]);
+            from = &from[k..];
+        }
+        Ok(n)
+    }
+
+    /// `writev` (offset None) or `pwritev`: gathers, then one write.
+    pub fn writev(&self, fd: i32, bufs: &[&[u8]], offset: Option<i64>) -> Result<usize> {
+        let data = bufs.concat();
+        match offset {
+            None => self.write(fd, &data),
+            Some(o) => self.pwrite(fd, &data, o),
+        }
+    }
+
+    /// `lseek`: SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA, SEEK_HOLE. On a directory,
+    /// only a rewind to 0 is meaningful (it restarts the stream).
+    pub fn lseek(&self, fd: i32, offset: i64, whence: i32) -> Result<i64> {
+        let d = self.get(fd)?;
+        if d.is_path_only() {
+            return Err(err(libc::EBADF));
+        }
+        let mut off = d.offset();
+        let size = || -> Result<u64> { Ok(self.fs.stat_ino(d.ino())?.size) };
+        let base = match whence {
+            libc::SEEK_SET => 0,
+            libc::SEEK_CUR => *off,
+            libc::SEEK_END => size()?,
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                let from = u64::try_from(offset).map_err(|_| err(libc::ENXIO))?;
+                let to = if whence == libc::SEEK_DATA {
+                    self.fs.seek_data(d.ino(), from)?
+                } else {
+                    self.fs.seek_hole(d.ino(), from)?
+                };
+                *off = to;
+                return Ok(to as i64);
+            }
+            _ => return Err(err(libc::EINVAL)),
+        };
+        let to = base
+            .checked_add_signed(offset)
+            .filter(|&t| t <= OFFSET_MAX)
+            .ok_or(err(libc::EINVAL))?;
+        if d.kind() == Kind::Dir {
+            d.dir.lock().expect("dir lock").seek(to);
+        }
+        *off = to;
+        Ok(to as i64)
+    }
+
+    /// fsync (`data_only`: fdatasync).
+    pub fn fsync(&self, fd: i32, data_only: bool) -> Result<()> {
+        let d = self.get(fd)?;
+        if d.is_path_only() {
+            return Err(err(libc::EBADF));
+        }
+        Ok(self.fs.fsync_ino(d.ino(), data_only)?)
+    }
+
+    pub fn ftruncate(&self, fd: i32, size: i64) -> Result<()> {
+        let d = self.get(fd)?;
+        let size = u64::try_from(size).map_err(|_| err(libc::EINVAL))?;
+        if !d.writable() {
+            return Err(err(libc::EINVAL));
+        }
+        if d.kind() != Kind::File {
+            return Err(err(libc::EINVAL));
+        }
+        Ok(self.fs.truncate(d.ino(), size)?)
+    }
+
+    /// `fallocate(2)` with Linux's mode bits.
+    pub fn fallocate(&self, fd: i32, mode: i32, offset: i64, len: i64) -> Result<()> {
+        let d = self.writable(fd)?;
+        if offset < 0 || len <= 0 {
+            return Err(err(libc::EINVAL));
+        }
+        if d.kind() != Kind::File {
+            return Err(err(libc::ENODEV));
+        }
+        let op = Fallocate::from_mode(mode)?;
+        Ok(self.fs.fallocate(d.ino(), op, offset as u64, len as u64)?)
+    }
+}

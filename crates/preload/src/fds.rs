@@ -1,0 +1,818 @@
+//! Exported descriptor calls: open family, close, dup family, fcntl, and the data
+//! calls (read, write, ... ) on augefs descriptors.
+//!
+//! Every augefs descriptor's number is reserved by a kernel placeholder (an O_PATH
+//! descriptor of `/`), so kernel and augefs numbers never collide and a stray kernel
+//! read or write on it fails with EBADF. dup, dup2, dup3, F_DUPFD and close keep the
+//! placeholder and the table in step: the kernel picks the number, the table follows.
+#![expect(
+    clippy::undocumented_unsafe_blocks,
+    reason = "each exported function runs under the C contract of the libc function it \
+              replaces: its pointers are what that contract says"
+)]
+
+use crate::guard;
+use crate::pump;
+use crate::real::real;
+use crate::route::{self, ret, ret_int, set_errno, Route};
+use crate::state;
+use libc::{c_char, c_int, c_void, iovec, mode_t, off_t, size_t, ssize_t};
+use posix::{At, Posix};
+
+/// A new placeholder descriptor (close-on-exec as asked).
+fn placeholder(cloexec: bool) -> posix::Result<i32> {
+    let open = real!(open: fn(*const c_char, c_int, mode_t) -> c_int);
+    let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
+    let fd = unsafe { open(c"/".as_ptr(), flags, 0) };
+    if fd < 0 {
+        return Err(posix::Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE),
+        ));
+    }
+    Ok(fd)
+}
+
+fn open_augefs(px: &Posix, at: At, rel: &[u8], flags: c_int, mode: mode_t) -> i64 {
+    let _g = guard::enter();
+    ret(px
+        .open(at, rel, flags, state::masked(mode))
+        .and_then(|desc| {
+            let cloexec = flags & libc::O_CLOEXEC != 0;
+            let fd = placeholder(cloexec)?;
+            px.install(fd, desc, cloexec);
+            Ok(fd)
+        }))
+}
+
+unsafe fn do_openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    let kernel = real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int);
+    match unsafe { route::path_at(dirfd, path) } {
+        Route::Kernel => unsafe { kernel(dirfd, path, flags, mode) },
+        Route::Bridge(p) => unsafe { kernel(dirfd, p.as_ptr(), flags, mode) },
+        Route::Augefs(px, at, rel) => open_augefs(&px, at, &rel, flags, mode) as c_int,
+        Route::Fail(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+// The mode is read as a fixed third argument: on x86-64 (System V) a variadic
+// argument travels in the same register (rdx / the fourth in rcx) as a fixed one, so
+// reading it when the caller passed none yields garbage that is never used (only
+// O_CREAT and O_TMPFILE read it).
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    unsafe { do_openat(dirfd, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    unsafe { do_openat(dirfd, path, flags, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    unsafe { do_openat(dirfd, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    unsafe { do_openat(dirfd, path, flags, 0) }
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, CREAT, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { do_openat(libc::AT_FDCWD, path, CREAT, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if !guard::inside() && fd <= 2 && pump::is_pumped(fd) {
+        pump::forget(fd);
+    }
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        let r = px.close(fd);
+        state::real_close(fd);
+        return ret_int(r);
+    }
+    state::real_close(fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    if let Some(px) = state::owner() {
+        let _g = guard::enter();
+        for (fd, _, _) in px.descriptors() {
+            if (first..=last).contains(&(fd as u32)) {
+                if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+                    let _ = px.set_cloexec(fd, true);
+                } else {
+                    let _ = px.close(fd);
+                }
+            }
+        }
+    }
+    let real = real!(close_range: fn(libc::c_uint, libc::c_uint, c_int) -> c_int);
+    unsafe { real(first, last, flags) }
+}
+
+/// Makes `new` refer to `old`'s description (both augefs or `old` a kernel one).
+fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
+    let dup3 = real!(dup3: fn(c_int, c_int, c_int) -> c_int);
+    let flag = if cloexec { libc::O_CLOEXEC } else { 0 };
+    let src = route::fd(old);
+    if let Some(px) = state::owner() {
+        if px.is_open(new) {
+            let _g = guard::enter();
+            let _ = px.close(new);
+        }
+    }
+    let Some(px) = src else {
+        let r = unsafe { dup3(old, new, flag) };
+        if r >= 0 && pump::is_pumped(new) {
+            pump::forget(new);
+        }
+        return r;
+    };
+    let Ok(d) = px.get(old) else {
+        set_errno(libc::EBADF);
+        return -1;
+    };
+    if pump::is_pumped(new) {
+        pump::forget(new);
+    }
+    // Standard input, output and error are read and written by libc's own stdio, which
+    // no interposer sees: they become pipes served by a pump thread.
+    if new <= 2 {
+        let _g = guard::enter();
+        if pump::start(&px, d, new, cloexec) {
+            return new;
+        }
+        set_errno(libc::EMFILE);
+        return -1;
+    }
+    let r = unsafe { dup3(old, new, flag) };
+    if r >= 0 {
+        px.install(new, d, cloexec);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+    let real = real!(dup: fn(c_int) -> c_int);
+    let r = unsafe { real(old) };
+    if r >= 0 {
+        if let Some(px) = route::fd(old) {
+            if let Ok(d) = px.get(old) {
+                px.install(r, d, false);
+            }
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old == new {
+        let real = real!(dup2: fn(c_int, c_int) -> c_int);
+        return unsafe { real(old, new) };
+    }
+    dup_onto(old, new, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old == new {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    dup_onto(old, new, flags & libc::O_CLOEXEC != 0)
+}
+
+fn fcntl_augefs(px: &Posix, fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    let real = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
+    let _g = guard::enter();
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let r = unsafe { real(fd, cmd, arg) };
+            if r >= 0 {
+                if let Ok(d) = px.get(fd) {
+                    px.install(r, d, cmd == libc::F_DUPFD_CLOEXEC);
+                }
+            }
+            r
+        }
+        libc::F_GETFD => ret(px.cloexec(fd).map(|c| if c { libc::FD_CLOEXEC } else { 0 })) as c_int,
+        libc::F_SETFD => {
+            unsafe { real(fd, cmd, arg) };
+            ret_int(px.set_cloexec(fd, arg as c_int & libc::FD_CLOEXEC != 0))
+        }
+        libc::F_GETFL => ret(px.get(fd).map(|d| d.flags())) as c_int,
+        libc::F_SETFL => ret_int(px.get(fd).map(|d| d.set_flags(arg as c_int))),
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => lock(px, fd, cmd, arg as *mut libc::flock),
+        libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
+            set_errno(libc::EBADF);
+            -1
+        }
+        // Write-lifetime hints (F_GET_RW_HINT .. F_SET_FILE_RW_HINT): advice, accepted.
+        1035..=1038 => 0,
+        libc::F_GET_SEALS | libc::F_ADD_SEALS => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+        libc::F_NOTIFY | libc::F_SETLEASE | libc::F_GETLEASE => {
+            set_errno(crate::log::unsupported("fcntl(lease/notify)"));
+            -1
+        }
+        _ => {
+            set_errno(crate::log::unsupported("fcntl(unknown command)"));
+            -1
+        }
+    }
+}
+
+fn lock(px: &Posix, fd: c_int, cmd: c_int, fl: *mut libc::flock) -> c_int {
+    if fl.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let l = unsafe { &mut *fl };
+    let ofd = matches!(
+        cmd,
+        libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW
+    );
+    let r = px.lock_start(fd, l.l_whence, l.l_start).and_then(|start| {
+        let req = posix::lock::Flock {
+            kind: l.l_type,
+            start,
+            len: l.l_len,
+            pid: l.l_pid,
+        };
+        match cmd {
+            libc::F_GETLK | libc::F_OFD_GETLK => {
+                let got = px.get_lock(fd, &req, ofd)?;
+                l.l_type = got.kind;
+                l.l_whence = libc::SEEK_SET as i16;
+                l.l_start = got.start;
+                l.l_len = got.len;
+                l.l_pid = got.pid;
+                Ok(())
+            }
+            _ => px.set_lock(
+                fd,
+                &req,
+                matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW),
+                ofd,
+            ),
+        }
+    });
+    ret_int(r)
+}
+
+// fcntl's third argument is read as a fixed word (an int or a pointer), as for open.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        return fcntl_augefs(&px, fd, cmd, arg);
+    }
+    let real = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
+    unsafe { real(fd, cmd, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    unsafe { fcntl(fd, cmd, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        return ret_int(px.flock(fd, op));
+    }
+    let real = real!(flock: fn(c_int, c_int) -> c_int);
+    unsafe { real(fd, op) }
+}
+
+fn sized(r: posix::Result<usize>) -> ssize_t {
+    ret(r.map(|n| n as i64)) as ssize_t
+}
+
+/// `f` on augefs descriptor `fd` with the caller's buffer as a slice; None for a
+/// kernel descriptor.
+unsafe fn on_buf_mut(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    f: impl FnOnce(&Posix, &mut [u8]) -> posix::Result<usize>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    Some(sized(f(&px, b)))
+}
+
+/// [`on_buf_mut`] for a buffer the call only reads.
+unsafe fn on_buf(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    f: impl FnOnce(&Posix, &[u8]) -> posix::Result<usize>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+    Some(sized(f(&px, b)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.read(fd, b)) } {
+        return r;
+    }
+    let real = real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t);
+    unsafe { real(fd, buf, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    _buflen: size_t,
+) -> ssize_t {
+    unsafe { read(fd, buf, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.write(fd, b)) } {
+        return r;
+    }
+    let real = real!(write: fn(c_int, *const c_void, size_t) -> ssize_t);
+    unsafe { real(fd, buf, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.pread(fd, b, off)) } {
+        return r;
+    }
+    let real = real!(pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t);
+    unsafe { real(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pread(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    _l: size_t,
+) -> ssize_t {
+    unsafe { pread(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    _l: size_t,
+) -> ssize_t {
+    unsafe { pread(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.pwrite(fd, b, off)) } {
+        return r;
+    }
+    let real = real!(pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
+    unsafe { real(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pwrite(fd, buf, n, off) }
+}
+
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
+    if iov.is_null() || cnt <= 0 {
+        return Vec::new();
+    }
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    v.iter()
+        .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
+        .collect()
+}
+
+unsafe fn readv_at(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: Option<off_t>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let mut bufs = unsafe { iovs(iov, cnt) };
+    Some(sized(px.readv(fd, &mut bufs, off)))
+}
+
+unsafe fn writev_at(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: Option<off_t>,
+) -> Option<ssize_t> {
+    let px = route::fd(fd)?;
+    let _g = guard::enter();
+    let bufs = unsafe { iovs(iov, cnt) };
+    let refs: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+    Some(sized(px.writev(fd, &refs, off)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(r) = unsafe { readv_at(fd, iov, cnt, None) } {
+        return r;
+    }
+    let real = real!(readv: fn(c_int, *const iovec, c_int) -> ssize_t);
+    unsafe { real(fd, iov, cnt) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(r) = unsafe { writev_at(fd, iov, cnt, None) } {
+        return r;
+    }
+    let real = real!(writev: fn(c_int, *const iovec, c_int) -> ssize_t);
+    unsafe { real(fd, iov, cnt) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    if let Some(r) = unsafe { readv_at(fd, iov, cnt, Some(off)) } {
+        return r;
+    }
+    let real = real!(preadv: fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
+    unsafe { real(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    unsafe { preadv(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    if let Some(r) = unsafe { writev_at(fd, iov, cnt, Some(off)) } {
+        return r;
+    }
+    let real = real!(pwritev: fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
+    unsafe { real(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    unsafe { pwritev(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        return ret(px.lseek(fd, off, whence));
+    }
+    let real = real!(lseek: fn(c_int, off_t, c_int) -> off_t);
+    unsafe { real(fd, off, whence) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    unsafe { lseek(fd, off, whence) }
+}
+
+/// A call on one descriptor: augefs's answer, or the kernel's.
+fn on_fd(
+    fd: c_int,
+    augefs: impl FnOnce(&Posix) -> posix::Result<()>,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
+    match route::fd(fd) {
+        Some(px) => {
+            let _g = guard::enter();
+            ret_int(augefs(&px))
+        }
+        None => kernel(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    let real = real!(fsync: fn(c_int) -> c_int);
+    on_fd(fd, |px| px.fsync(fd, false), || unsafe { real(fd) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    let real = real!(fdatasync: fn(c_int) -> c_int);
+    on_fd(fd, |px| px.fsync(fd, true), || unsafe { real(fd) })
+}
+
+/// sync_file_range on augefs: fdatasync of the file (a superset of any range).
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    off: off_t,
+    n: off_t,
+    flags: libc::c_uint,
+) -> c_int {
+    let real = real!(sync_file_range: fn(c_int, off_t, off_t, libc::c_uint) -> c_int);
+    on_fd(
+        fd,
+        |px| px.fsync(fd, true),
+        || unsafe { real(fd, off, n, flags) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    let real = real!(syncfs: fn(c_int) -> c_int);
+    on_fd(fd, |px| Ok(px.fs().sync()?), || unsafe { real(fd) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    let real = real!(ftruncate: fn(c_int, off_t) -> c_int);
+    on_fd(fd, |px| px.ftruncate(fd, len), || unsafe { real(fd, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    unsafe { ftruncate(fd, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    let real = real!(fallocate: fn(c_int, c_int, off_t, off_t) -> c_int);
+    on_fd(
+        fd,
+        |px| px.fallocate(fd, mode, off, len),
+        || unsafe { real(fd, mode, off, len) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    unsafe { fallocate(fd, mode, off, len) }
+}
+
+/// posix_fallocate returns the error number instead of setting errno.
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        return match px.fallocate(fd, 0, off, len) {
+            Ok(()) => 0,
+            Err(posix::Errno(e)) => e,
+        };
+    }
+    let real = real!(posix_fallocate: fn(c_int, off_t, off_t) -> c_int);
+    unsafe { real(fd, off, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int {
+    unsafe { posix_fallocate(fd, off, len) }
+}
+
+/// Advice is accepted and ignored on augefs (there is no page cache to advise yet).
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    if route::fd(fd).is_some() {
+        return 0;
+    }
+    let real = real!(posix_fadvise: fn(c_int, off_t, off_t, c_int) -> c_int);
+    unsafe { real(fd, off, len, advice) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(
+    fd: c_int,
+    off: off_t,
+    len: off_t,
+    advice: c_int,
+) -> c_int {
+    unsafe { posix_fadvise(fd, off, len, advice) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, n: size_t) -> ssize_t {
+    if route::fd(fd).is_some() {
+        return 0;
+    }
+    let real = real!(readahead: fn(c_int, off_t, size_t) -> ssize_t);
+    unsafe { real(fd, off, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn isatty(fd: c_int) -> c_int {
+    if route::fd(fd).is_some() {
+        set_errno(libc::ENOTTY);
+        return 0;
+    }
+    let real = real!(isatty: fn(c_int) -> c_int);
+    unsafe { real(fd) }
+}
+
+// ioctl's third argument is read as a fixed word, as for open.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_int {
+    if route::fd(fd).is_some() {
+        set_errno(crate::log::unsupported("ioctl"));
+        return -1;
+    }
+    let real = real!(ioctl: fn(c_int, libc::c_ulong, usize) -> c_int);
+    unsafe { real(fd, req, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.getdents64(fd, b)) } {
+        return r;
+    }
+    let real = real!(getdents64: fn(c_int, *mut c_void, size_t) -> ssize_t);
+    unsafe { real(fd, buf, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        let r = px.fchdir(fd);
+        if r.is_ok() {
+            state::CWD_IN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        return ret_int(r);
+    }
+    let real = real!(fchdir: fn(c_int) -> c_int);
+    let r = unsafe { real(fd) };
+    if r == 0 {
+        state::CWD_IN.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+    r
+}
+
+/// Copies up to `n` bytes from `input` to `output` through a buffer (either side may
+/// be augefs or the kernel), at the offsets given or the descriptors' own.
+unsafe fn buffered_copy(
+    input: c_int,
+    in_off: *mut off_t,
+    output: c_int,
+    out_off: *mut off_t,
+    n: size_t,
+) -> ssize_t {
+    let mut buf = vec![0u8; n.min(1 << 20)];
+    let mut done: usize = 0;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let got = unsafe {
+            if in_off.is_null() {
+                read(input, buf.as_mut_ptr().cast(), want)
+            } else {
+                pread(input, buf.as_mut_ptr().cast(), want, *in_off)
+            }
+        };
+        if got <= 0 {
+            if got < 0 && done == 0 {
+                return -1;
+            }
+            break;
+        }
+        let put = unsafe {
+            if out_off.is_null() {
+                write(output, buf.as_ptr().cast(), got as usize)
+            } else {
+                pwrite(output, buf.as_ptr().cast(), got as usize, *out_off)
+            }
+        };
+        if put < 0 {
+            return if done == 0 { -1 } else { done as ssize_t };
+        }
+        unsafe {
+            if !in_off.is_null() {
+                *in_off += put as off_t;
+            }
+            if !out_off.is_null() {
+                *out_off += put as off_t;
+            }
+        }
+        done += put as usize;
+        if (put as usize) < want {
+            break;
+        }
+    }
+    done as ssize_t
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, input: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if route::fd(out).is_some() || route::fd(input).is_some() {
+        return unsafe { buffered_copy(input, off, out, std::ptr::null_mut(), n) };
+    }
+    let real = real!(sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t);
+    unsafe { real(out, input, off, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    input: c_int,
+    off: *mut off_t,
+    n: size_t,
+) -> ssize_t {
+    unsafe { sendfile(out, input, off, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    input: c_int,
+    in_off: *mut off_t,
+    out: c_int,
+    out_off: *mut off_t,
+    n: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    if route::fd(out).is_some() || route::fd(input).is_some() {
+        if flags != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        return unsafe { buffered_copy(input, in_off, out, out_off, n) };
+    }
+    let real = real!(copy_file_range: fn(c_int, *mut off_t, c_int, *mut off_t, size_t, libc::c_uint) -> ssize_t);
+    unsafe { real(input, in_off, out, out_off, n, flags) }
+}

@@ -1,0 +1,38 @@
+//! `libaugefs_preload.so`: the LD_PRELOAD interposer (docs/DESIGN.md §4f). It defines
+//! the libc functions programs call on files; each routes its call (`route`): paths
+//! under the prefix (env AUGEFS_PREFIX, default /augefs), relative paths while the
+//! working directory is inside it, and augefs descriptors go to augefs, everything else
+//! to libc's own function unchanged (`real`).
+//!
+//! - [`state`]: attach on first use (env AUGEFS_IMAGE), owner or bridged, fork, exit.
+//! - [`route`]: where a path or descriptor goes.
+//! - [`fds`]: open family, close, dup family, fcntl, data calls, sendfile.
+//! - [`names`]: calls on names, attributes, xattrs, chdir, getcwd, realpath.
+//! - [`dirs`]: directory streams. [`stdio`]: fopen and friends via fopencookie.
+//! - [`mmap`]: mappings of augefs files. [`exec`]: handing descriptors over at exec.
+//! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
+//! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
+//!
+//! Invariants:
+//! - Augefs descriptor numbers are reserved by kernel placeholders (O_PATH), so they
+//!   never collide with kernel descriptors; a stray kernel call on one fails (EBADF).
+//! - A thread inside augefs (`guard`) reaches only the kernel: no reentrancy.
+//! - A call this library does not support on an augefs path or descriptor fails with
+//!   ENOTSUP and one log line per call name (`log::unsupported`); nothing aborts.
+//!
+//! The variadic functions (open, openat, fcntl, ioctl) are defined with their optional
+//! argument as a fixed one: on x86-64 (System V) the register carrying it is the same.
+
+mod convert;
+mod dirs;
+mod exec;
+mod fds;
+mod guard;
+mod log;
+mod mmap;
+mod names;
+mod pump;
+mod real;
+mod route;
+mod state;
+mod stdio;

@@ -1,0 +1,977 @@
+//! Exported calls on names (stat family, mkdir, unlink, rename, link, symlink,
+//! readlink, access, truncate, chmod, chown, utimens, xattrs, chdir, getcwd, realpath)
+//! and the attribute calls on descriptors (fstat, fchmod, fchown, futimens, f*xattr,
+//! fstatfs).
+#![expect(
+    clippy::undocumented_unsafe_blocks,
+    reason = "each exported function runs under the C contract of the libc function it \
+              replaces: its pointers are what that contract says"
+)]
+
+use crate::guard;
+use crate::real::real;
+use crate::route::{self, bytes, ret, ret_int, set_errno, Route};
+use crate::state::{self, CWD_IN};
+use libc::{c_char, c_int, c_void, mode_t, size_t, ssize_t};
+use posix::{At, Posix};
+use std::sync::atomic::Ordering;
+use vfs::{AttrChanges, Metadata};
+
+/// Routes `path` at `dirfd`: the kernel call (with the path, rewritten under the
+/// bridge if need be) or the augefs one.
+unsafe fn via(
+    dirfd: c_int,
+    path: *const c_char,
+    kernel: impl FnOnce(*const c_char) -> c_int,
+    augefs: impl FnOnce(&Posix, At, &[u8]) -> posix::Result<()>,
+) -> c_int {
+    match unsafe { route::path_at(dirfd, path) } {
+        Route::Kernel => kernel(path),
+        Route::Bridge(p) => kernel(p.as_ptr()),
+        Route::Augefs(px, at, rel) => {
+            let _g = guard::enter();
+            ret_int(augefs(&px, at, &rel))
+        }
+        Route::Fail(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// Two paths that must be on the same side (rename, link): EXDEV otherwise.
+unsafe fn via2(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
+    augefs: impl FnOnce(&Posix, At, &[u8], At, &[u8]) -> posix::Result<()>,
+) -> c_int {
+    let (r1, r2) = unsafe { (route::path_at(d1, p1), route::path_at(d2, p2)) };
+    match (r1, r2) {
+        (Route::Kernel, Route::Kernel) => kernel(p1, p2),
+        (Route::Bridge(a), Route::Bridge(b)) => kernel(a.as_ptr(), b.as_ptr()),
+        (Route::Bridge(a), Route::Kernel) => kernel(a.as_ptr(), p2),
+        (Route::Kernel, Route::Bridge(b)) => kernel(p1, b.as_ptr()),
+        (Route::Augefs(px, a1, rel1), Route::Augefs(_, a2, rel2)) => {
+            let _g = guard::enter();
+            ret_int(augefs(&px, a1, &rel1, a2, &rel2))
+        }
+        (Route::Fail(e), _) | (_, Route::Fail(e)) => {
+            set_errno(e);
+            -1
+        }
+        _ => {
+            set_errno(libc::EXDEV);
+            -1
+        }
+    }
+}
+
+unsafe fn put<T>(out: *mut T, v: T) -> posix::Result<()> {
+    if out.is_null() {
+        return Err(posix::Errno(libc::EFAULT));
+    }
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+unsafe fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    let real = real!(fstatat: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int);
+    unsafe {
+        via(
+            dirfd,
+            path,
+            |p| real(dirfd, p, out, flags),
+            |px, at, rel| {
+                let m = px.stat(
+                    at,
+                    rel,
+                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                    flags & libc::AT_EMPTY_PATH != 0,
+                )?;
+                put(out, posix::stat::to_stat(&m))
+            },
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, out, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, out, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    d: c_int,
+    path: *const c_char,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { fstat_or_at(d, path, out, flags) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    d: c_int,
+    path: *const c_char,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { fstat_or_at(d, path, out, flags) }
+}
+
+/// fstatat with AT_EMPTY_PATH on an augefs descriptor is fstat.
+unsafe fn fstat_or_at(d: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+        return unsafe { fstat(d, out) };
+    }
+    unsafe { stat_at(d, path, out, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        return ret_int(
+            px.fstat(fd)
+                .and_then(|m| unsafe { put(out, posix::stat::to_stat(&m)) }),
+        );
+    }
+    let real = real!(fstat: fn(c_int, *mut libc::stat) -> c_int);
+    unsafe { real(fd, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, out) }
+}
+
+// The stat interface of programs built against glibc before 2.33 (version argument).
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(_v: c_int, path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat(path, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __xstat64(_v: c_int, path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { stat(path, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(_v: c_int, path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { lstat(path, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat64(_v: c_int, path: *const c_char, out: *mut libc::stat) -> c_int {
+    unsafe { lstat(path, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat(_v: c_int, fd: c_int, out: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat64(_v: c_int, fd: c_int, out: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat(
+    _v: c_int,
+    d: c_int,
+    p: *const c_char,
+    out: *mut libc::stat,
+    f: c_int,
+) -> c_int {
+    unsafe { fstat_or_at(d, p, out, f) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat64(
+    _v: c_int,
+    d: c_int,
+    p: *const c_char,
+    out: *mut libc::stat,
+    f: c_int,
+) -> c_int {
+    unsafe { fstat_or_at(d, p, out, f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    d: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: libc::c_uint,
+    out: *mut libc::statx,
+) -> c_int {
+    let fill = |m: Metadata| unsafe { put(out, posix::stat::to_statx(&m)) };
+    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+        if let Some(px) = route::fd(d) {
+            let _g = guard::enter();
+            return ret_int(px.fstat(d).and_then(fill));
+        }
+    }
+    let real =
+        real!(statx: fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, flags, mask, out),
+            |px, at, rel| fill(px.stat(at, rel, flags & libc::AT_SYMLINK_NOFOLLOW == 0, false)?),
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int {
+    let real = real!(statfs: fn(*const c_char, *mut libc::statfs) -> c_int);
+    unsafe {
+        via(
+            libc::AT_FDCWD,
+            path,
+            |p| real(p, out),
+            |px, at, rel| {
+                px.stat(at, rel, true, false)?;
+                put(out, posix::stat::to_statfs(&px.statfs()))
+            },
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -> c_int {
+    unsafe { statfs(path, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        return ret_int(unsafe { put(out, posix::stat::to_statfs(&px.statfs())) });
+    }
+    let real = real!(fstatfs: fn(c_int, *mut libc::statfs) -> c_int);
+    unsafe { real(fd, out) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
+    unsafe { fstatfs(fd, out) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    d: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    let real = real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, mode, flags),
+            |px, at, rel| px.access(at, rel, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { faccessat(libc::AT_FDCWD, path, mode, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { faccessat(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { faccessat(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let real = real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, mode),
+            |px, at, rel| px.mkdir(at, rel, state::masked(mode)),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { mkdirat(libc::AT_FDCWD, path, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let real = real!(unlinkat: fn(c_int, *const c_char, c_int) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, flags),
+            |px, at, rel| px.unlink(at, rel, flags & libc::AT_REMOVEDIR != 0),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    unsafe { unlinkat(libc::AT_FDCWD, path, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    unsafe { unlinkat(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    flags: libc::c_uint,
+) -> c_int {
+    let real =
+        real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, libc::c_uint) -> c_int);
+    unsafe {
+        via2(
+            d1,
+            p1,
+            d2,
+            p2,
+            |a, b| real(d1, a, d2, b, flags),
+            |px, a1, r1, a2, r2| px.rename(a1, r1, a2, r2, flags),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+) -> c_int {
+    unsafe { renameat2(d1, p1, d2, p2, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn rename(p1: *const c_char, p2: *const c_char) -> c_int {
+    unsafe { renameat2(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    flags: c_int,
+) -> c_int {
+    let real = real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int);
+    unsafe {
+        via2(
+            d1,
+            p1,
+            d2,
+            p2,
+            |a, b| real(d1, a, d2, b, flags),
+            |px, a1, r1, a2, r2| px.link(a1, r1, a2, r2, flags & libc::AT_SYMLINK_FOLLOW != 0),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn link(p1: *const c_char, p2: *const c_char) -> c_int {
+    unsafe { linkat(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int {
+    let real = real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int);
+    let t = unsafe { bytes(target) };
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(target, d, p),
+            |px, at, rel| px.symlink(t, at, rel),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    d: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    let real = real!(readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t);
+    let got = std::cell::Cell::new(0usize);
+    let r = unsafe {
+        via(
+            d,
+            path,
+            |p| {
+                let k = real(d, p, buf, n);
+                got.set(k.max(0) as usize);
+                k.min(0) as c_int
+            },
+            |px, at, rel| {
+                let t = px.readlink(at, rel)?;
+                got.set(t.len().min(n));
+                std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), got.get());
+                Ok(())
+            },
+        )
+    };
+    if r < 0 {
+        -1
+    } else {
+        got.get() as ssize_t
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    unsafe { readlinkat(libc::AT_FDCWD, path, buf, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: libc::off_t) -> c_int {
+    let real = real!(truncate: fn(*const c_char, libc::off_t) -> c_int);
+    unsafe {
+        via(
+            libc::AT_FDCWD,
+            path,
+            |p| real(p, len),
+            |px, at, rel| px.truncate(at, rel, len),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: libc::off_t) -> c_int {
+    unsafe { truncate(path, len) }
+}
+
+fn perm(mode: mode_t) -> AttrChanges {
+    AttrChanges {
+        perm: Some(mode & 0o7777),
+        ..AttrChanges::default()
+    }
+}
+
+fn owner(uid: libc::uid_t, gid: libc::gid_t) -> AttrChanges {
+    AttrChanges {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..AttrChanges::default()
+    }
+}
+
+fn attr_at(
+    px: &Posix,
+    at: At,
+    rel: &[u8],
+    follow: bool,
+    empty_ok: bool,
+    c: &AttrChanges,
+) -> posix::Result<()> {
+    let ino = px.lookup(at, rel, follow, empty_ok)?;
+    px.set_attr(ino, c)
+}
+
+fn attr_fd(fd: c_int, c: AttrChanges, kernel: impl FnOnce() -> c_int) -> c_int {
+    match route::fd(fd) {
+        Some(px) => {
+            let _g = guard::enter();
+            ret_int(px.get(fd).and_then(|d| px.set_attr(d.ino(), &c)))
+        }
+        None => kernel(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    d: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    flags: c_int,
+) -> c_int {
+    let real = real!(fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, mode, flags),
+            |px, at, rel| {
+                attr_at(
+                    px,
+                    at,
+                    rel,
+                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                    false,
+                    &perm(mode),
+                )
+            },
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { fchmodat(libc::AT_FDCWD, path, mode, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    let real = real!(fchmod: fn(c_int, mode_t) -> c_int);
+    attr_fd(fd, perm(mode), || unsafe { real(fd, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    d: c_int,
+    path: *const c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    flags: c_int,
+) -> c_int {
+    let real = real!(fchownat: fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, uid, gid, flags),
+            |px, at, rel| {
+                attr_at(
+                    px,
+                    at,
+                    rel,
+                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                    flags & libc::AT_EMPTY_PATH != 0,
+                    &owner(uid, gid),
+                )
+            },
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    unsafe { fchownat(libc::AT_FDCWD, path, uid, gid, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    unsafe { fchownat(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    let real = real!(fchown: fn(c_int, libc::uid_t, libc::gid_t) -> c_int);
+    attr_fd(fd, owner(uid, gid), || unsafe { real(fd, uid, gid) })
+}
+
+unsafe fn times(ts: *const libc::timespec) -> posix::Result<AttrChanges> {
+    if ts.is_null() {
+        return Ok(AttrChanges {
+            atime: Some(vfs::TimeChange::Now),
+            mtime: Some(vfs::TimeChange::Now),
+            ..AttrChanges::default()
+        });
+    }
+    let t = unsafe { std::slice::from_raw_parts(ts, 2) };
+    Ok(AttrChanges {
+        atime: posix::names::time_change(t[0].tv_sec, t[0].tv_nsec)?,
+        mtime: posix::names::time_change(t[1].tv_sec, t[1].tv_nsec)?,
+        ..AttrChanges::default()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    d: c_int,
+    path: *const c_char,
+    ts: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    if path.is_null() {
+        // Linux: utimensat(fd, NULL, ...) is futimens.
+        return unsafe { futimens(d, ts) };
+    }
+    let real = real!(utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, ts, flags),
+            |px, at, rel| {
+                attr_at(
+                    px,
+                    at,
+                    rel,
+                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+                    flags & libc::AT_EMPTY_PATH != 0,
+                    &times(ts)?,
+                )
+            },
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, ts: *const libc::timespec) -> c_int {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        return ret_int(unsafe { times(ts) }.and_then(|c| px.set_attr(px.get(fd)?.ino(), &c)));
+    }
+    let real = real!(futimens: fn(c_int, *const libc::timespec) -> c_int);
+    unsafe { real(fd, ts) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    if tv.is_null() {
+        return unsafe { utimensat(libc::AT_FDCWD, path, std::ptr::null(), 0) };
+    }
+    let t = unsafe { std::slice::from_raw_parts(tv, 2) };
+    let ts = [0, 1].map(|i| libc::timespec {
+        tv_sec: t[i].tv_sec,
+        tv_nsec: t[i].tv_usec * 1000,
+    });
+    unsafe { utimensat(libc::AT_FDCWD, path, ts.as_ptr(), 0) }
+}
+
+// Extended attributes: by path (following or not) and by descriptor.
+unsafe fn copy_out(v: &[u8], buf: *mut c_void, n: size_t) -> posix::Result<ssize_t> {
+    if n == 0 {
+        return Ok(v.len() as ssize_t);
+    }
+    if v.len() > n {
+        return Err(posix::Errno(libc::ERANGE));
+    }
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.cast::<u8>(), v.len()) };
+    Ok(v.len() as ssize_t)
+}
+
+unsafe fn xattr_path(
+    path: *const c_char,
+    follow: bool,
+    kernel: impl FnOnce(*const c_char) -> ssize_t,
+    augefs: impl FnOnce(&Posix, format::InodeNo) -> posix::Result<ssize_t>,
+) -> ssize_t {
+    let out = std::cell::Cell::new(0 as ssize_t);
+    let r = unsafe {
+        via(
+            libc::AT_FDCWD,
+            path,
+            |p| {
+                out.set(kernel(p));
+                out.get().min(0) as c_int
+            },
+            |px, at, rel| {
+                out.set(augefs(px, px.lookup(at, rel, follow, false)?)?);
+                Ok(())
+            },
+        )
+    };
+    if r < 0 {
+        -1
+    } else {
+        out.get()
+    }
+}
+
+unsafe fn xattr_fd(
+    fd: c_int,
+    kernel: impl FnOnce() -> ssize_t,
+    augefs: impl FnOnce(&Posix, format::InodeNo) -> posix::Result<ssize_t>,
+) -> ssize_t {
+    match route::fd(fd) {
+        Some(px) => {
+            let _g = guard::enter();
+            ret(px
+                .get(fd)
+                .and_then(|d| augefs(&px, d.ino()))
+                .map(|n| n as i64)) as ssize_t
+        }
+        None => kernel(),
+    }
+}
+
+macro_rules! xattr_calls {
+    ($set:ident, $get:ident, $list:ident, $remove:ident, $follow:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $set(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int {
+            let real = real!($set: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int);
+            let value = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), n) };
+            unsafe { xattr_path(path, $follow, |p| real(p, name, v, n, flags) as ssize_t, |px, ino| {
+                px.set_xattr(ino, bytes(name), value, flags).map(|()| 0)
+            }) as c_int }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $get(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t {
+            let real = real!($get: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t);
+            unsafe { xattr_path(path, $follow, |p| real(p, name, v, n), |px, ino| copy_out(&px.get_xattr(ino, bytes(name))?, v, n)) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $list(path: *const c_char, v: *mut c_char, n: size_t) -> ssize_t {
+            let real = real!($list: fn(*const c_char, *mut c_char, size_t) -> ssize_t);
+            unsafe { xattr_path(path, $follow, |p| real(p, v, n), |px, ino| copy_out(&px.list_xattr(ino)?, v.cast(), n)) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $remove(path: *const c_char, name: *const c_char) -> c_int {
+            let real = real!($remove: fn(*const c_char, *const c_char) -> c_int);
+            unsafe { xattr_path(path, $follow, |p| real(p, name) as ssize_t, |px, ino| px.remove_xattr(ino, bytes(name)).map(|()| 0)) as c_int }
+        }
+    };
+}
+
+xattr_calls!(setxattr, getxattr, listxattr, removexattr, true);
+xattr_calls!(lsetxattr, lgetxattr, llistxattr, lremovexattr, false);
+
+#[no_mangle]
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    name: *const c_char,
+    v: *const c_void,
+    n: size_t,
+    flags: c_int,
+) -> c_int {
+    let real = real!(fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int);
+    let value = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), n) };
+    unsafe {
+        xattr_fd(
+            fd,
+            || real(fd, name, v, n, flags) as ssize_t,
+            |px, ino| px.set_xattr(ino, bytes(name), value, flags).map(|()| 0),
+        ) as c_int
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fgetxattr(
+    fd: c_int,
+    name: *const c_char,
+    v: *mut c_void,
+    n: size_t,
+) -> ssize_t {
+    let real = real!(fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t);
+    unsafe {
+        xattr_fd(
+            fd,
+            || real(fd, name, v, n),
+            |px, ino| copy_out(&px.get_xattr(ino, bytes(name))?, v, n),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn flistxattr(fd: c_int, v: *mut c_char, n: size_t) -> ssize_t {
+    let real = real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t);
+    unsafe {
+        xattr_fd(
+            fd,
+            || real(fd, v, n),
+            |px, ino| copy_out(&px.list_xattr(ino)?, v.cast(), n),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    let real = real!(fremovexattr: fn(c_int, *const c_char) -> c_int);
+    unsafe {
+        xattr_fd(
+            fd,
+            || real(fd, name) as ssize_t,
+            |px, ino| px.remove_xattr(ino, bytes(name)).map(|()| 0),
+        ) as c_int
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let real = real!(chdir: fn(*const c_char) -> c_int);
+    match unsafe { route::path(path) } {
+        Route::Augefs(px, at, rel) => {
+            let _g = guard::enter();
+            let r = px.chdir(at, &rel);
+            if r.is_ok() {
+                CWD_IN.store(true, Ordering::Relaxed);
+            }
+            ret_int(r)
+        }
+        Route::Bridge(p) => unsafe { real(p.as_ptr()) },
+        Route::Fail(e) => {
+            set_errno(e);
+            -1
+        }
+        Route::Kernel => {
+            let r = unsafe { real(path) };
+            if r == 0 {
+                CWD_IN.store(false, Ordering::Relaxed);
+            }
+            r
+        }
+    }
+}
+
+/// Copies `s` and a NUL into `buf` of `n` bytes (allocating when `buf` is NULL, as
+/// glibc's getcwd does).
+unsafe fn c_out(s: &[u8], buf: *mut c_char, n: size_t) -> *mut c_char {
+    if buf.is_null() {
+        let p = unsafe { libc::malloc(s.len() + 1) }.cast::<c_char>();
+        if p.is_null() {
+            set_errno(libc::ENOMEM);
+            return p;
+        }
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), p.cast::<u8>(), s.len());
+            *p.add(s.len()) = 0;
+        }
+        return p;
+    }
+    if s.len() + 1 > n {
+        set_errno(libc::ERANGE);
+        return std::ptr::null_mut();
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    buf
+}
+
+/// The prefix joined with an augefs path.
+fn under_prefix(path: &str) -> Vec<u8> {
+    let mut out = state::prefix().to_vec();
+    if path != "/" {
+        out.extend_from_slice(path.as_bytes());
+    }
+    out
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
+    if let Some(px) = state::owner() {
+        if CWD_IN.load(Ordering::Relaxed) {
+            return unsafe { c_out(&under_prefix(&px.cwd().path), buf, n) };
+        }
+    }
+    let real = real!(getcwd: fn(*mut c_char, size_t) -> *mut c_char);
+    let r = unsafe { real(buf, n) };
+    if !r.is_null() && !guard::inside() {
+        if let Some(mapped) = route::from_bridge(unsafe { bytes(r) }) {
+            if buf.is_null() {
+                unsafe { libc::free(r.cast()) };
+                return unsafe { c_out(&mapped, std::ptr::null_mut(), 0) };
+            }
+            return unsafe { c_out(&mapped, buf, n) };
+        }
+    }
+    r
+}
+#[no_mangle]
+pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, n: size_t, _l: size_t) -> *mut c_char {
+    unsafe { getcwd(buf, n) }
+}
+
+/// realpath: for augefs paths, the path made absolute and normalised (symbolic links
+/// inside augefs are not resolved), ENOENT if it does not exist.
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut c_char {
+    let real = real!(realpath: fn(*const c_char, *mut c_char) -> *mut c_char);
+    let size = libc::PATH_MAX as usize;
+    match unsafe { route::path(path) } {
+        Route::Augefs(px, at, rel) => {
+            let _g = guard::enter();
+            if let Err(posix::Errno(e)) = px.stat(at, &rel, true, false) {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+            let base = if rel.first() == Some(&b'/') {
+                "/".to_string()
+            } else {
+                px.cwd().path
+            };
+            unsafe { c_out(&under_prefix(&posix::join(&base, &rel)), out, size) }
+        }
+        Route::Fail(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+        Route::Bridge(p) => {
+            let r = unsafe { real(p.as_ptr(), out) };
+            if r.is_null() {
+                return r;
+            }
+            match route::from_bridge(unsafe { bytes(r) }) {
+                Some(mapped) => {
+                    if out.is_null() {
+                        unsafe { libc::free(r.cast()) };
+                    }
+                    unsafe { c_out(&mapped, out, size) }
+                }
+                None => r,
+            }
+        }
+        Route::Kernel => {
+            let r = unsafe { real(path, out) };
+            if r.is_null() || guard::inside() {
+                return r;
+            }
+            match route::from_bridge(unsafe { bytes(r) }) {
+                Some(mapped) => {
+                    if out.is_null() {
+                        unsafe { libc::free(r.cast()) };
+                    }
+                    unsafe { c_out(&mapped, out, size) }
+                }
+                None => r,
+            }
+        }
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    unsafe { realpath(path, std::ptr::null_mut()) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    out: *mut c_char,
+    _l: size_t,
+) -> *mut c_char {
+    unsafe { realpath(path, out) }
+}
+
+/// Special files are not supported on augefs.
+#[no_mangle]
+pub unsafe extern "C" fn mknodat(
+    d: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    let real = real!(mknodat: fn(c_int, *const c_char, mode_t, libc::dev_t) -> c_int);
+    unsafe {
+        via(
+            d,
+            path,
+            |p| real(d, p, mode, dev),
+            |_, _, _| Err(posix::Errno(crate::log::unsupported("mknod"))),
+        )
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    unsafe { mknodat(libc::AT_FDCWD, path, mode, dev) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { mknodat(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(d: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { mknodat(d, path, mode | libc::S_IFIFO, 0) }
+}

@@ -1,0 +1,362 @@
+//! Who this process is to augefs, and the transitions: attach on first use, fork,
+//! exec and exit (docs/DESIGN.md §4f).
+//!
+//! - **Owner**: this process mounted the image (env AUGEFS_IMAGE) and calls the posix
+//!   layer directly; with env AUGEFS_BRIDGE it also serves a FUSE bridge of the same
+//!   file system there.
+//! - **Bridged**: the image is held by another process of the tree (or this is a forked
+//!   child of the owner): prefix paths are rewritten to the bridge and the kernel
+//!   serves them, so descriptors are real kernel ones that survive fork and exec.
+//! - **Off**: no image configured: prefix paths go to the kernel unchanged.
+//! - **Refused**: the image could not be attached (held with no bridge, or an error):
+//!   prefix calls fail with EBUSY/EIO, said once in the log.
+//!
+//! Invariants:
+//! - A forked child never calls into the owner's in-memory file system: the fork
+//!   handler marks it a child first ([`CHILD`]) and every route checks that mark.
+//! - The owner's last act is a sync: at exit (the library destructor) and before exec.
+
+use crate::guard;
+use crate::log;
+use crate::real::real;
+use posix::Posix;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Unset,
+    Off,
+    Owner(Arc<Posix>),
+    Bridged(Vec<u8>),
+    Refused(i32),
+}
+
+static MODE: RwLock<Mode> = RwLock::new(Mode::Unset);
+/// Set in a forked child of the owner (by the fork handler): never use MODE's posix.
+static CHILD: AtomicBool = AtomicBool::new(false);
+/// The working directory is inside augefs (owner: the posix layer's cwd).
+pub static CWD_IN: AtomicBool = AtomicBool::new(false);
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// The bridge this process serves: it lives as long as the process (its threads end
+/// with it; see `detach`).
+static BRIDGE: Mutex<Option<augefs_fuse::Bridge>> = Mutex::new(None);
+static ATFORK: std::sync::Once = std::sync::Once::new();
+/// The process's umask (read at attach, followed through `umask`), applied to the
+/// modes of files and directories augefs creates, as the kernel does.
+static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o022);
+
+/// `mode` with the umask applied.
+pub fn masked(mode: u32) -> u32 {
+    mode & !UMASK.load(Ordering::Relaxed)
+}
+
+fn read_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line.split_whitespace().nth(1)?, 8).ok()
+        })
+        .unwrap_or(0o022)
+}
+
+#[no_mangle]
+pub extern "C" fn umask(mask: libc::mode_t) -> libc::mode_t {
+    let real = real!(umask: fn(libc::mode_t) -> libc::mode_t);
+    UMASK.store(mask & 0o777, Ordering::Relaxed);
+    // SAFETY: umask has no pointer arguments.
+    unsafe { real(mask) }
+}
+
+/// The FUSE magic `statfs` reports for a live FUSE mount.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+/// How long a process that finds the image held waits for the owner's bridge.
+const BRIDGE_WAIT_MS: u64 = 10_000;
+
+/// The prefix (env AUGEFS_PREFIX, default /augefs), without a trailing slash.
+pub fn prefix() -> &'static [u8] {
+    static P: OnceLock<Vec<u8>> = OnceLock::new();
+    P.get_or_init(|| {
+        let mut p = std::env::var_os("AUGEFS_PREFIX")
+            .map(OsString::into_encoded_bytes)
+            .unwrap_or_else(|| b"/augefs".to_vec());
+        while p.len() > 1 && p.ends_with(b"/") {
+            p.pop();
+        }
+        p
+    })
+}
+
+fn bridge_dir() -> Option<Vec<u8>> {
+    std::env::var_os("AUGEFS_BRIDGE").map(OsString::into_encoded_bytes)
+}
+
+/// The current mode without attaching (a forked child is bridged).
+pub fn mode() -> Mode {
+    if CHILD.load(Ordering::Acquire) {
+        return bridged_or_refused();
+    }
+    // Locked for writing: another thread is attaching (its engine threads meet this
+    // too, for their own kernel calls): undecided, so `attach` waits for it.
+    match MODE.try_read() {
+        Ok(m) => m.clone(),
+        Err(std::sync::TryLockError::WouldBlock) => Mode::Unset,
+        Err(std::sync::TryLockError::Poisoned(_)) => Mode::Refused(libc::EIO),
+    }
+}
+
+fn bridged_or_refused() -> Mode {
+    match bridge_dir() {
+        Some(b) => Mode::Bridged(b),
+        None => Mode::Refused(libc::EBUSY),
+    }
+}
+
+/// The owner's posix layer, if this process is the owner (and not inside augefs).
+pub fn owner() -> Option<Arc<Posix>> {
+    if guard::inside() || CHILD.load(Ordering::Acquire) {
+        return None;
+    }
+    // Locked for writing: the image is being attached, so no augefs descriptor exists
+    // yet (the engine's threads starting up get here for their own kernel calls).
+    match &*MODE.try_read().ok()? {
+        Mode::Owner(p) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// The mode, attaching the image first if nothing was decided yet.
+pub fn attach() -> Mode {
+    let m = mode();
+    if !matches!(m, Mode::Unset) {
+        return m;
+    }
+    let _g = guard::enter();
+    let Ok(mut w) = MODE.write() else {
+        return Mode::Refused(libc::EIO);
+    };
+    if matches!(*w, Mode::Unset) {
+        *w = above(INTERNAL_FD_MIN, decide);
+    }
+    w.clone()
+}
+
+/// Lowest number of the descriptors augefs itself holds (the image, the io_uring ring,
+/// the PMR, the bridge's /dev/fuse, the pumps' pipes): programs (shells above all)
+/// `dup2` onto small numbers they consider free, which must never be ours.
+pub const INTERNAL_FD_MIN: i32 = 100;
+
+/// Runs `f` with every free descriptor below `min` taken, so what `f` opens (including
+/// by raw syscalls such as io_uring_setup) is numbered at or above `min`.
+pub fn above<T>(min: i32, f: impl FnOnce() -> T) -> T {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    let mut fillers = Vec::new();
+    loop {
+        // SAFETY: a NUL-terminated path; the descriptor is ours.
+        let fd = unsafe { open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            break;
+        }
+        if fd >= min {
+            real_close(fd);
+            break;
+        }
+        fillers.push(fd);
+    }
+    let r = f();
+    for fd in fillers {
+        real_close(fd);
+    }
+    r
+}
+
+fn decide() -> Mode {
+    let Some(image) = std::env::var_os("AUGEFS_IMAGE") else {
+        return Mode::Off;
+    };
+    let image = PathBuf::from(image);
+    let pmr = std::env::var_os("AUGEFS_PMR").map(PathBuf::from);
+    let fs = match posix::mount::mount_image(&image, pmr.as_deref()) {
+        Ok(fs) => fs,
+        Err(posix::mount::MountError::InUse) => return wait_for_bridge(),
+        Err(e) => {
+            log::line(&format!("cannot attach: {e:?}"));
+            return Mode::Refused(libc::EIO);
+        }
+    };
+    UMASK.store(read_umask(), Ordering::Relaxed);
+    let pid = std::process::id() as i32;
+    OWNER_PID.store(pid, Ordering::Relaxed);
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain function as the fork child handler.
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
+    });
+    if let Some(dir) = bridge_dir() {
+        start_bridge(&fs, &dir, &image);
+    }
+    Mode::Owner(Arc::new(Posix::new(fs, vfs::Creds::of_process(), pid)))
+}
+
+/// Serves the bridge from background threads with every signal blocked (the program's
+/// handlers must run on its own threads). A dead bridge a previous owner left (it
+/// exec'd or crashed) is detached first.
+fn start_bridge(fs: &Arc<vfs::FileSystem>, dir: &[u8], image: &std::path::Path) {
+    let c = CString::new(dir).unwrap_or_default();
+    // SAFETY: a NUL-terminated path; failure (nothing mounted) is expected.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    // SAFETY: sigset_t is plain data, filled by sigfillset.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sigset pointers; restores this thread's mask below.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+    }
+    let path = PathBuf::from(OsString::from_vec(dir.to_vec()));
+    match augefs_fuse::Bridge::spawn(fs.clone(), &path, &image.display().to_string(), 2) {
+        Ok(b) => *BRIDGE.lock().expect("bridge lock") = Some(b),
+        Err(e) => log::line(&format!("bridge: {e}")),
+    }
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+}
+
+fn wait_for_bridge() -> Mode {
+    let Some(dir) = bridge_dir() else {
+        log::line(
+            "the image is held by another process and no bridge is set (run under `augefs run`)",
+        );
+        return Mode::Refused(libc::EBUSY);
+    };
+    let c = CString::new(dir.clone()).unwrap_or_default();
+    for _ in 0..BRIDGE_WAIT_MS {
+        // SAFETY: statfs fills the struct; a NUL-terminated path.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0 && st.f_type == FUSE_SUPER_MAGIC {
+            return Mode::Bridged(dir);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    log::line("the image is held by another process and its bridge did not come up");
+    Mode::Refused(libc::EBUSY)
+}
+
+/// The fork prepare handler: pumped output reaches the file first, so the child's
+/// converted descriptors start at the right offsets.
+extern "C" fn before_fork() {
+    if is_child() {
+        return;
+    }
+    crate::pump::drain();
+    if let Some(p) = owner() {
+        let _g = guard::enter();
+        crate::convert::to_bridge_all(&p);
+    }
+}
+
+/// The fork child handler: from now on this process is bridged; the descriptors it
+/// inherited become bridge descriptors at the same numbers.
+extern "C" fn forked_child() {
+    CHILD.store(true, Ordering::Release);
+    let posix = match MODE.try_read() {
+        Ok(m) => match &*m {
+            Mode::Owner(p) => Some(p.clone()),
+            _ => None,
+        },
+        Err(_) => None,
+    };
+    if let Some(p) = posix {
+        crate::convert::cwd_to_bridge(&p);
+        // The child must never release the parent's in-memory state.
+        std::mem::forget(p);
+    }
+}
+
+/// Whether this process is a forked child of an owner.
+pub fn is_child() -> bool {
+    CHILD.load(Ordering::Acquire)
+}
+
+/// Syncs before the image is let go: at exit (`for_exec` false) and before exec. At
+/// exit, stdio is flushed, the pumps drained and this process's own descriptors on the
+/// bridge closed while the bridge still serves (a close then never waits on a server
+/// that is gone); the bridge's threads and the image go with the process (the kernel
+/// ends the FUSE connection and releases the image's lock), and `augefs run` detaches
+/// the dead mount. Everything acknowledged is durable after the sync; an unlinked file
+/// still open is freed by the next mount.
+pub fn detach(for_exec: bool) {
+    if is_child() || OWNER_PID.load(Ordering::Relaxed) != std::process::id() as i32 {
+        return;
+    }
+    let _g = guard::enter();
+    let Some(p) = owner_posix() else { return };
+    // stdio flushes its buffers after the library destructors: flush now, so pumped
+    // output is in the file before the sync.
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    crate::pump::drain();
+    if !for_exec {
+        close_bridge_fds();
+    }
+    if let Err(e) = p.fs().sync() {
+        log::line(&format!("sync: {e}"));
+    }
+}
+
+/// Closes this process's kernel descriptors on its own bridge.
+fn close_bridge_fds() {
+    let Some(bridge) = bridge_dir() else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+            continue;
+        };
+        if target.as_os_str().as_encoded_bytes().starts_with(&bridge) {
+            real_close(fd);
+        }
+    }
+}
+
+fn owner_posix() -> Option<Arc<Posix>> {
+    match &*MODE.read().ok()? {
+        Mode::Owner(p) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// The library destructor: the owner detaches at exit.
+extern "C" fn at_exit() {
+    detach(false);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = at_exit;
+
+/// The library constructor: a program exec'd by an owner takes over its descriptors.
+extern "C" fn at_load() {
+    crate::exec::take_over();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = at_load;
+
+/// The kernel's close, for callers outside this module.
+pub fn real_close(fd: i32) -> i32 {
+    let close = real!(close: fn(libc::c_int) -> libc::c_int);
+    // SAFETY: closes a descriptor number; a bad one is EBADF.
+    unsafe { close(fd) }
+}
