@@ -261,15 +261,7 @@ fn growth_after_truncate_reads_zeros_through_the_cache() {
 /// point the file has all of them or none.
 #[test]
 fn a_file_write_back_is_atomic_at_every_crash_point() {
-    let formatted = image(64 * MIB, 1);
-    let raw = formatted
-        .read(
-            0,
-            device::AlignedBuf::zeroed(64 * MIB as usize),
-            device::IoCause::Tool,
-        )
-        .unwrap()
-        .to_vec();
+    let raw = common::image_bytes(&image(64 * MIB, 1));
     let (backend, handle) = RecordingBackend::new(raw, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let fs = mount(&dev);
