@@ -11,7 +11,7 @@
 
 use crate::creds::Creds;
 use crate::error::VfsError;
-use crate::fs::{live, FileSystem};
+use crate::fs::FileSystem;
 use format::InodeNo;
 
 impl FileSystem {
@@ -57,9 +57,6 @@ impl FileSystem {
     /// and how many bytes.
     pub fn append_ino(&self, ino: InodeNo, data: &[u8]) -> Result<(u64, usize), VfsError> {
         let h = self.handle(ino)?;
-        let mut st = h.write();
-        let at = live(&st, ino)?.size;
-        let n = self.write_locked(&h, &mut st, at, data)?;
-        Ok((at, n))
+        self.write_data(&h, crate::data::At::End, data)
     }
 }

@@ -11,6 +11,15 @@
 //! log sees the same writes in the same order as a write-through file system would,
 //! only fewer and larger. An fsync writes back, then persists as before.
 //!
+//! Concurrency (docs/DESIGN.md §4c): a writer holds its block range ([`crate::rangelock::RangeLock`]) while
+//! it builds new blocks, then installs them and the new size under the inode's state
+//! lock for a moment; a reader snapshots the size and the cached blocks under the same
+//! lock for a moment and copies without any lock (blocks are immutable), so it never
+//! waits for a writer's copying or device reads, and sees each write whole or not at
+//! all. A write-back holds the inode's write-back lock across its device IO and the
+//! state lock only to snapshot and to note its result, so writers and readers go on
+//! meanwhile.
+//!
 //! Invariants:
 //! - Dirty pages lie below the in-memory size; pages are dropped (not written back) only
 //!   when the file is deleted or its blocks change under the cache (truncate,
@@ -20,7 +29,8 @@
 
 use crate::error::VfsError;
 use crate::fs::{live, Core, FileSystem, Handle, InodeState, BLOCK, FILE_SIZE_MAX};
-use crate::pagecache::PAGE;
+use crate::pagecache::{Block, PAGE};
+use crate::rangelock::BlockRange;
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Extra};
@@ -35,6 +45,28 @@ use std::time::Duration;
 const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// A sequential reader's first read-ahead window, in blocks.
 const READAHEAD_START: u64 = 8;
+/// Lock-free read passes before a reader holds the state lock across its device reads
+/// (a pass is retried when a writer installed blocks it was fetching).
+const READ_PASSES: u32 = 3;
+/// A block of zeros (a new block's starting bytes).
+static ZEROS: [u8; PAGE] = [0; PAGE];
+
+/// Where a data write goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    Offset(u64),
+    /// At the end of the file (O_APPEND), atomically.
+    End,
+}
+
+/// How a write-back reaches the inode's state.
+enum StateAccess<'a> {
+    /// The caller holds the inode for writing its record ([`Handle::write`]).
+    Held(&'a mut InodeState),
+    /// A write-back on its own: it holds the write-back lock and takes the state lock
+    /// only to snapshot and to note its result.
+    Own(&'a Handle),
+}
 
 impl Core {
     /// Writes whole blocks `first..` of `ino` with `inode` (its new attributes) in the
@@ -93,67 +125,119 @@ impl Core {
         Ok(())
     }
 
-    /// Writes back `h`'s dirty pages (the caller holds its write lock as `st`): all of
-    /// them in one batch with the inode's record when they number at most
-    /// `WRITE_CHUNK_BLOCKS` (the file then has every write so far or none after a
-    /// crash), else in batches of that many blocks in ascending order, each but the last
-    /// recording a size no larger than what is written so far. A deleted inode's pages
-    /// are dropped.
-    pub(crate) fn write_back(&self, h: &Handle, st: &mut InodeState) -> Result<(), VfsError> {
-        let mut pages = h.pages();
-        if pages.dirty_count() == 0 {
-            return Ok(());
-        }
-        let Some(mut inode) = st.inode else {
-            pages.clear();
-            self.cache.note_clean(h.ino);
-            return Ok(());
-        };
-        let batches = group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS);
-        let count = batches.len();
-        for (i, runs) in batches.into_iter().enumerate() {
+    /// Writes back `h`'s dirty pages, for a caller that holds its record lock
+    /// ([`Handle::write`]) as `st` (an operation about to write the record).
+    pub(crate) fn write_back_held(&self, h: &Handle, st: &mut InodeState) -> Result<(), VfsError> {
+        self.write_back_with(h, StateAccess::Held(st))
+    }
+
+    /// Writes back `h`'s dirty pages while its readers and writers go on.
+    pub(crate) fn write_back(&self, h: &Handle) -> Result<(), VfsError> {
+        let _writeback = h.writeback.lock().expect("write-back lock");
+        self.write_back_with(h, StateAccess::Own(h))
+    }
+
+    /// The dirty pages as they are now go to the engine: all in one batch with the
+    /// inode's record when they number at most `WRITE_CHUNK_BLOCKS` (the file then has
+    /// every write so far or none after a crash), else in batches of that many blocks in
+    /// ascending order, each but the last recording a size no larger than what is
+    /// written so far. Pages rewritten meanwhile stay dirty. A deleted inode's pages are
+    /// dropped.
+    fn write_back_with(&self, h: &Handle, mut access: StateAccess<'_>) -> Result<(), VfsError> {
+        // The snapshot: the inode and its dirty blocks, consistent (writers install both
+        // under the state lock).
+        let (inode, batches, mut durable) = {
+            let read_guard;
+            let st: &InodeState = match &access {
+                StateAccess::Held(st) => st,
+                StateAccess::Own(h) => {
+                    read_guard = h.read();
+                    &read_guard
+                }
+            };
+            let mut pages = h.pages();
+            if pages.dirty_count() == 0 {
+                return Ok(());
+            }
+            let Some(inode) = st.inode else {
+                pages.clear();
+                self.cache.note_clean(h.ino);
+                return Ok(());
+            };
+            let batches: Vec<Vec<(u64, Vec<Block>)>> =
+                group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS)
+                    .into_iter()
+                    .map(|runs| {
+                        runs.into_iter()
+                            .map(|(first, n)| (first, pages.blocks(first, n)))
+                            .collect()
+                    })
+                    .collect();
             let durable = pages
                 .durable_size
                 .expect("dirty pages note the durable size");
+            (inode, batches, durable)
+        };
+        let count = batches.len();
+        let mut blocks = inode.blocks;
+        for (i, runs) in batches.into_iter().enumerate() {
             let mut record = inode;
-            let (last_first, last_n) = *runs.last().expect("a batch has a run");
+            record.blocks = blocks;
+            let (last_first, last_blocks) = runs.last().expect("a batch has a run");
             if i + 1 < count {
-                record.size = durable.max(inode.size.min((last_first + last_n) * BLOCK));
+                let written_end = (last_first + last_blocks.len() as u64) * BLOCK;
+                record.size = durable.max(inode.size.min(written_end));
             }
             let mut data = Vec::new();
-            for &(first, n) in &runs {
-                data.extend_from_slice(&pages.copy_run(first, n));
+            for (_, run) in &runs {
+                for block in run {
+                    data.extend_from_slice(block);
+                }
             }
             let ranges: Vec<(FileBlock, u64)> = runs
                 .iter()
-                .map(|&(first, n)| (FileBlock(first), n))
+                .map(|(first, run)| (FileBlock(*first), run.len() as u64))
                 .collect();
             self.write_ranges(h.ino, &mut record, &ranges, &data)?;
-            inode.blocks = record.blocks;
-            st.inode = Some(inode);
+            blocks = record.blocks;
+            durable = record.size;
+            // The result: the block count, and pages not rewritten meanwhile clean.
+            let mut write_guard;
+            let st: &mut InodeState = match &mut access {
+                StateAccess::Held(st) => st,
+                StateAccess::Own(h) => {
+                    write_guard = h.state_write();
+                    &mut write_guard
+                }
+            };
+            if let Some(current) = st.inode.as_mut() {
+                current.blocks = blocks;
+            }
+            let mut pages = h.pages();
             let mut written = 0;
-            for &(first, n) in &runs {
-                pages.cleaned(first, n);
-                written += n;
+            for (first, run) in &runs {
+                for (j, block) in run.iter().enumerate() {
+                    pages.written(first + j as u64, block);
+                }
+                written += run.len() as u64;
             }
             if pages.dirty_count() > 0 {
-                pages.durable_size = Some(record.size);
+                pages.durable_size = Some(durable);
+            } else {
+                self.cache.note_clean(h.ino);
             }
             self.cache
                 .written_back
                 .fetch_add(written, Ordering::Relaxed);
             self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
         }
-        drop(pages);
-        self.cache.note_clean(h.ino);
         Ok(())
     }
 
     /// Writes back every file's dirty pages.
     pub(crate) fn write_back_all(&self) -> Result<(), VfsError> {
         for h in self.dirty_handles() {
-            let mut st = h.write();
-            self.write_back(&h, &mut st)?;
+            self.write_back(&h)?;
         }
         Ok(())
     }
@@ -180,10 +264,9 @@ impl Core {
                 .dirty_since
                 .is_some_and(|t| now.saturating_sub(t) >= expire);
             if old || urgent || self.cache.over_background_limit() {
-                let mut st = h.write();
                 // A failure makes the engine read-only; the pages stay dirty and the
                 // next fsync, sync or unmount reports it.
-                if self.write_back(&h, &mut st).is_err() {
+                if self.write_back(&h).is_err() {
                     return;
                 }
             }
@@ -234,13 +317,24 @@ impl Core {
 
     /// Blocks `h`'s dirty pages will newly allocate when written back (for `st_blocks`).
     pub(crate) fn pending_blocks(&self, h: &Handle) -> Result<u64, VfsError> {
-        let mut pages = h.pages();
-        if pages.dirty_count() == 0 {
-            return Ok(0);
+        let unknown = {
+            let pages = h.pages();
+            if pages.dirty_count() == 0 {
+                return Ok(0);
+            }
+            pages.unknown_dirty()
+        };
+        // Looked up without the pages' lock (readers and writers go on); a write-back
+        // meanwhile knows better.
+        let mut found = Vec::with_capacity(unknown.len());
+        for b in unknown {
+            found.push((b, self.is_mapped(h.ino, b)?));
         }
-        for b in pages.unknown_dirty() {
-            let mapped = self.is_mapped(h.ino, b)?;
-            pages.get_mut(b).expect("unknown page cached").mapped = Some(mapped);
+        let mut pages = h.pages();
+        for (b, mapped) in found {
+            if let Some(page) = pages.get_mut(b) {
+                page.mapped = page.mapped.or(Some(mapped));
+            }
         }
         Ok(pages.pending_blocks())
     }
@@ -251,94 +345,156 @@ impl FileSystem {
     /// written.
     pub fn write_at(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize, VfsError> {
         let h = self.handle(ino)?;
-        let mut st = h.write();
-        self.write_locked(&h, &mut st, offset, data)
+        Ok(self.write_data(&h, At::Offset(offset), data)?.1)
     }
 
-    /// `write_at` for a caller holding the inode's write lock (O_APPEND needs the size
-    /// and the write under one lock).
-    pub(crate) fn write_locked(
+    /// Writes `data` to file `h` at `at`; returns where it was written and how many
+    /// bytes. The block range is locked while the new blocks are built; they are
+    /// installed, with the new size and times, at once.
+    pub(crate) fn write_data(
         &self,
         h: &Arc<Handle>,
-        st: &mut InodeState,
-        offset: u64,
+        at: At,
         data: &[u8],
-    ) -> Result<usize, VfsError> {
+    ) -> Result<(u64, usize), VfsError> {
         let ino = h.ino;
-        let mut inode = *live(st, ino)?;
-        if inode.kind != Kind::File {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
-        }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= FILE_SIZE_MAX)
-            .ok_or_else(|| VfsError::TooLarge(format!("write to {offset} + {}", data.len())))?;
+        let file_size = || -> Result<u64, VfsError> {
+            let st = h.read();
+            let inode = live(&st, ino)?;
+            if inode.kind != Kind::File {
+                return Err(VfsError::IsDir(format!("inode {ino}")));
+            }
+            Ok(inode.size)
+        };
+        let span = |offset: u64| -> Result<u64, VfsError> {
+            offset
+                .checked_add(data.len() as u64)
+                .filter(|&e| e <= FILE_SIZE_MAX)
+                .ok_or_else(|| VfsError::TooLarge(format!("write to {offset} + {}", data.len())))
+        };
+        let mut size = file_size()?;
         if data.is_empty() {
-            return Ok(0);
+            let offset = if at == At::End { size } else { offset_of(at) };
+            return Ok((offset, 0));
         }
         // A read-only file system refuses writes now, not at write-back.
         self.core.engine.check_writable()?;
+        loop {
+            // The range this write needs given the size seen last: its blocks, and for
+            // a write past the end everything from the old last block on (which it
+            // zeroes past the end; the size is then stable while the range is held).
+            let offset = if at == At::End { size } else { offset_of(at) };
+            let end = span(offset)?;
+            let range = needed_range(offset, end, size);
+            let guard = h.ranges.lock(range);
+            size = file_size()?;
+            let offset = if at == At::End { size } else { offset_of(at) };
+            let end = span(offset)?;
+            if !covers(&guard.range, &needed_range(offset, end, size)) {
+                continue;
+            }
+            let blocks = self.build_blocks(h, offset, data, size)?;
+            let last = (end - 1) / BLOCK;
+            {
+                let mut st = h.state_write();
+                let mut inode = *live(&st, ino)?;
+                let mut pages = h.pages();
+                if pages.dirty_count() == 0 {
+                    pages.durable_size = Some(inode.size);
+                    pages.dirty_since = Some(self.core.clock.now_ns());
+                }
+                for (b, block, mapped) in blocks {
+                    pages.install(b, block, mapped);
+                }
+                let now = self.now();
+                inode.size = inode.size.max(end);
+                inode.mtime_ns = now;
+                inode.ctime_ns = now;
+                st.inode = Some(inode);
+                self.core.cache.note_dirty(h);
+            }
+            if self.core.cache.over_dirty_limit() {
+                self.core.write_back(h)?;
+            } else if self.core.cache.over_background_limit() {
+                self.core.cache.kick(false);
+            }
+            drop(guard);
+            self.keep_budget(h, last);
+            return Ok((offset, data.len()));
+        }
+    }
+
+    /// The new blocks of a write of `data` at `offset` into a file of `size` bytes
+    /// (the caller holds the range the write needs): each block with its starting bytes
+    /// (the cached page, the device's block for a partial write, or zeros) and the
+    /// write's bytes, and whether it is mapped on the device if known.
+    fn build_blocks(
+        &self,
+        h: &Handle,
+        offset: u64,
+        data: &[u8],
+        size: u64,
+    ) -> Result<Vec<(u64, Block, Option<bool>)>, VfsError> {
+        let ino = h.ino;
+        let end = offset + data.len() as u64;
         let first = offset / BLOCK;
         let last = (end - 1) / BLOCK;
-        let size = inode.size;
-        let mut pages = h.pages();
-        if pages.dirty_count() == 0 {
-            pages.durable_size = Some(size);
-            pages.dirty_since = Some(self.core.clock.now_ns());
-        }
+        let cached = |b: u64| {
+            h.pages()
+                .get(b)
+                .map(|p| (p.data.clone(), p.dirty, p.mapped))
+        };
+        let mut out = Vec::with_capacity((last - first + 2) as usize);
         // Growth past a partial last block the write does not reach: that block's bytes
         // past the end become zeros (a truncate may have left old bytes there).
         let tail = (size % BLOCK) as usize;
         let b = size / BLOCK;
         if offset > size && tail != 0 && b < first {
+            let page = cached(b);
             // Only a block with data needs it (a hole reads as zeros and stays one).
-            let has_data = match pages.get(b).map(|p| (p.dirty, p.mapped)) {
-                Some((true, _)) | Some((false, Some(true))) => true,
-                Some((false, Some(false))) => false,
+            let has_data = match page {
+                Some((_, true, _)) | Some((_, false, Some(true))) => true,
+                Some((_, false, Some(false))) => false,
                 _ => self.core.is_mapped(ino, b)?,
             };
             if has_data {
-                if pages.get(b).is_none() {
-                    let (block, mapped) = self.core.load_block(ino, b, size)?;
-                    pages.insert_clean(b, &block, Some(mapped));
-                }
-                pages.mark_dirty(b).data[tail..].fill(0);
+                let (mut block, mapped): (Block, Option<bool>) = match page {
+                    Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
+                    None => {
+                        let (block, mapped) = self.core.load_block(ino, b, size)?;
+                        (block.into(), Some(mapped))
+                    }
+                };
+                Arc::get_mut(&mut block).expect("a new block")[tail..].fill(0);
+                out.push((b, block, mapped));
             }
         }
         for b in first..=last {
             let (lo, hi) = (b * BLOCK, (b + 1) * BLOCK);
-            if pages.get(b).is_none() {
-                if (offset > lo || end < hi) && lo < size {
-                    let (block, mapped) = self.core.load_block(ino, b, size)?;
-                    pages.insert_clean(b, &block, Some(mapped));
-                } else {
-                    pages.insert_clean(b, &[0u8; PAGE], None);
+            let (mut block, mapped): (Block, Option<bool>) = if offset > lo || end < hi {
+                match cached(b) {
+                    Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
+                    None if lo < size => {
+                        let (block, mapped) = self.core.load_block(ino, b, size)?;
+                        (block.into(), Some(mapped))
+                    }
+                    None => (Arc::from(&ZEROS[..]), None),
                 }
-            }
-            let page = pages.mark_dirty(b);
+            } else {
+                (Arc::from(&ZEROS[..]), None)
+            };
+            let bytes = Arc::get_mut(&mut block).expect("a new block");
             if lo < size && size < hi && end > size {
                 // The block holding the end of the file, which this write grows.
-                page.data[(size - lo) as usize..].fill(0);
+                bytes[(size - lo) as usize..].fill(0);
             }
             let from = offset.max(lo);
             let to = end.min(hi);
-            page.data[(from - lo) as usize..(to - lo) as usize]
+            bytes[(from - lo) as usize..(to - lo) as usize]
                 .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+            out.push((b, block, mapped));
         }
-        drop(pages);
-        let now = self.now();
-        inode.size = size.max(end);
-        inode.mtime_ns = now;
-        inode.ctime_ns = now;
-        st.inode = Some(inode);
-        self.core.cache.note_dirty(h);
-        if self.core.cache.over_dirty_limit() {
-            self.core.write_back(h, st)?;
-        } else if self.core.cache.over_background_limit() {
-            self.core.cache.kick(false);
-        }
-        self.keep_budget(h, last);
-        Ok(data.len())
+        Ok(out)
     }
 
     /// The blocks of `ino` with dirty pages (not written back yet), ascending: with the
@@ -364,45 +520,66 @@ impl FileSystem {
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns the bytes read
-    /// (0 at or past the end). Holes read as zeros. Misses read the missing run and, for
-    /// a sequential reader, a read-ahead window that doubles up to the configured limit.
+    /// (0 at or past the end). Holes read as zeros. Misses read the missing blocks and,
+    /// for a sequential reader, a read-ahead window that doubles up to the configured
+    /// limit. A read never waits for a writer's copying or device reads; it returns the
+    /// file as it was at one moment (each write whole or not at all).
     pub fn read_at(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
         let h = self.handle(ino)?;
+        self.read_data(&h, offset, buf)
+    }
+
+    pub(crate) fn read_data(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, VfsError> {
+        for pass in 1..=READ_PASSES {
+            if let Some(n) = self.read_pass(h, offset, buf, pass == READ_PASSES)? {
+                return Ok(n);
+            }
+        }
+        unreachable!("the last read pass holds the state lock and always completes")
+    }
+
+    /// One attempt of [`FileSystem::read_data`]: `None` if a writer installed blocks the
+    /// pass was reading from the device (unless `hold`: then the state lock is held
+    /// throughout, which keeps writers from installing).
+    fn read_pass(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        buf: &mut [u8],
+        hold: bool,
+    ) -> Result<Option<usize>, VfsError> {
+        let ino = h.ino;
         let st = h.read();
         let inode = live(&st, ino)?;
         if inode.kind == Kind::Dir {
             return Err(VfsError::IsDir(format!("inode {ino}")));
         }
         if offset >= inode.size || buf.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
-        let end = inode.size.min(offset + buf.len() as u64);
+        let size = inode.size;
+        let end = size.min(offset + buf.len() as u64);
         let first = offset / BLOCK;
         let last = (end - 1) / BLOCK;
-        let eof_block = (inode.size - 1) / BLOCK;
+        let eof_block = (size - 1) / BLOCK;
         let cache = &self.core.cache;
-        let copy = |buf: &mut [u8], b: u64, block: &[u8]| {
-            let (lo, hi) = (b * BLOCK, (b + 1) * BLOCK);
-            let from = offset.max(lo);
-            let to = end.min(hi);
-            buf[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&block[(from - lo) as usize..(to - lo) as usize]);
-        };
+        // The snapshot: the size and the cached blocks under the state lock (writers
+        // install both under it).
         let mut pages = h.pages();
+        let held = hold.then_some(st);
+        let mut got: Vec<Option<Block>> = (first..=last)
+            .map(|b| pages.get(b).map(|p| p.data.clone()))
+            .collect();
+        let hits = got.iter().filter(|g| g.is_some()).count() as u64;
         let sequential = first == pages.ra_next;
-        let mut b = first;
-        while b <= last {
-            if let Some(page) = pages.get(b) {
-                copy(buf, b, &page.data);
-                cache.hits.fetch_add(1, Ordering::Relaxed);
-                b += 1;
-                continue;
-            }
-            // A miss: the run of uncached blocks from `b`, extended by the read-ahead.
-            let mut run_end = b;
-            while run_end < last && pages.get(run_end + 1).is_none() {
-                run_end += 1;
-            }
+        pages.ra_next = last + 1;
+        if let Some(miss) = got.iter().position(Option::is_none) {
+            let miss = first + miss as u64;
             if sequential {
                 let max = (cache.config.readahead_max / BLOCK).max(1);
                 pages.ra_window = (pages.ra_window * 2).clamp(READAHEAD_START, max);
@@ -410,53 +587,102 @@ impl FileSystem {
                 pages.ra_window = 0;
             }
             let ahead_end = eof_block.min(last + pages.ra_window);
-            let mut fetch_end = run_end;
-            if run_end == last {
+            let mut fetch_end = last;
+            if got.last().is_some_and(Option::is_none) {
                 while fetch_end < ahead_end && pages.get(fetch_end + 1).is_none() {
                     fetch_end += 1;
                 }
             }
+            let fetch = pages.begin_fetch(miss, fetch_end);
             drop(pages);
-            let mut blocks = vec![0u8; ((fetch_end - b + 1) * BLOCK) as usize];
+            let fetched = self.fetch_runs(ino, &got, first, last, fetch_end);
+            pages = h.pages();
+            let current = pages.end_fetch(fetch);
+            let fetched = fetched?;
+            if !current && held.is_none() {
+                return Ok(None);
+            }
+            let mut missed = 0;
+            for (b, block, mapped) in fetched {
+                if current {
+                    pages.insert_clean(b, &block, Some(mapped));
+                }
+                if b <= last {
+                    got[(b - first) as usize] = Some(block.into());
+                    missed += 1;
+                }
+            }
+            cache.misses.fetch_add(missed, Ordering::Relaxed);
+            cache
+                .readahead
+                .fetch_add(fetch_end - last, Ordering::Relaxed);
+        }
+        drop(pages);
+        cache.hits.fetch_add(hits, Ordering::Relaxed);
+        for (i, block) in got.iter().enumerate() {
+            let block = block.as_ref().expect("every block read");
+            let (lo, hi) = ((first + i as u64) * BLOCK, (first + i as u64 + 1) * BLOCK);
+            let from = offset.max(lo);
+            let to = end.min(hi);
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&block[(from - lo) as usize..(to - lo) as usize]);
+        }
+        drop(held);
+        self.keep_budget(h, last);
+        Ok(Some((end - offset) as usize))
+    }
+
+    /// Reads from the device the runs of blocks `first..=last` missing in `got`, the
+    /// last run extended to `fetch_end` (read-ahead): each block with whether it is
+    /// mapped. A failure in the read-ahead alone fails nothing (it is a guess).
+    fn fetch_runs(
+        &self,
+        ino: InodeNo,
+        got: &[Option<Block>],
+        first: u64,
+        last: u64,
+        fetch_end: u64,
+    ) -> Result<Vec<(u64, Vec<u8>, bool)>, VfsError> {
+        let mut out = Vec::new();
+        let mut b = first;
+        while b <= last {
+            if got[(b - first) as usize].is_some() {
+                b += 1;
+                continue;
+            }
+            let mut run_end = b;
+            while run_end < last && got[(run_end + 1 - first) as usize].is_none() {
+                run_end += 1;
+            }
+            let to = if run_end == last { fetch_end } else { run_end };
+            let mut blocks = vec![0u8; ((to - b + 1) * BLOCK) as usize];
             let mapped = match self.core.engine.read(ino, FileBlock(b), &mut blocks) {
                 Ok(mapped) => mapped,
-                // The read-ahead is a guess: a bad block beyond the request fails only
-                // a read that asks for it.
-                Err(_) if fetch_end > run_end => {
-                    fetch_end = run_end;
+                Err(_) if to > run_end => {
                     blocks.truncate(((run_end - b + 1) * BLOCK) as usize);
                     self.core.engine.read(ino, FileBlock(b), &mut blocks)?
                 }
                 Err(e) => return Err(e.into()),
             };
-            pages = h.pages();
             for (i, block) in blocks.chunks(PAGE).enumerate() {
-                let at = b + i as u64;
-                pages.insert_clean(at, block, Some(mapped[i]));
-                if at <= run_end {
-                    copy(buf, at, block);
-                }
+                out.push((b + i as u64, block.to_vec(), mapped[i]));
             }
-            cache.misses.fetch_add(run_end - b + 1, Ordering::Relaxed);
-            cache
-                .readahead
-                .fetch_add(fetch_end - run_end, Ordering::Relaxed);
             b = run_end + 1;
         }
-        pages.ra_next = last + 1;
-        drop(pages);
-        self.keep_budget(&h, last);
-        Ok((end - offset) as usize)
+        Ok(out)
     }
 
     /// Sets file `ino`'s size: blocks past it are freed, the tail of the last block is
     /// zeroed, growth leaves a hole.
     pub fn truncate(&self, ino: InodeNo, size: u64) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
+        let _range = h.ranges.lock(BlockRange::ALL);
         let mut st = h.write();
         self.truncate_locked(&h, &mut st, size)
     }
 
+    /// [`FileSystem::truncate`] for a caller holding the whole block range and the
+    /// inode's record lock.
     pub(crate) fn truncate_locked(
         &self,
         h: &Handle,
@@ -471,7 +697,7 @@ impl FileSystem {
         if size > FILE_SIZE_MAX {
             return Err(VfsError::TooLarge(format!("size {size}")));
         }
-        self.core.write_back(h, st)?;
+        self.core.write_back_held(h, st)?;
         inode = *live(st, ino)?;
         // The blocks change under the cache.
         h.pages().clear();
@@ -507,7 +733,7 @@ impl FileSystem {
     /// Writes back `h`'s dirty pages before its record is written elsewhere (the caller
     /// holds its write lock as `st`).
     pub(crate) fn settle(&self, h: &Handle, st: &mut InodeState) -> Result<(), VfsError> {
-        self.core.write_back(h, st)
+        self.core.write_back_held(h, st)
     }
 
     /// Drops the pages of `ino`, whose deletion is done (dirty pages of a deleted inode
@@ -521,7 +747,8 @@ impl FileSystem {
             .get(&ino)
             .and_then(std::sync::Weak::upgrade);
         if let Some(h) = h {
-            h.pages().clear();
+            let mut pages = h.pages();
+            pages.clear();
             self.core.cache.note_clean(ino);
         }
     }
@@ -532,10 +759,7 @@ impl FileSystem {
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
         let _ = data_only;
         let h = self.handle(ino)?;
-        if h.pages().dirty_count() > 0 {
-            let mut st = h.write();
-            self.core.write_back(&h, &mut st)?;
-        }
+        self.core.write_back(&h)?;
         // The names first: a crash between the two then leaves the old contents under
         // the new name, never the new contents without a name.
         self.persist_lanes(self.take_lanes(ino))?;
@@ -676,4 +900,31 @@ mod tests {
         );
         assert!(group_runs(Vec::new(), 5).is_empty());
     }
+}
+
+/// The offset of a write at a given offset.
+fn offset_of(at: At) -> u64 {
+    match at {
+        At::Offset(o) => o,
+        At::End => unreachable!("an append's offset is the size"),
+    }
+}
+
+/// The blocks a write of `offset..end` into a file of `size` bytes changes: its own,
+/// and for a write past the end everything from the old last block on (the size then
+/// changes only under this range).
+fn needed_range(offset: u64, end: u64, size: u64) -> BlockRange {
+    let first = offset / BLOCK;
+    if end > size {
+        BlockRange::from(first.min(size / BLOCK))
+    } else {
+        BlockRange {
+            first,
+            last: (end - 1) / BLOCK,
+        }
+    }
+}
+
+fn covers(held: &BlockRange, needed: &BlockRange) -> bool {
+    held.first <= needed.first && needed.last <= held.last
 }

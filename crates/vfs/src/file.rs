@@ -107,7 +107,7 @@ impl OpenOptions {
             }
             Err(e) => return Err(e),
         };
-        let meta = fs.stat_ino(ino)?;
+        let meta = fs.attrs_ino(ino)?;
         if meta.kind == Kind::Dir && writes {
             return Err(VfsError::IsDir(path.into()));
         }
@@ -183,7 +183,7 @@ impl File {
         if !self.read {
             return Err(VfsError::BadAccess("not open for reading".into()));
         }
-        self.fs.read_at(self.handle.ino, offset, buf)
+        self.fs.read_data(&self.handle, offset, buf)
     }
 
     /// Writes at `offset` (at the end, for a handle opened with append).
@@ -191,13 +191,12 @@ impl File {
         if !self.write {
             return Err(VfsError::BadAccess("not open for writing".into()));
         }
-        let mut st = self.handle.write();
         let at = if self.append {
-            crate::fs::live(&st, self.handle.ino)?.size
+            crate::data::At::End
         } else {
-            offset
+            crate::data::At::Offset(offset)
         };
-        self.fs.write_locked(&self.handle, &mut st, at, buf)
+        Ok(self.fs.write_data(&self.handle, at, buf)?.1)
     }
 
     pub fn set_len(&self, size: u64) -> Result<(), VfsError> {
@@ -317,7 +316,7 @@ impl Write for File {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.write_at(buf, self.pos).map_err(io_error)?;
         self.pos = if self.append {
-            self.metadata().map_err(io_error)?.size
+            self.fs.attrs_ino(self.handle.ino).map_err(io_error)?.size
         } else {
             self.pos + n as u64
         };
@@ -337,7 +336,10 @@ impl Seek for File {
                 return Ok(n);
             }
             SeekFrom::Current(d) => (self.pos, d),
-            SeekFrom::End(d) => (self.metadata().map_err(io_error)?.size, d),
+            SeekFrom::End(d) => (
+                self.fs.attrs_ino(self.handle.ino).map_err(io_error)?.size,
+                d,
+            ),
         };
         match base.0.checked_add_signed(base.1) {
             Some(p) => {

@@ -16,6 +16,7 @@
 use crate::creds::{Creds, MAY_EXEC, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
 use crate::pagecache::{Cache, CacheConfig, CacheStats, Pages};
+use crate::rangelock::RangeLock;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
@@ -23,7 +24,7 @@ use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Clock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 pub const BLOCK: u64 = 4096;
 /// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
@@ -43,20 +44,60 @@ pub(crate) struct InodeState {
     pub open: u32,
 }
 
+/// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages` (and no
+/// other inode's locks while holding `writeback` without `state`).
 #[derive(Debug)]
 pub(crate) struct Handle {
     pub ino: InodeNo,
+    /// Block ranges being written (data writers, truncate, fallocate).
+    pub ranges: RangeLock,
+    /// Held by a write-back of the inode's dirty pages for its whole device IO, and by
+    /// every writer of the inode's record (see [`Handle::write`]).
+    pub writeback: Mutex<()>,
     pub state: RwLock<InodeState>,
-    /// Cached blocks of a file (lock order: `state`, then `pages`).
+    /// Cached blocks of a file.
     pub pages: Mutex<Pages>,
 }
 
+/// The inode's state held for writing its record: excludes write-backs in flight too.
+pub(crate) struct StateWrite<'a> {
+    st: RwLockWriteGuard<'a, InodeState>,
+    _writeback: MutexGuard<'a, ()>,
+}
+
+impl std::ops::Deref for StateWrite<'_> {
+    type Target = InodeState;
+
+    fn deref(&self) -> &InodeState {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for StateWrite<'_> {
+    fn deref_mut(&mut self) -> &mut InodeState {
+        &mut self.st
+    }
+}
+
 impl Handle {
+    /// The state for reading (attributes, size): held briefly by the data path.
     pub fn read(&self) -> RwLockReadGuard<'_, InodeState> {
         self.state.read().expect("inode lock")
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, InodeState> {
+    /// The state for an operation that may write the inode's record (or delete it):
+    /// waits for a write-back in flight, and keeps data writers from installing pages.
+    pub fn write(&self) -> StateWrite<'_> {
+        let writeback = self.writeback.lock().expect("write-back lock");
+        StateWrite {
+            st: self.state.write().expect("inode lock"),
+            _writeback: writeback,
+        }
+    }
+
+    /// The state alone for writing: a data writer installing pages, or a write-back
+    /// noting its result (both change no more than size, times and block count).
+    pub fn state_write(&self) -> RwLockWriteGuard<'_, InodeState> {
         self.state.write().expect("inode lock")
     }
 
@@ -389,12 +430,16 @@ impl FileSystem {
         if let Some(h) = table.get(&ino).and_then(Weak::upgrade) {
             return Ok(h);
         }
+        // Loaded under the table's lock: a record read without it could be older than
+        // one a handle dropped meanwhile wrote.
         let inode = match self.core.engine.metadb().get(&records::inode_key(ino))? {
             Some(v) => Some(Inode::decode(ino, &v)?),
             None => None,
         };
         let h = Arc::new(Handle {
             ino,
+            ranges: RangeLock::default(),
+            writeback: Mutex::new(()),
             state: RwLock::new(InodeState { inode, open: 0 }),
             pages: Mutex::new(Pages::new(self.core.cache.clone())),
         });
@@ -505,11 +550,22 @@ impl FileSystem {
             .unwrap_or_default()
     }
 
-    /// Attributes of `ino`.
-    pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
+    /// Attributes of `ino` but for `st_blocks`, which leaves out dirty pages (what open,
+    /// permission checks and seeks need: never waits for a write-back).
+    pub(crate) fn attrs_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
-        let mut meta = metadata(ino, live(&st, ino)?);
+        Ok(metadata(ino, live(&st, ino)?))
+    }
+
+    /// Attributes of `ino`. `st_blocks` is exact: it waits for a write-back of the file
+    /// in flight (its blocks are mapped before its record counts them).
+    pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
+        let h = self.handle(ino)?;
+        // A write-back in flight has mapped blocks its record does not count yet: the
+        // count is read between write-backs.
+        let _writeback = h.writeback.lock().expect("write-back lock");
+        let mut meta = metadata(ino, live(&h.read(), ino)?);
         // Blocks dirty pages will allocate count already (as the kernel's delayed
         // allocation does).
         meta.blocks += self.core.pending_blocks(&h)? * (BLOCK / 512);
@@ -811,8 +867,17 @@ impl FileSystem {
 
     /// The last handle of `ino` closed: an unlinked inode's blocks are freed now.
     pub(crate) fn release(&self, h: &Handle) -> Result<(), VfsError> {
+        let last_of_orphan = {
+            let mut st = h.state_write();
+            st.open -= 1;
+            st.open == 0 && st.inode.is_some_and(|i| i.nlink == 0)
+        };
+        if !last_of_orphan {
+            return Ok(());
+        }
+        // Deleting: also wait for a write-back in flight (then check again: it may
+        // have been reopened or linked meanwhile).
         let mut st = h.write();
-        st.open -= 1;
         if st.open == 0 {
             if let Some(inode) = st.inode {
                 if inode.nlink == 0 {
@@ -878,7 +943,7 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         check_name(name)?;
         // Directories have no hard links (checked before locking: `ino` may be `parent`).
-        if self.stat_ino(ino)?.kind == Kind::Dir {
+        if self.attrs_ino(ino)?.kind == Kind::Dir {
             return Err(VfsError::NotPermitted(format!(
                 "inode {ino}: hard links to directories"
             )));
@@ -1309,7 +1374,7 @@ impl FileSystem {
     }
 
     pub(crate) fn opened(&self, h: &Handle) -> Result<(), VfsError> {
-        let mut st = h.write();
+        let mut st = h.state_write();
         live(&st, h.ino)?;
         st.open += 1;
         Ok(())

@@ -37,6 +37,7 @@ pub mod inode_api;
 pub mod locks;
 pub mod pagecache;
 pub mod path;
+mod rangelock;
 pub mod records;
 pub mod sparse;
 pub mod tmpfile;

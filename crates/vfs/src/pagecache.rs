@@ -7,10 +7,18 @@
 //! writes back pages is in [`crate::data`]; the background flusher in
 //! [`crate::data::Flusher`].
 //!
+//! A page's bytes never change once cached ([`Block`] is shared, immutable): a writer
+//! builds new blocks and installs them, so readers copy from the blocks they looked up
+//! without holding any lock, and a write-back sends the blocks it snapshotted while
+//! writers go on (docs/DESIGN.md §4c, "Concurrency").
+//!
 //! Invariants:
-//! - A page is only changed, dirtied or cleaned by a holder of its inode's write lock
-//!   and the inode's `Pages` mutex; readers holding the read lock may add clean pages,
-//!   and eviction may drop clean pages (under the `Pages` mutex only).
+//! - Pages are looked up, installed, cleaned and dropped under the inode's `Pages`
+//!   mutex only, which is never held across device IO; blocks are installed only by a
+//!   data writer holding the block range's lock and the inode's state lock.
+//! - A fetch (a reader's device read of blocks it missed) is stale once any of its
+//!   blocks was installed or the pages were cleared meanwhile; a stale fetch's blocks
+//!   are not cached (the reader retries).
 //! - An inode's record is written only when it has no dirty pages (the data path writes
 //!   them back, with the record, before any other writer of the record): the record on
 //!   the device never claims a size or a block count its data does not back.
@@ -177,10 +185,14 @@ impl Cache {
     }
 }
 
+/// A block's bytes as cached: immutable once made, shared by the cache, readers copying
+/// from it and write-backs sending it.
+pub(crate) type Block = Arc<[u8]>;
+
 /// One cached block.
 #[derive(Debug)]
 pub(crate) struct Page {
-    pub data: Box<[u8]>,
+    pub data: Block,
     pub dirty: bool,
     /// Whether the block is mapped on the device (`None`: not known yet). A dirty page
     /// over an unmapped block counts in `st_blocks` before it is written back.
@@ -199,6 +211,9 @@ pub(crate) struct Pages {
     /// Read-ahead: the block after the last read, and the current window in blocks.
     pub ra_next: u64,
     pub ra_window: u64,
+    /// Readers' device reads in flight: (id, first block, last block, stale).
+    fetches: Vec<(u64, u64, u64, bool)>,
+    next_fetch: u64,
     cache: Arc<Cache>,
 }
 
@@ -211,6 +226,8 @@ impl Pages {
             dirty_since: None,
             ra_next: 0,
             ra_window: 0,
+            fetches: Vec::new(),
+            next_fetch: 0,
             cache,
         }
     }
@@ -241,15 +258,36 @@ impl Pages {
         }
     }
 
-    /// The cached page of block `b`, marked dirty.
-    pub fn mark_dirty(&mut self, b: u64) -> &mut Page {
-        let page = self.map.get_mut(&b).expect("a dirtied page is cached");
-        if !page.dirty {
-            page.dirty = true;
-            self.dirty += 1;
-            self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+    /// Makes `data` block `b`'s cached contents, dirty (a data writer's new block).
+    /// `mapped`: whether the block is mapped on the device, if known (a replaced page's
+    /// knowledge wins). Fetches of `b` in flight become stale.
+    pub fn install(&mut self, b: u64, data: Block, mapped: Option<bool>) {
+        assert_eq!(data.len(), PAGE);
+        self.stale_fetches(b, b);
+        match self.map.entry(b) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(Page {
+                    data,
+                    dirty: true,
+                    mapped,
+                });
+                self.cache.pages.fetch_add(1, Ordering::Relaxed);
+                self.dirty += 1;
+                self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let page = o.get_mut();
+                page.data = data;
+                // The page's knowledge is at least as new as the writer's (a write-back
+                // may have mapped the block since the writer looked).
+                page.mapped = page.mapped.or(mapped);
+                if !page.dirty {
+                    page.dirty = true;
+                    self.dirty += 1;
+                    self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
-        page
     }
 
     /// The dirty blocks in ascending order, as runs of consecutive blocks of at most
@@ -265,29 +303,54 @@ impl Pages {
         runs
     }
 
-    /// Blocks `first..first + n` (all cached) copied out, in order.
-    pub fn copy_run(&self, first: u64, n: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(n as usize * PAGE);
-        for b in first..first + n {
-            out.extend_from_slice(&self.map[&b].data);
-        }
-        out
+    /// The blocks `first..first + n` (all cached), in order.
+    pub fn blocks(&self, first: u64, n: u64) -> Vec<Block> {
+        (first..first + n)
+            .map(|b| self.map[&b].data.clone())
+            .collect()
     }
 
-    /// Blocks `first..first + n` were written back: clean and mapped.
-    pub fn cleaned(&mut self, first: u64, n: u64) {
-        for b in first..first + n {
-            let page = self.map.get_mut(&b).expect("written-back page cached");
-            if page.dirty {
+    /// Block `b` was written back as `data`: it is mapped now, and clean unless a
+    /// writer installed newer bytes meanwhile.
+    pub fn written(&mut self, b: u64, data: &Block) {
+        if let Some(page) = self.map.get_mut(&b) {
+            page.mapped = Some(true);
+            if page.dirty && Arc::ptr_eq(&page.data, data) {
                 page.dirty = false;
                 self.dirty -= 1;
                 self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
             }
-            page.mapped = Some(true);
         }
         if self.dirty == 0 {
             self.durable_size = None;
             self.dirty_since = None;
+        }
+    }
+
+    /// Registers a reader's device read of blocks `first..=last`; returns its id for
+    /// [`Pages::end_fetch`].
+    pub fn begin_fetch(&mut self, first: u64, last: u64) -> u64 {
+        self.next_fetch += 1;
+        self.fetches.push((self.next_fetch, first, last, false));
+        self.next_fetch
+    }
+
+    /// Ends fetch `id`: whether its blocks are still current (none was installed and
+    /// the pages were not cleared since it began).
+    pub fn end_fetch(&mut self, id: u64) -> bool {
+        let i = self
+            .fetches
+            .iter()
+            .position(|f| f.0 == id)
+            .expect("a fetch ends once");
+        !self.fetches.swap_remove(i).3
+    }
+
+    fn stale_fetches(&mut self, first: u64, last: u64) {
+        for f in self.fetches.iter_mut() {
+            if f.1 <= last && first <= f.2 {
+                f.3 = true;
+            }
         }
     }
 
@@ -314,6 +377,7 @@ impl Pages {
     pub fn clear(&mut self) {
         let n = self.map.len() as u64;
         self.map.clear();
+        self.stale_fetches(0, u64::MAX);
         self.cache.pages.fetch_sub(n, Ordering::Relaxed);
         self.cache.dirty.fetch_sub(self.dirty, Ordering::Relaxed);
         self.dirty = 0;
@@ -364,16 +428,37 @@ mod tests {
     fn dirty_runs_split_at_gaps_and_the_limit() {
         let mut p = pages();
         for b in [3, 4, 5, 9, 10, 11, 12] {
-            p.insert_clean(b, &[b as u8; PAGE], None);
-            p.mark_dirty(b);
+            p.install(b, vec![b as u8; PAGE].into(), None);
         }
         p.insert_clean(6, &[0; PAGE], Some(true));
         assert_eq!(p.dirty_runs(3), vec![(3, 3), (9, 3), (12, 1)]);
-        assert_eq!(p.copy_run(9, 2)[PAGE], 10);
-        p.cleaned(3, 3);
-        assert_eq!(p.dirty_count(), 4);
-        assert_eq!(p.cache.stats().dirty, 4);
+        assert_eq!(p.blocks(9, 2)[1][0], 10);
+        let sent = p.blocks(3, 3);
+        // Block 4 is rewritten while its old bytes are being written back.
+        p.install(4, vec![44; PAGE].into(), None);
+        for (i, data) in sent.iter().enumerate() {
+            p.written(3 + i as u64, data);
+        }
+        assert_eq!(p.dirty_count(), 5);
+        assert_eq!(
+            p.get(4).map(|pg| (pg.dirty, pg.mapped)),
+            Some((true, Some(true)))
+        );
+        assert_eq!(p.cache.stats().dirty, 5);
         assert_eq!(p.cache.stats().pages, 8);
+    }
+
+    #[test]
+    fn fetches_go_stale_on_install_and_clear() {
+        let mut p = pages();
+        let a = p.begin_fetch(0, 3);
+        let b = p.begin_fetch(10, 12);
+        p.install(2, vec![1; PAGE].into(), None);
+        assert!(!p.end_fetch(a));
+        assert!(p.end_fetch(b));
+        let c = p.begin_fetch(5, 5);
+        p.clear();
+        assert!(!p.end_fetch(c));
     }
 
     #[test]
@@ -383,8 +468,7 @@ mod tests {
         for b in 0..10 {
             p.insert_clean(b, &[0; PAGE], Some(false));
         }
-        p.insert_clean(20, &[0; PAGE], Some(false));
-        p.mark_dirty(20);
+        p.install(20, vec![0; PAGE].into(), Some(false));
         assert_eq!(p.pending_blocks(), 1);
         assert_eq!(p.evict_clean(4, 0), 4);
         // The farthest from block 0 went first.

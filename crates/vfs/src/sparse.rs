@@ -72,6 +72,7 @@ impl FileSystem {
             return Err(VfsError::TooLarge(format!("fallocate to {end}")));
         }
         let h = self.handle(ino)?;
+        let _range = h.ranges.lock(crate::rangelock::BlockRange::ALL);
         let mut st = h.write();
         // The blocks change under the cache: write it back and drop it.
         self.settle(&h, &mut st)?;

@@ -45,7 +45,7 @@ impl FileSystem {
             .put_metadata(ino, &batch, Durability::Buffered)?;
         drop(dst);
         let open = self.open_ino(ino)?;
-        assert_eq!(self.stat_ino(ino)?.nlink, 0, "a fresh tmpfile has no name");
+        assert_eq!(self.attrs_ino(ino)?.nlink, 0, "a fresh tmpfile has no name");
         Ok(open)
     }
 }
