@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::{images, loop_devices, BenchScratch as Scratch};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const WORKLOADS: [&str; 7] = [
@@ -17,64 +18,6 @@ const WORKLOADS: [&str; 7] = [
     "mkdir",
     "rename",
 ];
-
-/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may
-/// not), whose loop devices and mounts are undone on drop, also after a failed assert.
-struct Scratch {
-    dir: tempfile::TempDir,
-}
-
-impl Scratch {
-    fn new() -> Scratch {
-        Scratch {
-            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let dir = self.path().to_path_buf();
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        for target in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
-            if Path::new(target).starts_with(&dir) {
-                let _ = Command::new("umount").args(["-l", target]).status();
-            }
-        }
-        for image in images(&dir) {
-            for device in loop_devices(&image) {
-                let _ = Command::new("losetup").args(["-d", &device]).status();
-            }
-        }
-    }
-}
-
-fn images(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "img"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Loop devices backed by `image` (`losetup -j`).
-fn loop_devices(image: &Path) -> Vec<String> {
-    let Ok(out) = Command::new("losetup").arg("-j").arg(image).output() else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split(':').next().map(str::to_string))
-        .collect()
-}
 
 fn amplify(dir: &Path, extra: &[&str]) -> Output {
     let out = Command::new(common::BIN)

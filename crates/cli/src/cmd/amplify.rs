@@ -24,12 +24,12 @@ mod report;
 mod workload;
 
 use crate::bench::image;
+use crate::bench::kernelfs::{self, KERNEL_FS};
 use crate::bench::loopdev::{have_program, LoopDevice};
 use crate::bench::options::Common;
 use crate::bench::scratch::Scratch;
 use crate::size::human;
 use device::BackendChoice;
-use crate::bench::kernelfs::{self, KERNEL_FS};
 use kernel::Kernel;
 use report::{Cell, Column, Report};
 use std::path::{Path, PathBuf};

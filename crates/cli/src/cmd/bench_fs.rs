@@ -98,7 +98,8 @@ pub struct Args {
     #[arg(long, value_parser = parse_size)]
     pub file_size: Option<u64>,
     /// Size of the augefs and kernel images (default: what the workloads need, twice,
-    /// plus 256 MiB, at least 1 GiB; 128 MiB with --quick).
+    /// plus 256 MiB, at least 1 GiB; plus 64 MiB, at least 128 MiB with --quick;
+    /// at least 512 MiB with xfs).
     #[arg(long, value_parser = parse_size)]
     pub image_size: Option<u64>,
     /// Write an SVG of throughput against threads per workload into this directory.
@@ -127,7 +128,10 @@ fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
         "dir" => TargetKind::Dir(dir.to_path_buf()),
         "fuse" => TargetKind::Fuse,
         "interposer" => TargetKind::Interposer,
-        _ => match (text.strip_prefix("dir:"), KERNEL_FS.iter().find(|&&k| k == text)) {
+        _ => match (
+            text.strip_prefix("dir:"),
+            KERNEL_FS.iter().find(|&&k| k == text),
+        ) {
             (Some(path), _) if !path.is_empty() => TargetKind::Dir(PathBuf::from(path)),
             (_, Some(&k)) => TargetKind::Kernel(k),
             _ => {
@@ -224,8 +228,12 @@ fn sizes(args: &Args) -> Result<Sizes, String> {
         return Err("--files and --dir-entries must be in 1..=10000000".to_string());
     }
     let largest_io = args.io_size.iter().copied().max().unwrap_or(0);
-    if sizes.file_bytes % case::BLOCK_BYTES != 0 || sizes.file_bytes < largest_io.max(case::BLOCK_BYTES) {
-        return Err("--file-size must be a multiple of 4 KiB, at least the largest --io-size".to_string());
+    if sizes.file_bytes % case::BLOCK_BYTES != 0
+        || sizes.file_bytes < largest_io.max(case::BLOCK_BYTES)
+    {
+        return Err(
+            "--file-size must be a multiple of 4 KiB, at least the largest --io-size".to_string(),
+        );
     }
     if !(sizes.filebench.files > 0.0 && sizes.filebench.files <= 10.0) {
         return Err("--scale must be in (0, 10]".to_string());
@@ -256,13 +264,13 @@ fn image_bytes(
         .flat_map(|c| threads.iter().map(move |&t| cell_bytes(c, t)))
         .max()
         .unwrap_or(0);
-    let floor: u64 = match (args.quick, targets.iter().any(|t| t.0 == "xfs")) {
+    let (room, floor): (u64, u64) = match (args.quick, targets.iter().any(|t| t.0 == "xfs")) {
         // xfs refuses file systems under 300 MB.
-        (_, true) => 512 << 20,
-        (true, false) => 128 << 20,
-        (false, false) => 1 << 30,
+        (_, true) => (256 << 20, 512 << 20),
+        (true, false) => (64 << 20, 128 << 20),
+        (false, false) => (256 << 20, 1 << 30),
     };
-    (2 * largest + (256 << 20)).div_ceil(1 << 20).max(floor >> 20) << 20
+    (2 * largest + room).div_ceil(1 << 20).max(floor >> 20) << 20
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -341,7 +349,9 @@ fn in_process_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String>
     let m = workload::measure(t.fs(), spec)?;
     let helper_ns = t.helper_cpu_ns().saturating_sub(helper_before);
     t.fs().sync()?;
-    let dev = dev_before.zip(t.device_bytes()?).map(|(b, a)| (a.read - b.read, a.written - b.written));
+    let dev = dev_before
+        .zip(t.device_bytes()?)
+        .map(|(b, a)| (a.read - b.read, a.written - b.written));
     Ok(Sample {
         ops: m.ops,
         elapsed_ns: m.elapsed_ns,
@@ -364,7 +374,12 @@ struct Slot {
 fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<String>) -> Vec<Slot> {
     let wants = |f: fn(&TargetKind) -> bool| plan.targets.iter().any(|(_, k)| f(k));
     let mut augefs_image = Err("not needed".to_string());
-    if wants(|k| matches!(k, TargetKind::Api | TargetKind::Fuse | TargetKind::Interposer)) {
+    if wants(|k| {
+        matches!(
+            k,
+            TargetKind::Api | TargetKind::Fuse | TargetKind::Interposer
+        )
+    }) {
         augefs_image = image::prepare(images.augefs, plan.image_bytes, images.backend)
             .map(|()| images.augefs)
             .map_err(|e| format!("skipped: {e}"));
@@ -389,7 +404,8 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                  cell, mounted {}, counted by /sys/block stat",
                 human(plan.image_bytes),
                 d.path(),
-                d.direct_io.map_or("unknown", |b| if b { "on" } else { "off" }),
+                d.direct_io
+                    .map_or("unknown", |b| if b { "on" } else { "off" }),
                 kernelfs::MOUNT_OPTIONS,
             ));
         }
@@ -399,9 +415,9 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
         .map(|(name, kind)| {
             let image = augefs_image.clone();
             let runner = match kind {
-                TargetKind::Api => image.map(|i| {
-                    Runner::InProcess(Box::new(target::Api::new(i, images.backend)))
-                }),
+                TargetKind::Api => {
+                    image.map(|i| Runner::InProcess(Box::new(target::Api::new(i, images.backend))))
+                }
                 TargetKind::Fuse => image.and_then(|i| {
                     target::Fuse::new(i, images.backend, &scratch.named("bench-fs-fuse", ".mnt"))
                         .map(|f| Runner::InProcess(Box::new(f)))
@@ -456,9 +472,17 @@ fn header(args: &Args, plan: &Plan, scratch: &Scratch) -> Vec<String> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         scratch.dir.display(),
         scratch.dir_fs.as_deref().unwrap_or("?"),
-        if args.quick { "; --quick: indicative only" } else { "" },
+        if args.quick {
+            "; --quick: indicative only"
+        } else {
+            ""
+        },
     )];
-    for case in plan.cases.iter().filter(|c| c.kind.group() == Group::Filebench) {
+    for case in plan
+        .cases
+        .iter()
+        .filter(|c| c.kind.group() == Group::Filebench)
+    {
         header.push(format!(
             "  {} (scale {}, file and IO sizes / {})",
             filebench::describe(case.kind, plan.threads[0], &s.filebench),
@@ -495,7 +519,9 @@ fn measure(args: &Args, plan: &Plan, scratch: &Scratch, images: &Images) -> Resu
             }
         }
     }
-    let runnable: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].runner.is_ok()).collect();
+    let runnable: Vec<usize> = (0..slots.len())
+        .filter(|&i| slots[i].runner.is_ok())
+        .collect();
     let total = plan.runs as usize * plan.cases.len() * plan.threads.len() * runnable.len();
     let mut done = 0;
     for run in 0..plan.runs {
@@ -568,7 +594,13 @@ mod tests {
         let ok = plan(&parse(&["--target", "api,dir:/tmp,xfs", "--quick"])).unwrap();
         assert_eq!(ok.targets[1].1, TargetKind::Dir(PathBuf::from("/tmp")));
         assert_eq!(ok.image_bytes, 512 << 20, "xfs's floor");
-        let full = plan(&parse(&["--target", "api", "--workload", "varmail,randread"])).unwrap();
+        let full = plan(&parse(&[
+            "--target",
+            "api",
+            "--workload",
+            "varmail,randread",
+        ]))
+        .unwrap();
         // 4 threads x 64 MiB of random-read data, twice, plus 256 MiB: under the 1 GiB floor.
         assert_eq!(full.image_bytes, 1 << 30);
         let web = plan(&parse(&["--target", "api", "--workload", "webserver"])).unwrap();

@@ -76,7 +76,11 @@ pub const BLOCK_BYTES: u64 = 4096;
 
 impl Kind {
     pub fn name(self) -> &'static str {
-        KINDS.iter().find(|(k, _)| *k == self).expect("every kind named").1
+        KINDS
+            .iter()
+            .find(|(k, _)| *k == self)
+            .expect("every kind named")
+            .1
     }
 
     pub fn group(self) -> Group {

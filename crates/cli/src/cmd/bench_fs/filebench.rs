@@ -88,17 +88,17 @@ const FILESERVER: [Step; 11] = [
     Create, WriteWhole, Close, Open, Append, Close, Open, ReadWhole, Close, Delete, Stat,
 ];
 const WEBSERVER: [Step; 31] = [
-    Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole,
-    Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open,
-    ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, AppendLog,
+    Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close,
+    Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close,
+    Open, ReadWhole, Close, Open, ReadWhole, Close, AppendLog,
 ];
 const WEBPROXY: [Step; 19] = [
-    Delete, Create, Append, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open,
-    ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole, Close,
+    Delete, Create, Append, Close, Open, ReadWhole, Close, Open, ReadWhole, Close, Open, ReadWhole,
+    Close, Open, ReadWhole, Close, Open, ReadWhole, Close,
 ];
 const VARMAIL: [Step; 13] = [
-    Delete, Create, Append, Fsync, Close, Open, ReadWhole, Append, Fsync, Close, Open,
-    ReadWhole, Close,
+    Delete, Create, Append, Fsync, Close, Open, ReadWhole, Append, Fsync, Close, Open, ReadWhole,
+    Close,
 ];
 
 const KB: u64 = 1 << 10;
@@ -369,7 +369,12 @@ mod tests {
 
     #[test]
     fn flows_alternate_creates_and_deletes() {
-        for kind in [Kind::Fileserver, Kind::Webserver, Kind::Webproxy, Kind::Varmail] {
+        for kind in [
+            Kind::Fileserver,
+            Kind::Webserver,
+            Kind::Webproxy,
+            Kind::Varmail,
+        ] {
             let flow = personality(kind).flow;
             let creates = flow.iter().filter(|&&s| s == Create).count();
             let deletes = flow.iter().filter(|&&s| s == Delete).count();
@@ -395,6 +400,9 @@ mod tests {
         let quick = scaled(Kind::Varmail, 2, &Scale::quick());
         assert_eq!((quick.files_per_thread, quick.file_bytes), (50, 4096));
         let text = describe(Kind::Varmail, 2, &Scale::quick());
-        assert!(text.contains("100 files") && text.contains("100000 x 0.001"), "{text}");
+        assert!(
+            text.contains("100 files") && text.contains("100000 x 0.001"),
+            "{text}"
+        );
     }
 }

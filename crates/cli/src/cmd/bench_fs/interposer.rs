@@ -132,7 +132,14 @@ impl Interposer {
             .arg(&self.image)
             .args(["--prefix", PREFIX, "--"])
             .arg(&self.exe)
-            .args(["bench", "fs-worker", "--phase", phase.name(), "--spec", &json])
+            .args([
+                "bench",
+                "fs-worker",
+                "--phase",
+                phase.name(),
+                "--spec",
+                &json,
+            ])
             .output()
             .map_err(|e| format!("cannot run augefs run: {e}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout);

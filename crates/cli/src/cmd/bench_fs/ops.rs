@@ -81,7 +81,9 @@ impl FileOps for ApiFile {
 
 impl ApiFs {
     fn open_with(&self, path: &str, opts: &OpenOptions) -> Result<Box<dyn FileOps>, String> {
-        let file = opts.open(&self.fs, &abs(path)).map_err(|e| api_err(path, e))?;
+        let file = opts
+            .open(&self.fs, &abs(path))
+            .map_err(|e| api_err(path, e))?;
         Ok(Box::new(ApiFile(file)))
     }
 }
@@ -106,7 +108,9 @@ impl Fs for ApiFs {
     }
 
     fn unlink(&self, path: &str) -> Result<(), String> {
-        self.fs.remove_file(&abs(path)).map_err(|e| api_err(path, e))
+        self.fs
+            .remove_file(&abs(path))
+            .map_err(|e| api_err(path, e))
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<(), String> {
@@ -166,12 +170,20 @@ impl PosixFs {
         self.root.join(path)
     }
 
-    fn call<T>(&self, path: &str, f: impl FnOnce(&Path) -> std::io::Result<T>) -> Result<T, String> {
+    fn call<T>(
+        &self,
+        path: &str,
+        f: impl FnOnce(&Path) -> std::io::Result<T>,
+    ) -> Result<T, String> {
         let path = self.at(path);
         f(&path).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn open_with(&self, path: &str, opts: &std::fs::OpenOptions) -> Result<Box<dyn FileOps>, String> {
+    fn open_with(
+        &self,
+        path: &str,
+        opts: &std::fs::OpenOptions,
+    ) -> Result<Box<dyn FileOps>, String> {
         let file = self.call(path, |p| opts.open(p))?;
         Ok(Box::new(PosixFile(file)))
     }
@@ -187,7 +199,10 @@ impl Fs for PosixFs {
     }
 
     fn create(&self, path: &str) -> Result<Box<dyn FileOps>, String> {
-        self.open_with(path, std::fs::OpenOptions::new().write(true).create_new(true))
+        self.open_with(
+            path,
+            std::fs::OpenOptions::new().write(true).create_new(true),
+        )
     }
 
     fn open(&self, path: &str, write: bool) -> Result<Box<dyn FileOps>, String> {
@@ -253,7 +268,10 @@ mod tests {
         assert!(fs.create("d/a").is_err(), "create refuses an existing file");
         assert_eq!(fs.stat("d/a").unwrap(), 8);
         let mut buf = [0u8; 16];
-        assert_eq!(fs.open("d/a", false).unwrap().read_at(&mut buf, 3).unwrap(), 5);
+        assert_eq!(
+            fs.open("d/a", false).unwrap().read_at(&mut buf, 3).unwrap(),
+            5
+        );
         fs.rename("d/a", "d/b").unwrap();
         assert_eq!(fs.readdir("d").unwrap(), 1);
         fs.fsync_dir("d").unwrap();

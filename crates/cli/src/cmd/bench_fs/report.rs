@@ -100,7 +100,9 @@ fn summary(samples: &[Sample]) -> Option<Summary> {
 
 /// Kernel file systems: candidates for the default baseline.
 fn is_kernel(target: &str) -> bool {
-    target == "dir" || target.starts_with("dir:") || crate::bench::kernelfs::KERNEL_FS.contains(&target)
+    target == "dir"
+        || target.starts_with("dir:")
+        || crate::bench::kernelfs::KERNEL_FS.contains(&target)
 }
 
 impl Report {
@@ -159,7 +161,9 @@ impl Report {
             .map(|c| {
                 let s = summary(&c.samples);
                 let base = self.baseline(&c.case, c.threads);
-                let ratio = s.zip(base.as_ref()).map(|(s, b)| s.ops_per_sec.median / b.1);
+                let ratio = s
+                    .zip(base.as_ref())
+                    .map(|(s, b)| s.ops_per_sec.median / b.1);
                 json!({
                     "workload": c.case.name(),
                     "case": c.case,
@@ -197,8 +201,17 @@ impl Report {
         println!();
         let widths = [22, 3, 12, 9, 6, 8, 8, 8, 8, 8, 14];
         let head = [
-            "workload", "thr", "target", "ops/s", "+-", "p50", "p99", "devW/op", "devR/op",
-            "CPU/op", "vs baseline",
+            "workload",
+            "thr",
+            "target",
+            "ops/s",
+            "+-",
+            "p50",
+            "p99",
+            "devW/op",
+            "devR/op",
+            "CPU/op",
+            "vs baseline",
         ];
         println!("{}", row(&head.map(String::from), &widths));
         for case in self.cases() {
@@ -218,9 +231,9 @@ impl Report {
             .iter()
             .filter_map(|t| t.note.as_ref().map(|n| format!("  {}: {n}", t.name)))
             .chain(self.cells.iter().flat_map(|c| {
-                c.errors.iter().map(move |e| {
-                    format!("  {} {} t={}: {e}", c.target, c.case.name(), c.threads)
-                })
+                c.errors
+                    .iter()
+                    .map(move |e| format!("  {} {} t={}: {e}", c.target, c.case.name(), c.threads))
             }))
             .collect();
         if !notes.is_empty() {
@@ -239,9 +252,17 @@ impl Report {
 
     fn fields(&self, cell: &Cell, base: Option<&(String, f64)>) -> Vec<String> {
         let dash = || "-".to_string();
-        let mut fields = vec![cell.case.name(), cell.threads.to_string(), cell.target.clone()];
+        let mut fields = vec![
+            cell.case.name(),
+            cell.threads.to_string(),
+            cell.target.clone(),
+        ];
         let Some(s) = summary(&cell.samples) else {
-            let why = if cell.errors.is_empty() { "skipped" } else { "failed" };
+            let why = if cell.errors.is_empty() {
+                "skipped"
+            } else {
+                "failed"
+            };
             fields.push(why.to_string());
             return fields;
         };
@@ -274,7 +295,9 @@ impl Report {
                         .cells
                         .iter()
                         .filter(|c| c.case == *case && c.target == t.name)
-                        .filter_map(|c| summary(&c.samples).map(|s| (c.threads as f64, s.ops_per_sec.median)))
+                        .filter_map(|c| {
+                            summary(&c.samples).map(|s| (c.threads as f64, s.ops_per_sec.median))
+                        })
                         .collect();
                     (!points.is_empty()).then(|| Series {
                         name: t.name.clone(),
@@ -291,10 +314,17 @@ impl Report {
             let file_name: String = case
                 .name()
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
             let path = dir.join(format!("bench-fs-{file_name}.svg"));
-            std::fs::write(&path, plot::svg(&chart)).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::write(&path, plot::svg(&chart))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             written.push(path);
         }
         Ok(written)
@@ -380,7 +410,11 @@ mod tests {
         assert_eq!(report.json()["results"][0]["ratio"], 3.0);
         report.cells.truncate(1);
         report.baseline = None;
-        assert_eq!(report.baseline(&case, 1).unwrap().0, "api", "first target measured");
+        assert_eq!(
+            report.baseline(&case, 1).unwrap().0,
+            "api",
+            "first target measured"
+        );
         assert_eq!(duration(12_300.0), "12.3us");
         assert_eq!(bytes(4096.0), "4.0K");
     }

@@ -225,7 +225,11 @@ pub struct Kernel {
 
 impl Kernel {
     /// `fs_type` on `device`, mounted on `dir` (created now, removed on drop).
-    pub fn new(fs_type: &'static str, device: Rc<LoopDevice>, dir: &Path) -> Result<Kernel, String> {
+    pub fn new(
+        fs_type: &'static str,
+        device: Rc<LoopDevice>,
+        dir: &Path,
+    ) -> Result<Kernel, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok(Kernel {
             fs_type,
@@ -238,7 +242,12 @@ impl Kernel {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        let mount = KernelMount::mount(self.fs_type, self.device.path(), &self.fs.root, MOUNT_OPTIONS)?;
+        let mount = KernelMount::mount(
+            self.fs_type,
+            self.device.path(),
+            &self.fs.root,
+            MOUNT_OPTIONS,
+        )?;
         self.mount = Some(mount);
         Ok(())
     }
@@ -329,7 +338,10 @@ impl FuseDaemon {
                 return Err(format!("augefs mount exited ({status}) before mounting"));
             }
             if started.elapsed() > DAEMON_WAIT {
-                return Err(format!("augefs mount did not mount {} in time", mnt.display()));
+                return Err(format!(
+                    "augefs mount did not mount {} in time",
+                    mnt.display()
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -344,7 +356,11 @@ impl FuseDaemon {
     fn stop(mut self) -> Result<(), String> {
         self.mounted = false;
         let mnt = self.mnt.to_string_lossy().into_owned();
-        let program = if have_program("fusermount3") { "fusermount3" } else { "fusermount" };
+        let program = if have_program("fusermount3") {
+            "fusermount3"
+        } else {
+            "fusermount"
+        };
         command(program, &["-u", &mnt])?;
         let started = Instant::now();
         loop {

@@ -281,7 +281,8 @@ pub fn measure(fs: &dyn Fs, spec: &Spec) -> Result<Measured, String> {
     // A clock read every 8 operations: a cheap API stat is about 1 us, a clock read
     // 20-30 ns; the longest operations (fsync, whole-file reads) overshoot the deadline
     // by a few of themselves, and the run's time is what the threads measured.
-    let (run, mut latencies) = threads::timed_sampled(spec.threads, limit, 8, |t| worker(fs, spec, t))?;
+    let (run, mut latencies) =
+        threads::timed_sampled(spec.threads, limit, 8, |t| worker(fs, spec, t))?;
     let cpu_ns = cpu::self_ns() - cpu_before;
     latencies.sort_unstable();
     Ok(Measured {
@@ -312,7 +313,13 @@ mod tests {
     /// Every case runs on a directory: setup, a capped run, and no failing call.
     #[test]
     fn every_case_runs_on_a_directory() {
-        let items = ["metadata", "data", "randread-cold", "seqread-shared-cold", "create+fsync"];
+        let items = [
+            "metadata",
+            "data",
+            "randread-cold",
+            "seqread-shared-cold",
+            "create+fsync",
+        ];
         let items: Vec<String> = items.iter().map(|s| s.to_string()).collect();
         for case in parse_cases(&items, false, &[4096, 16384]).unwrap() {
             let tmp = tempfile::tempdir().unwrap();
