@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{images, loop_devices, BenchScratch as Scratch};
+use common::{images, BenchScratch as Scratch};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -94,22 +94,13 @@ fn augefs_table_and_json_have_every_workload_and_creates_are_cheap() {
 
 #[test]
 fn ext4_column_on_a_loop_device_as_root() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mkfs = ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
-        .iter()
-        .any(|p| Path::new(p).exists());
     let scratch = Scratch::new();
     let doc = json(&amplify(scratch.path(), &["--fs", "ext4", "--json"]));
     let column = &doc["file_systems"][0];
     assert_eq!(column["name"], "ext4");
-    if !(root && mkfs) {
-        assert_eq!(column["measured"], false, "{column}");
-        assert!(column["note"].as_str().unwrap().starts_with("skipped"));
-        eprintln!("ext4 column skipped: {}", column["note"]);
+    if !common::measured_if(column, common::can_make("ext4")) {
         return;
     }
-    assert_eq!(column["measured"], true, "{column}");
     for w in WORKLOADS {
         median(&doc, "ext4", w);
     }
@@ -123,12 +114,5 @@ fn ext4_column_on_a_loop_device_as_root() {
         .find(|r| r["fs"] == "ext4" && r["workload"] == "create")
         .unwrap();
     assert_eq!(cell["paper"]["write_total"], 52.0);
-    for image in images(scratch.path()) {
-        assert!(
-            loop_devices(&image).is_empty(),
-            "{} still attached",
-            image.display()
-        );
-    }
-    assert!(images(scratch.path()).is_empty(), "image files removed");
+    scratch.assert_cleaned_up();
 }

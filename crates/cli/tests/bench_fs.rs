@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{images, loop_devices, BenchScratch};
+use common::BenchScratch;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -31,6 +31,26 @@ fn bench(dir: &Path, extra: &[&str]) -> Output {
 fn json_file(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).expect("the JSON file");
     serde_json::from_str(&text).expect("one JSON document")
+}
+
+/// A quick run of one thread on `targets` and `workloads`; its JSON document.
+fn bench_json(scratch: &BenchScratch, targets: &str, workloads: &str) -> Value {
+    let json = scratch.path().join("out.json");
+    let out = bench(
+        scratch.path(),
+        &[
+            "--target",
+            targets,
+            "--workload",
+            workloads,
+            "--threads",
+            "1",
+            "--json-file",
+            json.to_str().unwrap(),
+        ],
+    );
+    common::check("bench fs", &out);
+    json_file(&json)
 }
 
 fn cell<'a>(doc: &'a Value, target: &str, workload: &str, threads: u64) -> &'a Value {
@@ -135,7 +155,7 @@ fn api_and_dir_table_json_and_plots_have_every_cell() {
             "{w}: a line per target"
         );
     }
-    assert!(images(scratch.path()).is_empty(), "image files removed");
+    scratch.assert_cleaned_up();
     let left: Vec<_> = std::fs::read_dir(scratch.path())
         .unwrap()
         .flatten()
@@ -167,36 +187,12 @@ fn bad_flags_are_refused_by_name() {
 
 #[test]
 fn ext4_on_a_loop_device_as_root() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mkfs = ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
-        .iter()
-        .any(|p| Path::new(p).exists());
     let scratch = BenchScratch::new();
-    let json = scratch.path().join("out.json");
-    let out = bench(
-        scratch.path(),
-        &[
-            "--target",
-            "ext4",
-            "--threads",
-            "1",
-            "--workload",
-            "create+fsync,randread-cold",
-            "--json-file",
-            json.to_str().unwrap(),
-        ],
-    );
-    common::check("bench fs", &out);
-    let doc = json_file(&json);
+    let doc = bench_json(&scratch, "ext4", "create+fsync,randread-cold");
     let ext4 = target(&doc, "ext4");
-    if !(root && mkfs) {
-        assert_eq!(ext4["measured"], false, "{ext4}");
-        assert!(ext4["note"].as_str().unwrap().starts_with("skipped"));
-        eprintln!("ext4 skipped: {}", ext4["note"]);
+    if !common::measured_if(&ext4, common::can_make("ext4")) {
         return;
     }
-    assert_eq!(ext4["measured"], true, "{ext4}");
     let create = cell(&doc, "ext4", "create+fsync", 1);
     assert!(ops_per_sec(create) > 0.0);
     assert!(create["median"]["dev_write_bytes_per_op"].as_f64().unwrap() > 0.0);
@@ -204,47 +200,21 @@ fn ext4_on_a_loop_device_as_root() {
     assert!(ops_per_sec(cold) > 0.0);
     let read = cold["median"]["dev_read_bytes_per_op"].as_f64().unwrap();
     assert!(read >= 4096.0, "a cold read reads the device: {cold}");
-    for image in images(scratch.path()) {
-        assert!(
-            loop_devices(&image).is_empty(),
-            "{} still attached",
-            image.display()
-        );
-    }
-    assert!(images(scratch.path()).is_empty(), "image files removed");
+    scratch.assert_cleaned_up();
 }
 
 #[test]
 fn fuse_and_interposer_where_available() {
     let scratch = BenchScratch::new();
-    let json = scratch.path().join("out.json");
-    let out = bench(
-        scratch.path(),
-        &[
-            "--target",
-            "fuse,interposer",
-            "--threads",
-            "1",
-            "--workload",
-            "create,stat",
-            "--json-file",
-            json.to_str().unwrap(),
-        ],
-    );
-    common::check("bench fs", &out);
-    let doc = json_file(&json);
+    let doc = bench_json(&scratch, "fuse,interposer", "create,stat");
     let lib = Path::new(common::BIN).with_file_name("libaugefs_preload.so");
     for (name, available) in [
         ("fuse", Path::new("/dev/fuse").exists()),
         ("interposer", lib.exists()),
     ] {
-        let t = target(&doc, name);
-        if !available {
-            assert_eq!(t["measured"], false, "{t}");
-            eprintln!("{name} skipped: {}", t["note"]);
+        if !common::measured_if(&target(&doc, name), available) {
             continue;
         }
-        assert_eq!(t["measured"], true, "{t}");
         for w in ["create", "stat"] {
             let c = cell(&doc, name, w, 1);
             assert!(ops_per_sec(c) > 0.0);
@@ -258,5 +228,5 @@ fn fuse_and_interposer_where_available() {
         !mounts.contains(&dir),
         "no mount left under the scratch directory"
     );
-    assert!(images(scratch.path()).is_empty(), "image files removed");
+    scratch.assert_cleaned_up();
 }

@@ -86,16 +86,12 @@ impl Sampler {
 /// worker, then, once all are ready, calls the worker with 0, 1, 2, ... The deadline is
 /// checked before every `check_every`-th operation (a clock read costs about 2% of a
 /// buffered MetaDB put; an operation that waits for the device checks every time).
-pub fn timed<W, P>(
+pub fn timed<W: FnMut(u64) -> Result<(), String>>(
     threads: usize,
     limit: Limit,
     check_every: u64,
-    prepare: P,
-) -> Result<Run, String>
-where
-    P: Fn(usize) -> Result<W, String> + Sync,
-    W: FnMut(u64) -> Result<(), String>,
-{
+    prepare: impl Fn(usize) -> Result<W, String> + Sync,
+) -> Result<Run, String> {
     run_threads(threads, limit, check_every, prepare, false).map(|(run, _)| run)
 }
 

@@ -46,8 +46,17 @@ use std::rc::Rc;
 use target::InProcess;
 use workload::{Sizes, Spec};
 
+/// A first look in a few minutes: a namespace operation, a lookup, durable appends and
+/// cached reads.
+const DEFAULT_WORKLOADS: &str = "create,unlink,stat,append,randread";
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// Tiny sizes and short runs (for tests): numbers are indicative only.
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub common: Common,
     /// Targets, comma-separated: api, dir (or dir:PATH), fuse, interposer, ext2, ext4,
     /// xfs, btrfs. Default: api, and ext4 when run as root.
     #[arg(long, value_delimiter = ',')]
@@ -56,11 +65,7 @@ pub struct Args {
     /// stat, append, overwrite, randread, seqread, fileserver, varmail, webserver,
     /// webproxy; variants -shared, -cold (reads), +fsync (metadata); groups metadata,
     /// data, filebench, all.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "create,unlink,stat,append,randread"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_WORKLOADS)]
     pub workload: Vec<String>,
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
@@ -105,11 +110,6 @@ pub struct Args {
     /// Write an SVG of throughput against threads per workload into this directory.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Tiny sizes and short runs (for tests): numbers are indicative only.
-    #[arg(long)]
-    pub quick: bool,
-    #[command(flatten)]
-    pub common: Common,
 }
 
 /// Where a target runs.
@@ -312,19 +312,11 @@ enum Runner {
 impl Runner {
     fn run_cell(&mut self, spec: &Spec) -> Result<Sample, String> {
         match self {
-            Runner::Interposer(i) => {
-                let m = i.run_cell(spec)?;
-                Ok(Sample {
-                    ops: m.ops,
-                    elapsed_ns: m.elapsed_ns,
-                    capped_threads: m.capped_threads,
-                    p50_ns: m.p50_ns,
-                    p99_ns: m.p99_ns,
-                    cpu_ns: m.cpu_ns,
-                    dev_read_bytes: None,
-                    dev_write_bytes: None,
-                })
-            }
+            Runner::Interposer(i) => Ok(Sample {
+                run: i.run_cell(spec)?,
+                dev_read_bytes: None,
+                dev_write_bytes: None,
+            }),
             Runner::InProcess(t) => {
                 t.fresh()?;
                 let sample = in_process_cell(t.as_mut(), spec);
@@ -346,21 +338,14 @@ fn in_process_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String>
     }
     let dev_before = t.device_bytes()?;
     let helper_before = t.helper_cpu_ns();
-    let m = workload::measure(t.fs(), spec)?;
-    let helper_ns = t.helper_cpu_ns().saturating_sub(helper_before);
+    let mut run = workload::measure(t.fs(), spec)?;
+    run.cpu_ns += t.helper_cpu_ns().saturating_sub(helper_before);
     t.fs().sync()?;
-    let dev = dev_before
-        .zip(t.device_bytes()?)
-        .map(|(b, a)| (a.read - b.read, a.written - b.written));
+    let dev = dev_before.zip(t.device_bytes()?);
     Ok(Sample {
-        ops: m.ops,
-        elapsed_ns: m.elapsed_ns,
-        capped_threads: m.capped_threads,
-        p50_ns: m.p50_ns,
-        p99_ns: m.p99_ns,
-        cpu_ns: m.cpu_ns + helper_ns,
-        dev_read_bytes: dev.map(|d| d.0),
-        dev_write_bytes: dev.map(|d| d.1),
+        run,
+        dev_read_bytes: dev.map(|(before, after)| after.read - before.read),
+        dev_write_bytes: dev.map(|(before, after)| after.written - before.written),
     })
 }
 
@@ -568,18 +553,10 @@ fn measure(args: &Args, plan: &Plan, scratch: &Scratch, images: &Images) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
+    use crate::bench::options::parse_for_test;
 
     fn parse(argv: &[&str]) -> Args {
-        let mut all = vec!["x"];
-        all.extend(argv);
-        Cli::try_parse_from(all).unwrap().args
+        parse_for_test(argv).unwrap()
     }
 
     #[test]

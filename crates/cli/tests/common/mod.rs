@@ -205,6 +205,18 @@ pub struct BenchScratch {
 }
 
 impl BenchScratch {
+    /// Asserts that the benchmark left no image file and no loop device behind.
+    pub fn assert_cleaned_up(&self) {
+        for image in images(self.path()) {
+            assert!(
+                loop_devices(&image).is_empty(),
+                "{} still attached",
+                image.display()
+            );
+        }
+        assert!(images(self.path()).is_empty(), "image files removed");
+    }
+
     pub fn new() -> BenchScratch {
         BenchScratch {
             dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir"),
@@ -243,6 +255,29 @@ pub fn images(dir: &Path) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A compared system in a benchmark's JSON (with `measured` and `note`): asserts that it
+/// was measured if `available`, else that its note says why it was skipped; returns
+/// whether it was measured.
+pub fn measured_if(entry: &serde_json::Value, available: bool) -> bool {
+    assert_eq!(entry["measured"], available, "{entry}");
+    if !available {
+        let note = entry["note"].as_str().unwrap_or_default();
+        assert!(note.starts_with("skipped"), "{entry}");
+        eprintln!("{} {note}", entry["name"]);
+    }
+    available
+}
+
+/// Whether this process may make `fs_type` on a loop device: root, with its mkfs.
+pub fn can_make(fs_type: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mkfs = format!("mkfs.{fs_type}");
+    root && ["/sbin", "/usr/sbin"]
+        .iter()
+        .any(|d| Path::new(d).join(&mkfs).exists())
 }
 
 /// Loop devices backed by `image` (`losetup -j`).

@@ -180,10 +180,6 @@ impl Drop for Kernel<'_> {
         self.file = None;
         // KernelMount's own Drop unmounts (and reports) if still mounted.
         drop(self.mount.take());
-        if let Err(e) = std::fs::remove_dir(&self.dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("augefs: removing {}: {e}", self.dir.display());
-            }
-        }
+        crate::bench::scratch::remove_mount_point(&self.dir);
     }
 }

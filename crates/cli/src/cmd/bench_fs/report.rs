@@ -13,6 +13,7 @@
 //!   target measured; its name is printed beside the ratio.
 
 use super::case::Case;
+use super::workload::Measured;
 use crate::bench::plot::{self, Chart, Series};
 use crate::stats::{spread, Spread};
 use serde::Serialize;
@@ -22,14 +23,9 @@ use std::path::Path;
 /// What one run of one cell measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
-    pub ops: u64,
-    pub elapsed_ns: u64,
-    /// Threads that stopped at their case's cap rather than at the deadline.
-    pub capped_threads: usize,
-    pub p50_ns: Option<u64>,
-    pub p99_ns: Option<u64>,
-    /// CPU time over the run: the process that ran it, plus a FUSE daemon.
-    pub cpu_ns: u64,
+    /// The timed run; its CPU time includes a FUSE daemon's.
+    #[serde(flatten)]
+    pub run: Measured,
     /// Device bytes from the start of the run to the end of a sync after it.
     pub dev_read_bytes: Option<u64>,
     pub dev_write_bytes: Option<u64>,
@@ -37,11 +33,11 @@ pub struct Sample {
 
 impl Sample {
     pub fn ops_per_sec(&self) -> f64 {
-        self.ops as f64 * 1e9 / self.elapsed_ns.max(1) as f64
+        self.run.ops as f64 * 1e9 / self.run.elapsed_ns.max(1) as f64
     }
 
     fn per_op(&self, v: u64) -> f64 {
-        v as f64 / self.ops.max(1) as f64
+        v as f64 / self.run.ops.max(1) as f64
     }
 }
 
@@ -52,20 +48,28 @@ pub struct Target {
     pub note: Option<String>,
 }
 
+/// The runs of one (workload, threads, target).
 #[derive(Debug, Clone)]
 pub struct Cell {
     pub case: Case,
     pub threads: usize,
+    /// A target's name, as given with `--target`.
     pub target: String,
+    /// One per successful run.
     pub samples: Vec<Sample>,
+    /// One per failed run, naming the run.
     pub errors: Vec<String>,
 }
 
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Lines above the table: what was run, on what, at which scale.
     pub header: Vec<String>,
+    /// In the order given.
     pub targets: Vec<Target>,
+    /// Every (workload, threads, target) asked for, measured or not.
     pub cells: Vec<Cell>,
+    /// `--baseline`, if given.
     pub baseline: Option<String>,
 }
 
@@ -90,9 +94,9 @@ fn summary(samples: &[Sample]) -> Option<Summary> {
     let rates: Vec<f64> = samples.iter().map(Sample::ops_per_sec).collect();
     Some(Summary {
         ops_per_sec: spread(&rates)?,
-        p50_ns: median(samples, |s| s.p50_ns.map(|v| v as f64)),
-        p99_ns: median(samples, |s| s.p99_ns.map(|v| v as f64)),
-        cpu_ns_per_op: median(samples, |s| Some(s.per_op(s.cpu_ns))),
+        p50_ns: median(samples, |s| s.run.p50_ns.map(|v| v as f64)),
+        p99_ns: median(samples, |s| s.run.p99_ns.map(|v| v as f64)),
+        cpu_ns_per_op: median(samples, |s| Some(s.per_op(s.run.cpu_ns))),
         dev_write_per_op: median(samples, |s| s.dev_write_bytes.map(|b| s.per_op(b))),
         dev_read_per_op: median(samples, |s| s.dev_read_bytes.map(|b| s.per_op(b))),
     })
@@ -370,12 +374,14 @@ mod tests {
 
     fn sample(ops: u64) -> Sample {
         Sample {
-            ops,
-            elapsed_ns: 1_000_000_000,
-            capped_threads: 0,
-            p50_ns: Some(1000),
-            p99_ns: Some(5000),
-            cpu_ns: ops * 2000,
+            run: Measured {
+                ops,
+                elapsed_ns: 1_000_000_000,
+                capped_threads: 0,
+                p50_ns: Some(1000),
+                p99_ns: Some(5000),
+                cpu_ns: ops * 2000,
+            },
             dev_read_bytes: None,
             dev_write_bytes: Some(ops * 4096),
         }

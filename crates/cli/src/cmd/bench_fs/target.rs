@@ -22,10 +22,11 @@
 
 use super::ops::{ApiFs, Fs, PosixFs};
 use crate::bench::augefs as bench_augefs;
+use crate::bench::cpu;
 use crate::bench::image::open_device_released;
 use crate::bench::kernelfs::{self, MOUNT_OPTIONS};
 use crate::bench::loopdev::{command, have_program, KernelMount, LoopDevice};
-use crate::bench::{cpu, scratch};
+use crate::bench::scratch::{self, MountPoint};
 use device::{BackendChoice, Device};
 use platform::{Clock, SystemClock};
 use std::path::{Path, PathBuf};
@@ -218,9 +219,12 @@ impl Drop for Dir {
 /// A kernel file system on the shared loop device.
 pub struct Kernel {
     fs_type: &'static str,
+    /// Unmounted on drop (by `KernelMount`, lazily if need be), before the mount point
+    /// goes.
     mount: Option<KernelMount>,
     fs: PosixFs,
     device: Rc<LoopDevice>,
+    _mount_point: MountPoint,
 }
 
 impl Kernel {
@@ -230,7 +234,7 @@ impl Kernel {
         device: Rc<LoopDevice>,
         dir: &Path,
     ) -> Result<Kernel, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mount_point = MountPoint::create(dir)?;
         Ok(Kernel {
             fs_type,
             mount: None,
@@ -238,6 +242,7 @@ impl Kernel {
                 root: dir.to_path_buf(),
             },
             device,
+            _mount_point: mount_point,
         })
     }
 
@@ -279,22 +284,7 @@ impl InProcess for Kernel {
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        match self.mount.take() {
-            Some(mount) => mount.unmount(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // KernelMount's own Drop unmounts (and reports) if still mounted.
-        drop(self.mount.take());
-        if let Err(e) = std::fs::remove_dir(&self.fs.root) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("augefs: removing {}: {e}", self.fs.root.display());
-            }
-        }
+        self.mount.take().map_or(Ok(()), KernelMount::unmount)
     }
 }
 
@@ -403,8 +393,10 @@ impl Drop for FuseDaemon {
 pub struct Fuse {
     image: PathBuf,
     backend: BackendChoice,
+    /// Unmounted and ended on drop, before the mount point goes.
     daemon: Option<FuseDaemon>,
     fs: PosixFs,
+    _mount_point: MountPoint,
 }
 
 fn backend_arg(backend: BackendChoice) -> &'static str {
@@ -421,13 +413,14 @@ impl Fuse {
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse is missing".to_string());
         }
-        std::fs::create_dir_all(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+        let mount_point = MountPoint::create(mnt)?;
         let root = std::fs::canonicalize(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
         Ok(Fuse {
             image: image.to_path_buf(),
             backend,
             daemon: None,
             fs: PosixFs { root },
+            _mount_point: mount_point,
         })
     }
 
@@ -463,20 +456,6 @@ impl InProcess for Fuse {
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        match self.daemon.take() {
-            Some(daemon) => daemon.stop(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Fuse {
-    fn drop(&mut self) {
-        drop(self.daemon.take());
-        if let Err(e) = std::fs::remove_dir(&self.fs.root) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("augefs: removing {}: {e}", self.fs.root.display());
-            }
-        }
+        self.daemon.take().map_or(Ok(()), FuseDaemon::stop)
     }
 }

@@ -50,9 +50,13 @@ pub struct Spec {
 /// What one timed run measured in the process that ran it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Measured {
+    /// Operations all threads completed.
     pub ops: u64,
+    /// From the first thread's start to the last one's stop, by their own clocks.
     pub elapsed_ns: u64,
+    /// Threads that stopped at the case's cap rather than at the deadline.
     pub capped_threads: usize,
+    /// Percentiles of the sampled operations' latencies.
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
     /// User + system CPU time of the process over the run.
