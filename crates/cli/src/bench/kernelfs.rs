@@ -34,10 +34,20 @@ pub fn mkfs_program(fs_type: &str) -> String {
     format!("mkfs.{fs_type}")
 }
 
-/// Makes a fresh `fs_type` (one of [`KERNEL_FS`]) on `device`.
-pub fn mkfs(fs_type: &str, device: &str) -> Result<(), String> {
+/// Bytes per inode of ext2/ext4 made by [`mkfs`] with `many_inodes`: one per block, so
+/// that a run of creates fills the space before the inode table (mke2fs's default,
+/// 16 KiB, runs out of inodes a quarter of the way).
+pub const EXT_INODE_BYTES: u64 = 4096;
+
+/// Makes a fresh `fs_type` (one of [`KERNEL_FS`]) on `device`; `many_inodes`: ext2 and
+/// ext4 get an inode per [`EXT_INODE_BYTES`] (xfs and btrfs allocate inodes as needed).
+pub fn mkfs(fs_type: &str, device: &str, many_inodes: bool) -> Result<(), String> {
     assert!(KERNEL_FS.contains(&fs_type), "a known kernel file system");
     let mut args = mkfs_args(fs_type).to_vec();
+    let inode_bytes = EXT_INODE_BYTES.to_string();
+    if many_inodes && fs_type.starts_with("ext") {
+        args.extend(["-i", &inode_bytes]);
+    }
     args.push(device);
     command(&mkfs_program(fs_type), &args).map(|_| ())
 }

@@ -185,13 +185,15 @@ fn plan(args: &Args) -> Result<Plan, String> {
         return Err("--runs must be in 1..=100".to_string());
     }
     let cases = parse_cases(&args.workload, args.fsync, &args.io_size)?;
-    let sizes = sizes(args)?;
+    let mut sizes = sizes(args)?;
     let mut threads = args.threads.clone();
     threads.dedup();
     let image_bytes = image_bytes(args, &cases, &threads, &sizes, &targets);
     if image_bytes % (1 << 20) != 0 || image_bytes < 64 << 20 {
         return Err("--image-size must be a multiple of 1 MiB, at least 64 MiB".to_string());
     }
+    // Half the image's inodes at one per block (ext2/ext4 as bench fs makes them).
+    sizes.creates_max = image_bytes / kernelfs::EXT_INODE_BYTES / 2;
     Ok(Plan {
         targets,
         cases,
@@ -217,6 +219,7 @@ fn sizes(args: &Args) -> Result<Sizes, String> {
         files_per_thread: args.files.unwrap_or(if q { 100 } else { 10_000 }),
         dir_entries: args.dir_entries.unwrap_or(if q { 50 } else { 1000 }),
         file_bytes: args.file_size.unwrap_or(if q { 1 << 20 } else { 64 << 20 }),
+        creates_max: 0,
         filebench: Scale {
             files: args.scale.unwrap_or(scale.files),
             ..scale
@@ -264,12 +267,14 @@ fn image_bytes(
         .flat_map(|c| threads.iter().map(move |&t| cell_bytes(c, t)))
         .max()
         .unwrap_or(0);
-    let (room, floor): (u64, u64) = match (args.quick, targets.iter().any(|t| t.0 == "xfs")) {
-        // xfs refuses file systems under 300 MB.
-        (_, true) => (256 << 20, 512 << 20),
-        (true, false) => (64 << 20, 128 << 20),
-        (false, false) => (256 << 20, 1 << 30),
+    let (room, mut floor): (u64, u64) = match args.quick {
+        true => (64 << 20, 128 << 20),
+        false => (256 << 20, 1 << 30),
     };
+    if targets.iter().any(|t| t.0 == "xfs") {
+        // xfs refuses file systems under 300 MB.
+        floor = floor.max(512 << 20);
+    }
     (2 * largest + room).div_ceil(1 << 20).max(floor >> 20) << 20
 }
 
@@ -447,11 +452,13 @@ fn header(args: &Args, plan: &Plan, scratch: &Scratch) -> Vec<String> {
     let threads: Vec<String> = plan.threads.iter().map(usize::to_string).collect();
     let mut header = vec![format!(
         "augefs bench fs: {} run(s) of {} s per cell, threads {}; {} files per thread, \
-         {} directory entries, {} data per thread; {} CPU(s); images in {} ({}){}",
+         creates capped at {} per run, {} directory entries, {} data per thread; {} CPU(s); \
+         images in {} ({}){}",
         plan.runs,
         plan.seconds,
         threads.join(","),
         s.files_per_thread,
+        s.creates_max,
         s.dir_entries,
         human(s.file_bytes),
         std::thread::available_parallelism().map_or(0, |n| n.get()),

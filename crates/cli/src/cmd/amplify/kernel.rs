@@ -63,7 +63,7 @@ fn io_err(path: &Path, e: std::io::Error) -> String {
 impl Subject for Kernel<'_> {
     fn make(&mut self) -> Result<(), String> {
         self.unmount()?;
-        kernelfs::mkfs(self.fs_type, self.device.path())?;
+        kernelfs::mkfs(self.fs_type, self.device.path(), false)?;
         self.mount()
     }
 

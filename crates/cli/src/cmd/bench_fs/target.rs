@@ -261,7 +261,7 @@ impl Kernel {
 impl InProcess for Kernel {
     fn fresh(&mut self) -> Result<(), String> {
         self.finish()?;
-        kernelfs::mkfs(self.fs_type, self.device.path())?;
+        kernelfs::mkfs(self.fs_type, self.device.path(), true)?;
         self.mount()
     }
 

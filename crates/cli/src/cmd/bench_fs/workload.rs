@@ -35,6 +35,10 @@ pub struct Sizes {
     pub dir_entries: u64,
     /// Each thread's data file, or its region of the shared file.
     pub file_bytes: u64,
+    /// Files or directories all threads of a create or mkdir run may make: what the
+    /// images hold (inodes of ext2/ext4 included), so a fast run stops at a cap rather
+    /// than failing with ENOSPC.
+    pub creates_max: u64,
     pub filebench: Scale,
 }
 
@@ -153,6 +157,7 @@ pub fn cap(spec: &Spec) -> Option<u64> {
     let (case, sizes) = (&spec.case, &spec.sizes);
     match case.kind {
         Kind::Unlink | Kind::Rmdir => Some(sizes.files_per_thread),
+        Kind::Create | Kind::Mkdir => Some(sizes.creates_max / spec.threads as u64),
         Kind::Append => Some(sizes.file_bytes / case.io_bytes),
         Kind::RandRead if case.cold => Some(sizes.file_bytes / BLOCK_BYTES),
         Kind::SeqRead if case.cold => Some(sizes.file_bytes / case.io_bytes),
@@ -310,6 +315,7 @@ mod tests {
             files_per_thread: 20,
             dir_entries: 10,
             file_bytes: 64 << 10,
+            creates_max: 1000,
             filebench: Scale::quick(),
         }
     }
