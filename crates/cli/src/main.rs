@@ -58,6 +58,12 @@ enum BenchCommand {
     /// The process `bench engine` crashes for its recovery figure (not for direct use).
     #[command(hide = true)]
     EngineCrashChild(cmd::bench_engine::CrashChildArgs),
+    /// File-system workloads (metadata, data, Filebench-like) on augefs through its API,
+    /// FUSE and the interposer, beside a directory and ext2/ext4/xfs/btrfs.
+    Fs(cmd::bench_fs::Args),
+    /// One phase of one `bench fs` cell, run under the interposer (not for direct use).
+    #[command(hide = true)]
+    FsWorker(cmd::bench_fs::WorkerArgs),
 }
 
 /// The arguments, with those of a `mount.fuse.augefs IMAGE DIR [-o OPTS]` invocation
@@ -108,6 +114,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::EngineCrashChild(args)) => {
             cmd::bench_engine::crash_child(args)
         }
+        Command::Bench(BenchCommand::Fs(args)) => cmd::bench_fs::run(args),
+        Command::Bench(BenchCommand::FsWorker(args)) => cmd::bench_fs::worker(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::{images, BenchScratch as Scratch};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const WORKLOADS: [&str; 7] = [
@@ -17,64 +18,6 @@ const WORKLOADS: [&str; 7] = [
     "mkdir",
     "rename",
 ];
-
-/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may
-/// not), whose loop devices and mounts are undone on drop, also after a failed assert.
-struct Scratch {
-    dir: tempfile::TempDir,
-}
-
-impl Scratch {
-    fn new() -> Scratch {
-        Scratch {
-            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let dir = self.path().to_path_buf();
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        for target in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
-            if Path::new(target).starts_with(&dir) {
-                let _ = Command::new("umount").args(["-l", target]).status();
-            }
-        }
-        for image in images(&dir) {
-            for device in loop_devices(&image) {
-                let _ = Command::new("losetup").args(["-d", &device]).status();
-            }
-        }
-    }
-}
-
-fn images(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "img"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Loop devices backed by `image` (`losetup -j`).
-fn loop_devices(image: &Path) -> Vec<String> {
-    let Ok(out) = Command::new("losetup").arg("-j").arg(image).output() else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split(':').next().map(str::to_string))
-        .collect()
-}
 
 fn amplify(dir: &Path, extra: &[&str]) -> Output {
     let out = Command::new(common::BIN)
@@ -151,22 +94,13 @@ fn augefs_table_and_json_have_every_workload_and_creates_are_cheap() {
 
 #[test]
 fn ext4_column_on_a_loop_device_as_root() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mkfs = ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
-        .iter()
-        .any(|p| Path::new(p).exists());
     let scratch = Scratch::new();
     let doc = json(&amplify(scratch.path(), &["--fs", "ext4", "--json"]));
     let column = &doc["file_systems"][0];
     assert_eq!(column["name"], "ext4");
-    if !(root && mkfs) {
-        assert_eq!(column["measured"], false, "{column}");
-        assert!(column["note"].as_str().unwrap().starts_with("skipped"));
-        eprintln!("ext4 column skipped: {}", column["note"]);
+    if !common::measured_if(column, common::can_make("ext4")) {
         return;
     }
-    assert_eq!(column["measured"], true, "{column}");
     for w in WORKLOADS {
         median(&doc, "ext4", w);
     }
@@ -180,12 +114,5 @@ fn ext4_column_on_a_loop_device_as_root() {
         .find(|r| r["fs"] == "ext4" && r["workload"] == "create")
         .unwrap();
     assert_eq!(cell["paper"]["write_total"], 52.0);
-    for image in images(scratch.path()) {
-        assert!(
-            loop_devices(&image).is_empty(),
-            "{} still attached",
-            image.display()
-        );
-    }
-    assert!(images(scratch.path()).is_empty(), "image files removed");
+    scratch.assert_cleaned_up();
 }

@@ -62,6 +62,18 @@ pub fn check_seconds(seconds: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// Parses `argv` (without a program name) into a subcommand's arguments, for unit tests
+/// of their checks.
+#[cfg(test)]
+pub fn parse_for_test<A: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> Result<A, String> {
+    let command = A::augment_args(clap::Command::new("test"));
+    let all = std::iter::once("test").chain(argv.iter().copied());
+    let matches = command
+        .try_get_matches_from(all)
+        .map_err(|e| e.to_string())?;
+    A::from_arg_matches(&matches).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

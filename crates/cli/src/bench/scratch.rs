@@ -89,6 +89,35 @@ pub fn remove_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// A mount point made for a benchmark, removed on drop: a struct holding it declares it
+/// after its mount, so that the mount is undone first.
+#[derive(Debug)]
+pub struct MountPoint(pub PathBuf);
+
+impl MountPoint {
+    /// Creates `dir` (and its parents) if missing.
+    pub fn create(dir: &Path) -> Result<MountPoint, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(MountPoint(dir.to_path_buf()))
+    }
+}
+
+impl Drop for MountPoint {
+    fn drop(&mut self) {
+        remove_mount_point(&self.0);
+    }
+}
+
+/// Removes the mount point `dir` once nothing is mounted on it (it is empty by then),
+/// reporting on stderr what it could not remove: called from `Drop`s.
+pub fn remove_mount_point(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("augefs: removing {}: {e}", dir.display());
+        }
+    }
+}
+
 /// The file-system type holding `path`, from /proc/self/mounts (longest matching mount).
 pub fn fs_type(path: &Path) -> Option<String> {
     let path = path.canonicalize().ok()?;

@@ -24,12 +24,13 @@ mod report;
 mod workload;
 
 use crate::bench::image;
+use crate::bench::kernelfs::{self, KERNEL_FS};
 use crate::bench::loopdev::{have_program, LoopDevice};
 use crate::bench::options::Common;
 use crate::bench::scratch::Scratch;
 use crate::size::human;
 use device::BackendChoice;
-use kernel::{Kernel, KERNEL_FS};
+use kernel::Kernel;
 use report::{Cell, Column, Report};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -225,18 +226,6 @@ fn workloads(
     Ok(cells)
 }
 
-/// Why the kernel file systems cannot be measured at all, if they cannot.
-fn kernel_obstacle() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("skipped: needs root (loop device, mkfs, mount)".to_string());
-    }
-    ["losetup", "mount", "umount"]
-        .into_iter()
-        .find(|p| !have_program(p))
-        .map(|p| format!("skipped: {p} not found"))
-}
-
 /// The kernel file systems' columns, each on the same loop device in turn; a failure
 /// leaves a note in its column and the others go on.
 #[expect(
@@ -254,7 +243,7 @@ fn kernels(
     progress: &mut Progress,
     report: &mut Report,
 ) {
-    let mut note = kernel_obstacle();
+    let mut note = kernelfs::obstacle();
     let mut device = None;
     if note.is_none() {
         let attached = image::prepare(image_path, image_bytes, backend)
@@ -273,7 +262,7 @@ fn kernels(
         }
     }
     for &fs in kernel_fs {
-        let mkfs = kernel::mkfs_program(fs);
+        let mkfs = kernelfs::mkfs_program(fs);
         let mut column = Column {
             fs: fs.to_string(),
             note: note.clone(),
@@ -303,20 +292,14 @@ fn kernels(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
+    use crate::bench::options::parse_for_test;
 
     #[test]
     fn unknown_file_systems_are_refused() {
-        let parse = |argv: &[&str]| Cli::try_parse_from(argv).unwrap().args;
-        assert!(check(&parse(&["x"])).is_ok());
-        let err = check(&parse(&["x", "--fs", "augefs,zfs"])).unwrap_err();
+        let parse = |argv: &[&str]| parse_for_test::<Args>(argv).unwrap();
+        assert!(check(&parse(&[])).is_ok());
+        let err = check(&parse(&["--fs", "augefs,zfs"])).unwrap_err();
         assert!(err.contains("zfs"), "{err}");
-        assert!(check(&parse(&["x", "--runs", "0"])).is_err());
+        assert!(check(&parse(&["--runs", "0"])).is_err());
     }
 }

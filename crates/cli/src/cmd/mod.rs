@@ -3,6 +3,7 @@
 pub mod amplify;
 pub mod bench_device;
 pub mod bench_engine;
+pub mod bench_fs;
 pub mod bench_metadb;
 pub mod crashtest;
 pub mod fsck;

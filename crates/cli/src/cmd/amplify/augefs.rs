@@ -10,10 +10,8 @@
 //!   engine's): the image is opened with O_DIRECT, so the host caches nothing either.
 
 use super::workload::{Io, Subject};
+use crate::bench::augefs::{self as bench_augefs, err};
 use device::{BackendChoice, Device};
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{self, MkfsOptions};
-use engine::progress::NoProgress;
 use platform::{Clock, IoCause, SystemClock};
 use std::path::Path;
 use std::sync::Arc;
@@ -30,10 +28,6 @@ pub struct Augefs {
     clock: Arc<dyn Clock>,
     fs: Option<Arc<FileSystem>>,
     file: Option<vfs::File>,
-}
-
-fn err(what: &str, e: impl std::fmt::Display) -> String {
-    format!("augefs: {what}: {e}")
 }
 
 fn abs(path: &str) -> String {
@@ -60,33 +54,19 @@ impl Augefs {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        let env = EngineEnv {
-            device: self.device.clone(),
-            pmr: None,
-            clock: self.clock.clone(),
-        };
-        let fs = FileSystem::mount(env, EngineConfig::default()).map_err(|e| err("mount", e))?;
-        self.fs = Some(Arc::new(fs));
+        self.fs = Some(bench_augefs::mount(&self.device, &self.clock)?);
         Ok(())
     }
 
     fn fsync_dir(&self, dir: &str) -> Result<(), String> {
-        let fs = self.fs();
-        let ino = fs.resolve(&abs(dir), true).map_err(|e| err(dir, e))?;
-        fs.fsync_ino(ino, false).map_err(|e| err("fsync", e))
+        bench_augefs::fsync_dir(self.fs(), &abs(dir))
     }
 }
 
 impl Subject for Augefs {
     fn make(&mut self) -> Result<(), String> {
         self.unmount()?;
-        let opts = MkfsOptions {
-            domain_count: None,
-            fs_uuid: AMPLIFY_FS_UUID,
-            created_unix_ns: self.clock.wall_ns(),
-            force: true,
-        };
-        mkfs::format(&self.device, None, &opts, &NoProgress).map_err(|e| err("mkfs", e))?;
+        bench_augefs::format(&self.device, self.clock.as_ref(), AMPLIFY_FS_UUID)?;
         self.mount()
     }
 
@@ -113,11 +93,10 @@ impl Subject for Augefs {
 
     fn unmount(&mut self) -> Result<(), String> {
         self.file = None;
-        let Some(fs) = self.fs.take() else {
-            return Ok(());
-        };
-        let fs = Arc::into_inner(fs).expect("no file of the run is still open");
-        fs.unmount().map_err(|e| err("unmount", e))
+        match self.fs.take() {
+            Some(fs) => bench_augefs::unmount(fs),
+            None => Ok(()),
+        }
     }
 
     fn remount_cold(&mut self) -> Result<(), String> {

@@ -10,32 +10,11 @@
 //! - The mount is undone by `Drop` (and the loop device by its owner), also on errors.
 
 use super::workload::{Io, Subject};
-use crate::bench::loopdev::{command, path_str, KernelMount, LoopDevice};
+use crate::bench::kernelfs::{self, KERNEL_FS, MOUNT_OPTIONS};
+use crate::bench::loopdev::{KernelMount, LoopDevice};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// The kernel file systems `amplify` knows how to make.
-pub const KERNEL_FS: [&str; 4] = ["ext2", "ext4", "xfs", "btrfs"];
-
-/// The mount options of the paper's runs (§2.1).
-const MOUNT_OPTIONS: &str = "noatime";
-
-/// `mkfs.<fs_type>`'s arguments before the device: quiet, force, no discard of the
-/// whole device (xfs and btrfs: it only costs time here), and for ext4 no background
-/// initialisation that would write while a run is counted.
-fn mkfs_args(fs_type: &str) -> &'static [&'static str] {
-    match fs_type {
-        "ext2" => &["-q", "-F"],
-        "ext4" => &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
-        "xfs" | "btrfs" => &["-q", "-f", "-K"],
-        _ => unreachable!("checked against KERNEL_FS"),
-    }
-}
-
-pub fn mkfs_program(fs_type: &str) -> String {
-    format!("mkfs.{fs_type}")
-}
 
 pub struct Kernel<'a> {
     fs_type: &'static str,
@@ -84,9 +63,7 @@ fn io_err(path: &Path, e: std::io::Error) -> String {
 impl Subject for Kernel<'_> {
     fn make(&mut self) -> Result<(), String> {
         self.unmount()?;
-        let mut args = mkfs_args(self.fs_type).to_vec();
-        args.push(self.device.path());
-        command(&mkfs_program(self.fs_type), &args)?;
+        kernelfs::mkfs(self.fs_type, self.device.path(), false)?;
         self.mount()
     }
 
@@ -102,16 +79,7 @@ impl Subject for Kernel<'_> {
     }
 
     fn used_bytes(&self) -> Result<u64, String> {
-        let path = std::ffi::CString::new(path_str(&self.dir)?).map_err(|e| e.to_string())?;
-        // SAFETY: struct statvfs is plain integers, for which all zeros is valid.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `path` is a NUL-terminated string and `st` a struct statvfs to fill;
-        // both outlive the call.
-        let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
-        if rc != 0 {
-            return Err(io_err(&self.dir, std::io::Error::last_os_error()));
-        }
-        Ok((st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64)
+        kernelfs::used_bytes(&self.dir)
     }
 
     fn sync(&mut self) -> Result<(), String> {
@@ -128,8 +96,7 @@ impl Subject for Kernel<'_> {
 
     fn remount_cold(&mut self) -> Result<(), String> {
         self.unmount()?;
-        std::fs::write("/proc/sys/vm/drop_caches", "3")
-            .map_err(|e| format!("dropping the kernel's caches: {e}"))?;
+        kernelfs::drop_caches()?;
         self.mount()
     }
 
@@ -213,10 +180,6 @@ impl Drop for Kernel<'_> {
         self.file = None;
         // KernelMount's own Drop unmounts (and reports) if still mounted.
         drop(self.mount.take());
-        if let Err(e) = std::fs::remove_dir(&self.dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("augefs: removing {}: {e}", self.dir.display());
-            }
-        }
+        crate::bench::scratch::remove_mount_point(&self.dir);
     }
 }

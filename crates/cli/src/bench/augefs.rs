@@ -1,0 +1,59 @@
+//! augefs under the benchmarks through its Rust API: an image formatted afresh and
+//! mounted as `augefs mount` mounts it (no PMR, the engine's default configuration),
+//! and the calls the workloads need that the path-level API spells differently.
+//! Used by `amplify` and `bench fs`.
+//!
+//! Invariants:
+//! - A format starts the file system empty on the same device: the device's IO
+//!   counters run on, so a benchmark reads them before and after what it measures.
+//! - Unmounting takes the last reference: a file a run left open is a bug of the run.
+
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{self, MkfsOptions};
+use engine::progress::NoProgress;
+use platform::Clock;
+use std::sync::Arc;
+use vfs::FileSystem;
+
+/// An error of augefs's API as the benchmarks report it.
+pub fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("augefs: {what}: {e}")
+}
+
+/// Formats `device` (forcing over an earlier benchmark's file system); `fs_uuid` names
+/// the benchmark, the images never outlive it.
+pub fn format(device: &Device, clock: &dyn Clock, fs_uuid: [u8; 16]) -> Result<(), String> {
+    let opts = MkfsOptions {
+        domain_count: None,
+        fs_uuid,
+        created_unix_ns: clock.wall_ns(),
+        force: true,
+    };
+    mkfs::format(device, None, &opts, &NoProgress)
+        .map(|_| ())
+        .map_err(|e| err("mkfs", e))
+}
+
+/// Mounts the file system on `device`.
+pub fn mount(device: &Arc<Device>, clock: &Arc<dyn Clock>) -> Result<Arc<FileSystem>, String> {
+    let env = EngineEnv {
+        device: device.clone(),
+        pmr: None,
+        clock: clock.clone(),
+    };
+    let fs = FileSystem::mount(env, EngineConfig::default()).map_err(|e| err("mount", e))?;
+    Ok(Arc::new(fs))
+}
+
+/// Makes everything durable and unmounts.
+pub fn unmount(fs: Arc<FileSystem>) -> Result<(), String> {
+    let fs = Arc::into_inner(fs).expect("no file of the run is still open");
+    fs.unmount().map_err(|e| err("unmount", e))
+}
+
+/// fsync of the directory at the absolute `path` (its entries made durable).
+pub fn fsync_dir(fs: &FileSystem, path: &str) -> Result<(), String> {
+    let ino = fs.resolve(path, true).map_err(|e| err(path, e))?;
+    fs.fsync_ino(ino, false).map_err(|e| err("fsync", e))
+}
