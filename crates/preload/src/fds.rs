@@ -454,14 +454,38 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
     unsafe { pwrite(fd, buf, n, off) }
 }
 
-unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
+/// Vectors up to this many buffers are handled without a heap allocation.
+const IOV_INLINE_MAX: usize = 8;
+
+/// The caller's buffers as slices, in an inline array for short vectors.
+enum Iovs<'a> {
+    Inline([&'a mut [u8]; IOV_INLINE_MAX], usize),
+    Heap(Vec<&'a mut [u8]>),
+}
+
+impl<'a> Iovs<'a> {
+    fn as_mut(&mut self) -> &mut [&'a mut [u8]] {
+        match self {
+            Iovs::Inline(a, n) => &mut a[..*n],
+            Iovs::Heap(v) => v,
+        }
+    }
+}
+
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Iovs<'a> {
     if iov.is_null() || cnt <= 0 {
-        return Vec::new();
+        return Iovs::Inline(Default::default(), 0);
     }
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    v.iter()
-        .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
-        .collect()
+    let slice = |i: &iovec| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) };
+    if v.len() <= IOV_INLINE_MAX {
+        let mut a: [&mut [u8]; IOV_INLINE_MAX] = Default::default();
+        for (slot, i) in a.iter_mut().zip(v) {
+            *slot = slice(i);
+        }
+        return Iovs::Inline(a, v.len());
+    }
+    Iovs::Heap(v.iter().map(slice).collect())
 }
 
 unsafe fn readv_at(
@@ -473,7 +497,7 @@ unsafe fn readv_at(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let mut bufs = unsafe { iovs(iov, cnt) };
-    Some(sized(px.readv(fd, &mut bufs, off)))
+    Some(sized(px.readv(fd, bufs.as_mut(), off)))
 }
 
 unsafe fn writev_at(
@@ -484,7 +508,15 @@ unsafe fn writev_at(
 ) -> Option<ssize_t> {
     let px = route::fd(fd)?;
     let _g = guard::enter();
-    let bufs = unsafe { iovs(iov, cnt) };
+    let mut bufs = unsafe { iovs(iov, cnt) };
+    let bufs = bufs.as_mut();
+    if bufs.len() <= IOV_INLINE_MAX {
+        let mut refs: [&[u8]; IOV_INLINE_MAX] = Default::default();
+        for (r, b) in refs.iter_mut().zip(bufs.iter()) {
+            *r = b;
+        }
+        return Some(sized(px.writev(fd, &refs[..bufs.len()], off)));
+    }
     let refs: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
     Some(sized(px.writev(fd, &refs, off)))
 }
