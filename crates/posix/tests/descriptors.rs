@@ -248,7 +248,11 @@ fn table_membership_follows_install_dup_and_close_at_any_number() {
     assert!(!p.is_open(-1));
     assert!(!p.is_open(a + 1));
     // Beyond the lock-free bitmap's range, and at its last number.
-    let edges = [posix::desc::FAST_FDS_MAX as i32 - 1, posix::desc::FAST_FDS_MAX as i32, 1 << 20];
+    let edges = [
+        posix::desc::FAST_FDS_MAX as i32 - 1,
+        posix::desc::FAST_FDS_MAX as i32,
+        1 << 20,
+    ];
     for &fd in &edges {
         assert!(!p.is_open(fd));
         assert!(p.install(fd, p.get(a).unwrap(), false).is_none());

@@ -477,7 +477,8 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Iovs<'a> {
         return Iovs::Inline(Default::default(), 0);
     }
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    let slice = |i: &iovec| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) };
+    let slice =
+        |i: &iovec| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) };
     if v.len() <= IOV_INLINE_MAX {
         let mut a: [&mut [u8]; IOV_INLINE_MAX] = Default::default();
         for (slot, i) in a.iter_mut().zip(v) {

@@ -52,6 +52,27 @@ pub fn start(px: &'static Posix, desc: Arc<Description>, fd: i32, cloexec: bool)
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return false;
     }
+    // The ends go above the program's numbers: with `fd` closed (a shell saves and
+    // closes it before `>&N`), the pipe would otherwise get `fd` itself as an end, and
+    // putting the other end there would close it.
+    for end in &mut ends {
+        let fcntl = real!(fcntl: fn(libc::c_int, libc::c_int, usize) -> libc::c_int);
+        // SAFETY: duplicates a descriptor this function owns.
+        let high = unsafe {
+            fcntl(
+                *end,
+                libc::F_DUPFD_CLOEXEC,
+                crate::state::INTERNAL_FD_MIN as usize,
+            )
+        };
+        if high < 0 {
+            crate::state::real_close(ends[0]);
+            crate::state::real_close(ends[1]);
+            return false;
+        }
+        crate::state::real_close(*end);
+        *end = high;
+    }
     let output = fd != 0;
     let (theirs, ours) = if output {
         (ends[1], ends[0])

@@ -301,6 +301,12 @@ pub fn is_child() -> bool {
     CHILD.load(Ordering::Acquire)
 }
 
+/// Whether this process is the one that attached as the owner (not a child that shares
+/// its memory without its fork handlers having run).
+pub fn is_owner_process() -> bool {
+    OWNER_PID.load(Ordering::Relaxed) == std::process::id() as i32
+}
+
 /// Syncs before the image is let go: at exit (`for_exec` false) and before exec. At
 /// exit, stdio is flushed, the pumps drained and this process's own descriptors on the
 /// bridge closed while the bridge still serves (a close then never waits on a server
