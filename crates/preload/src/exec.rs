@@ -296,7 +296,6 @@ macro_rules! execl_like {
     ($(#[$doc:meta])* $name:ident, |$first:ident, $args:ident| $body:expr) => {
         $(#[$doc])*
         #[no_mangle]
-        #[expect(clippy::too_many_arguments, reason = "a variadic C function's slots")]
         pub unsafe extern "C" fn $name(
             $first: *const c_char,
             a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char,
@@ -389,7 +388,7 @@ pub fn take_over() {
             Ok(d) => {
                 *d.offset() = off;
                 if fd <= 2 {
-                    crate::pump::start(&px, d, fd, false);
+                    crate::pump::start(px, d, fd, false);
                 } else {
                     px.install(fd, d, false);
                 }

@@ -51,7 +51,7 @@ unsafe fn do_openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_
     match unsafe { route::path_at(dirfd, path) } {
         Route::Kernel => unsafe { kernel(dirfd, path, flags, mode) },
         Route::Bridge(p) => unsafe { kernel(dirfd, p.as_ptr(), flags, mode) },
-        Route::Augefs(px, at, rel) => open_augefs(&px, at, &rel, flags, mode) as c_int,
+        Route::Augefs(px, at, rel) => open_augefs(px, at, rel, flags, mode) as c_int,
         Route::Fail(e) => {
             set_errno(e);
             -1
@@ -190,7 +190,7 @@ fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
     // no interposer sees: they become pipes served by a pump thread.
     if new <= 2 {
         let _g = guard::enter();
-        if pump::start(&px, d, new, cloexec) {
+        if pump::start(px, d, new, cloexec) {
             return new;
         }
         set_errno(libc::EMFILE);
@@ -324,7 +324,7 @@ fn lock(px: &Posix, fd: c_int, cmd: c_int, fl: *mut libc::flock) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     if let Some(px) = route::fd(fd) {
-        return fcntl_augefs(&px, fd, cmd, arg);
+        return fcntl_augefs(px, fd, cmd, arg);
     }
     let real = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
     unsafe { real(fd, cmd, arg) }
@@ -360,7 +360,7 @@ unsafe fn on_buf_mut(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    Some(sized(f(&px, b)))
+    Some(sized(f(px, b)))
 }
 
 /// [`on_buf_mut`] for a buffer the call only reads.
@@ -373,7 +373,7 @@ unsafe fn on_buf(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    Some(sized(f(&px, b)))
+    Some(sized(f(px, b)))
 }
 
 #[no_mangle]
@@ -597,7 +597,7 @@ fn on_fd(
     match route::fd(fd) {
         Some(px) => {
             let _g = guard::enter();
-            ret_int(augefs(&px))
+            ret_int(augefs(px))
         }
         None => kernel(),
     }

@@ -283,7 +283,7 @@ extern "C" fn before_fork() {
     crate::pump::drain();
     if let Some(p) = owner() {
         let _g = guard::enter();
-        crate::convert::to_bridge_all(&p);
+        crate::convert::to_bridge_all(p);
     }
 }
 
