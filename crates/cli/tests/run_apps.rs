@@ -1,7 +1,8 @@
 //! Real programs through the interposer (`augefs run`, docs/DESIGN.md §4f): sqlite3,
 //! db_bench, a Python script, bash with redirections into the prefix (forked children
-//! reach the image through the owner's bridge), and a C program calling most of what
-//! the interposer covers. After each, `augefs fsck` finds the image clean and a fresh
+//! reach the image through the owner's bridge), a C program calling most of what
+//! the interposer covers, and programs started with posix_spawn, system, popen, vfork,
+//! the exec family and Python's subprocess. After each, `augefs fsck` finds the image clean and a fresh
 //! `augefs run` (a new attach) reads the data back.
 //!
 //! Needs `libaugefs_preload.so` next to the `augefs` binary (scripts/test builds it:
@@ -212,8 +213,21 @@ fn bash_redirections_fork_and_exec() {
 #[test]
 fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
     let fx = Fixture::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_apps/calls.c");
-    let exe = fx.host.join("calls");
+    let exe = compile(&fx, "calls");
+    let out = run(&fx, &[exe.to_str().unwrap()]);
+    assert_eq!(stdout("calls", &out).trim(), "calls ok");
+    let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
+    assert_eq!(lines.len(), 1, "one log line names ioctl: {log}");
+    assert!(lines[0].contains("ENOTSUP"), "{log}");
+    fx.fsck_clean();
+    no_bridge_left(&fx);
+}
+
+/// Compiles `tests/run_apps/NAME.c` into the fixture's host directory.
+fn compile(fx: &Fixture, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/run_apps/{name}.c"));
+    let exe = fx.host.join(name);
     let cc = Command::new("cc")
         .arg("-O1")
         .arg("-o")
@@ -221,13 +235,42 @@ fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
         .arg(&src)
         .output()
         .expect("cc (install gcc: scripts/test does)");
-    check("cc calls.c", &cc);
+    check(&format!("cc {name}.c"), &cc);
+    exe
+}
+
+#[test]
+fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
+    let fx = Fixture::new();
+    let exe = compile(&fx, "spawn");
     let out = run(&fx, &[exe.to_str().unwrap()]);
-    assert_eq!(stdout("calls", &out).trim(), "calls ok");
-    let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
-    assert_eq!(lines.len(), 1, "one log line names ioctl: {log}");
-    assert!(lines[0].contains("ENOTSUP"), "{log}");
+    assert_eq!(
+        stdout("spawn", &out),
+        "from execle\nthrough popen\nvforked\nspawn ok\n"
+    );
+    fx.fsck_clean();
+    let back = run(
+        &fx,
+        &[
+            "cat",
+            "/augefs/sp/out",
+            "/augefs/sp/s.txt",
+            "/augefs/sp/lp.txt",
+        ],
+    );
+    assert_eq!(
+        stdout("spawn reopen", &back),
+        "parent\nspawned\nafter\nsys\ninherited\nexeclp\n"
+    );
+    no_bridge_left(&fx);
+}
+
+#[test]
+fn python_subprocess_and_os_system() {
+    let fx = Fixture::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_apps/spawn.py");
+    let out = run(&fx, &["python3", script.to_str().unwrap()]);
+    assert_eq!(stdout("python spawn", &out).trim(), "python spawn ok");
     fx.fsck_clean();
     no_bridge_left(&fx);
 }

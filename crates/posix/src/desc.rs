@@ -7,14 +7,16 @@
 //! - A description holds one vfs open reference ([`vfs::OpenInode`]) from open until
 //!   its last descriptor goes, so an unlinked open file keeps its data until then.
 //! - The offset is read and moved under one mutex per description, so reads and writes
-//!   through shared descriptors never use the same offset twice.
+//!   through shared descriptors never use the same offset twice; positioned calls
+//!   (`pread`, `pwrite`) never take it.
+//! - The table's membership bitmap ([`Table::contains`]) agrees with its slots whenever
+//!   its lock is free: both change under the write lock.
 
 use crate::dir::DirStream;
 use crate::{err, Result};
 use format::InodeNo;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use vfs::locks::LockOwner;
 use vfs::{FileSystem, Kind, OpenInode};
 
@@ -160,20 +162,68 @@ struct Slot {
     cloexec: bool,
 }
 
+/// Descriptor numbers the lock-free membership bitmap covers (a kernel hands out the
+/// lowest free number, so programs rarely go past it; numbers above it are still
+/// served, through the lock). 64 Ki numbers: 8 KiB of bits.
+pub const FAST_FDS_MAX: usize = 1 << 16;
+const FAST_WORDS: usize = FAST_FDS_MAX / 64;
+
 /// Descriptor number -> description.
-#[derive(Debug, Default)]
+///
+/// - `slots` is indexed by number (numbers are small and dense: the kernel hands out
+///   the lowest free one), read-mostly behind an `RwLock`: lookups share it.
+/// - `bits` mirrors which numbers below [`FAST_FDS_MAX`] are in `slots`, changed only
+///   under the write lock, so [`Table::contains`] answers without any lock: the
+///   interposer asks it on every call on every descriptor, and a kernel descriptor
+///   (the common case) must cost no more than that bit test.
+#[derive(Debug)]
 pub struct Table {
-    slots: Mutex<BTreeMap<i32, Slot>>,
+    slots: RwLock<Vec<Option<Slot>>>,
+    bits: Box<[AtomicU64]>,
+    /// How many numbers at or above [`FAST_FDS_MAX`] are in the table.
+    high_count: AtomicUsize,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table {
+            slots: RwLock::new(Vec::new()),
+            bits: (0..FAST_WORDS).map(|_| AtomicU64::new(0)).collect(),
+            high_count: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Table {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<i32, Slot>> {
-        self.slots.lock().expect("descriptor table lock")
+    fn read(&self) -> RwLockReadGuard<'_, Vec<Option<Slot>>> {
+        self.slots.read().expect("descriptor table lock")
+    }
+
+    fn write(&self) -> TableWrite<'_> {
+        TableWrite {
+            slots: self.slots.write().expect("descriptor table lock"),
+            table: self,
+        }
+    }
+
+    /// Whether `fd` is in the table, without taking its lock for numbers below
+    /// [`FAST_FDS_MAX`]. A number being installed or removed by another thread at the
+    /// same moment may read either way, as with the kernel's own table.
+    pub fn contains(&self, fd: i32) -> bool {
+        let Ok(n) = usize::try_from(fd) else {
+            return false;
+        };
+        if n < FAST_FDS_MAX {
+            return self.bits[n / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0;
+        }
+        self.high_count.load(Ordering::Acquire) != 0 && self.get(fd).is_ok()
     }
 
     pub fn get(&self, fd: i32) -> Result<Arc<Description>> {
-        self.lock()
-            .get(&fd)
+        let n = usize::try_from(fd).map_err(|_| err(libc::EBADF))?;
+        self.read()
+            .get(n)
+            .and_then(Option::as_ref)
             .map(|s| s.desc.clone())
             .ok_or(err(libc::EBADF))
     }
@@ -185,56 +235,103 @@ impl Table {
         cloexec: bool,
     ) -> Option<Arc<Description>> {
         assert!(fd >= 0, "descriptor numbers are not negative");
-        self.lock()
-            .insert(fd, Slot { desc, cloexec })
-            .map(|s| s.desc)
+        self.write().put(fd as usize, Slot { desc, cloexec })
     }
 
     pub fn install_lowest(&self, min: i32, desc: Arc<Description>, cloexec: bool) -> i32 {
-        let mut t = self.lock();
-        let mut fd = min.max(0);
-        while t.contains_key(&fd) {
-            fd += 1;
+        let mut t = self.write();
+        let mut n = min.max(0) as usize;
+        while t.slots.get(n).is_some_and(Option::is_some) {
+            n += 1;
         }
-        t.insert(fd, Slot { desc, cloexec });
-        fd
+        let old = t.put(n, Slot { desc, cloexec });
+        assert!(old.is_none(), "the lowest free number was free");
+        i32::try_from(n).expect("descriptor numbers fit an int")
     }
 
     pub fn remove(&self, fd: i32) -> Result<Arc<Description>> {
-        self.lock()
-            .remove(&fd)
-            .map(|s| s.desc)
-            .ok_or(err(libc::EBADF))
+        let n = usize::try_from(fd).map_err(|_| err(libc::EBADF))?;
+        self.write().take(n).ok_or(err(libc::EBADF))
+    }
+
+    fn entries(slots: &[Option<Slot>]) -> Vec<Entry> {
+        slots
+            .iter()
+            .enumerate()
+            .filter_map(|(n, s)| Some((n as i32, s.as_ref()?.desc.clone(), s.as_ref()?.cloexec)))
+            .collect()
     }
 
     pub fn all(&self) -> Vec<Entry> {
-        self.lock()
-            .iter()
-            .map(|(&fd, s)| (fd, s.desc.clone(), s.cloexec))
-            .collect()
+        Table::entries(&self.read())
     }
 
     /// [`Table::all`] unless the table is locked (a forked child's view).
     pub fn try_all(&self) -> Option<Vec<Entry>> {
-        let t = self.slots.try_lock().ok()?;
-        Some(
-            t.iter()
-                .map(|(&fd, s)| (fd, s.desc.clone(), s.cloexec))
-                .collect(),
-        )
+        let t = self.slots.try_read().ok()?;
+        Some(Table::entries(&t))
     }
 
     pub fn cloexec(&self, fd: i32) -> Result<bool> {
-        self.lock()
-            .get(&fd)
+        let n = usize::try_from(fd).map_err(|_| err(libc::EBADF))?;
+        self.read()
+            .get(n)
+            .and_then(Option::as_ref)
             .map(|s| s.cloexec)
             .ok_or(err(libc::EBADF))
     }
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> Result<()> {
-        let mut t = self.lock();
-        let s = t.get_mut(&fd).ok_or(err(libc::EBADF))?;
+        let n = usize::try_from(fd).map_err(|_| err(libc::EBADF))?;
+        let mut t = self.write();
+        let s = t
+            .slots
+            .get_mut(n)
+            .and_then(Option::as_mut)
+            .ok_or(err(libc::EBADF))?;
         s.cloexec = on;
         Ok(())
+    }
+}
+
+/// The table locked for a change: every change of a slot goes through `put` and
+/// `take`, which keep the bitmap in step.
+struct TableWrite<'a> {
+    slots: RwLockWriteGuard<'a, Vec<Option<Slot>>>,
+    table: &'a Table,
+}
+
+impl TableWrite<'_> {
+    fn put(&mut self, n: usize, slot: Slot) -> Option<Arc<Description>> {
+        if self.slots.len() <= n {
+            self.slots.resize_with(n + 1, || None);
+        }
+        let old = self.slots[n].replace(slot).map(|s| s.desc);
+        if old.is_none() {
+            self.mark(n, true);
+        }
+        old
+    }
+
+    fn take(&mut self, n: usize) -> Option<Arc<Description>> {
+        let old = self.slots.get_mut(n)?.take()?.desc;
+        self.mark(n, false);
+        Some(old)
+    }
+
+    fn mark(&self, n: usize, present: bool) {
+        let t = self.table;
+        if n < FAST_FDS_MAX {
+            let bit = 1u64 << (n % 64);
+            if present {
+                t.bits[n / 64].fetch_or(bit, Ordering::Release);
+            } else {
+                t.bits[n / 64].fetch_and(!bit, Ordering::Release);
+            }
+        } else if present {
+            t.high_count.fetch_add(1, Ordering::Release);
+        } else {
+            t.high_count.fetch_sub(1, Ordering::Release);
+        }
     }
 }

@@ -8,7 +8,8 @@
 //!   twice.
 //! - An O_APPEND write takes the file's end and writes there under the inode's lock
 //!   (`FileSystem::append_ino`), whatever other descriptors do meanwhile.
-//! - A vectored call is one vfs call (buffers gathered), so it is atomic as a `write`.
+//! - A vectored call is one vfs call (buffers gathered unless there is only one), so it
+//!   is atomic as a `read` or `write`.
 
 use crate::desc::Description;
 use crate::{err, Posix, Result};
@@ -85,8 +86,16 @@ impl Posix {
         Ok(self.fs.write_at(d.ino(), offset, buf)?)
     }
 
-    /// `readv` (offset None) or `preadv`: reads into one buffer, then scatters.
+    /// `readv` (offset None) or `preadv`: one read (into the caller's buffer when
+    /// there is one, else into one buffer then scattered), so it is atomic as a `read`.
     pub fn readv(&self, fd: i32, bufs: &mut [&mut [u8]], offset: Option<i64>) -> Result<usize> {
+        let mut nonempty = bufs.iter_mut().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (nonempty.next(), nonempty.next()) {
+            return match offset {
+                None => self.read(fd, only),
+                Some(o) => self.pread(fd, only, o),
+            };
+        }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut tmp = vec![0u8; total];
         let n = match offset {
@@ -102,9 +111,14 @@ impl Posix {
         Ok(n)
     }
 
-    /// `writev` (offset None) or `pwritev`: gathers, then one write.
+    /// `writev` (offset None) or `pwritev`: one write (of the caller's buffer when there
+    /// is one, else of the buffers gathered).
     pub fn writev(&self, fd: i32, bufs: &[&[u8]], offset: Option<i64>) -> Result<usize> {
-        let data = bufs.concat();
+        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
+        let data = match (nonempty.next(), nonempty.next()) {
+            (Some(only), None) => std::borrow::Cow::Borrowed(*only),
+            _ => std::borrow::Cow::Owned(bufs.concat()),
+        };
         match offset {
             None => self.write(fd, &data),
             Some(o) => self.pwrite(fd, &data, o),

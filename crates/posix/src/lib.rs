@@ -112,9 +112,10 @@ impl Posix {
         self.table.get(fd)
     }
 
-    /// Whether `fd` is an augefs descriptor of this table.
+    /// Whether `fd` is an augefs descriptor of this table: a bit test, no lock (the
+    /// interposer asks this on every descriptor call, kernel descriptors included).
     pub fn is_open(&self, fd: i32) -> bool {
-        self.table.get(fd).is_ok()
+        self.table.contains(fd)
     }
 
     /// Installs `desc` at `fd` (a number the caller reserved); returns what was there.

@@ -239,3 +239,57 @@ fn seek_truncate_stat_xattr_and_access() {
     assert_eq!(p.readv(f, &mut [&mut x, &mut y], Some(0)).unwrap(), 4);
     assert_eq!((&x, &y), (b"a", b"bcd"));
 }
+
+#[test]
+fn table_membership_follows_install_dup_and_close_at_any_number() {
+    let p = posix();
+    let a = p.open_fd(At::Cwd, b"/m", RW_CREAT, 0o644).unwrap();
+    assert!(p.is_open(a));
+    assert!(!p.is_open(-1));
+    assert!(!p.is_open(a + 1));
+    // Beyond the lock-free bitmap's range, and at its last number.
+    let edges = [
+        posix::desc::FAST_FDS_MAX as i32 - 1,
+        posix::desc::FAST_FDS_MAX as i32,
+        1 << 20,
+    ];
+    for &fd in &edges {
+        assert!(!p.is_open(fd));
+        assert!(p.install(fd, p.get(a).unwrap(), false).is_none());
+        assert!(p.is_open(fd));
+        assert_eq!(p.write(fd, b"x").unwrap(), 1);
+    }
+    let listed: Vec<i32> = p.descriptors().iter().map(|e| e.0).collect();
+    assert_eq!(listed, [&[a][..], &edges[..]].concat());
+    for &fd in &edges {
+        p.close(fd).unwrap();
+        assert!(!p.is_open(fd));
+        assert_eq!(errno(p.close(fd)), libc::EBADF);
+    }
+    // The shared offset moved once per write through every number.
+    assert_eq!(p.lseek(a, 0, libc::SEEK_CUR).unwrap(), edges.len() as i64);
+    p.close(a).unwrap();
+    assert!(!p.is_open(a));
+    assert!(p.descriptors().is_empty());
+}
+
+#[test]
+fn vectored_calls_gather_and_scatter_with_one_or_many_buffers() {
+    let p = posix();
+    let fd = p.open_fd(At::Cwd, b"/v", RW_CREAT, 0o644).unwrap();
+    assert_eq!(p.writev(fd, &[b"abc"], None).unwrap(), 3);
+    assert_eq!(p.writev(fd, &[b"de", b"", b"fgh"], None).unwrap(), 5);
+    assert_eq!(p.writev(fd, &[b"XY", b"Z"], Some(1)).unwrap(), 3);
+    let (mut x, mut y, mut z) = ([0u8; 2], [0u8; 0], [0u8; 10]);
+    let n = p
+        .readv(fd, &mut [&mut x[..], &mut y[..], &mut z[..]], Some(0))
+        .unwrap();
+    assert_eq!(n, 8);
+    assert_eq!(&x, b"aX");
+    assert_eq!(&z[..6], b"YZefgh");
+    let mut one = [0u8; 4];
+    p.lseek(fd, 4, libc::SEEK_SET).unwrap();
+    assert_eq!(p.readv(fd, &mut [&mut one[..]], None).unwrap(), 4);
+    assert_eq!(&one, b"efgh");
+    assert_eq!(p.lseek(fd, 0, libc::SEEK_CUR).unwrap(), 8);
+}

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn bridge_path(rel: &str) -> Option<CString> {
-    let mut b = std::env::var_os("AUGEFS_BRIDGE")?.into_encoded_bytes();
+    let mut b = state::bridge_dir()?.to_vec();
     if rel != "/" {
         b.extend_from_slice(rel.as_bytes());
     }

@@ -51,7 +51,7 @@ unsafe fn do_openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_
     match unsafe { route::path_at(dirfd, path) } {
         Route::Kernel => unsafe { kernel(dirfd, path, flags, mode) },
         Route::Bridge(p) => unsafe { kernel(dirfd, p.as_ptr(), flags, mode) },
-        Route::Augefs(px, at, rel) => open_augefs(&px, at, &rel, flags, mode) as c_int,
+        Route::Augefs(px, at, rel) => open_augefs(px, at, rel, flags, mode) as c_int,
         Route::Fail(e) => {
             set_errno(e);
             -1
@@ -190,7 +190,7 @@ fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
     // no interposer sees: they become pipes served by a pump thread.
     if new <= 2 {
         let _g = guard::enter();
-        if pump::start(&px, d, new, cloexec) {
+        if pump::start(px, d, new, cloexec) {
             return new;
         }
         set_errno(libc::EMFILE);
@@ -324,7 +324,7 @@ fn lock(px: &Posix, fd: c_int, cmd: c_int, fl: *mut libc::flock) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     if let Some(px) = route::fd(fd) {
-        return fcntl_augefs(&px, fd, cmd, arg);
+        return fcntl_augefs(px, fd, cmd, arg);
     }
     let real = real!(fcntl: fn(c_int, c_int, usize) -> c_int);
     unsafe { real(fd, cmd, arg) }
@@ -360,7 +360,7 @@ unsafe fn on_buf_mut(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    Some(sized(f(&px, b)))
+    Some(sized(f(px, b)))
 }
 
 /// [`on_buf_mut`] for a buffer the call only reads.
@@ -373,7 +373,7 @@ unsafe fn on_buf(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    Some(sized(f(&px, b)))
+    Some(sized(f(px, b)))
 }
 
 #[no_mangle]
@@ -454,14 +454,39 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
     unsafe { pwrite(fd, buf, n, off) }
 }
 
-unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Vec<&'a mut [u8]> {
+/// Vectors up to this many buffers are handled without a heap allocation.
+const IOV_INLINE_MAX: usize = 8;
+
+/// The caller's buffers as slices, in an inline array for short vectors.
+enum Iovs<'a> {
+    Inline([&'a mut [u8]; IOV_INLINE_MAX], usize),
+    Heap(Vec<&'a mut [u8]>),
+}
+
+impl<'a> Iovs<'a> {
+    fn as_mut(&mut self) -> &mut [&'a mut [u8]] {
+        match self {
+            Iovs::Inline(a, n) => &mut a[..*n],
+            Iovs::Heap(v) => v,
+        }
+    }
+}
+
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Iovs<'a> {
     if iov.is_null() || cnt <= 0 {
-        return Vec::new();
+        return Iovs::Inline(Default::default(), 0);
     }
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    v.iter()
-        .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
-        .collect()
+    let slice =
+        |i: &iovec| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) };
+    if v.len() <= IOV_INLINE_MAX {
+        let mut a: [&mut [u8]; IOV_INLINE_MAX] = Default::default();
+        for (slot, i) in a.iter_mut().zip(v) {
+            *slot = slice(i);
+        }
+        return Iovs::Inline(a, v.len());
+    }
+    Iovs::Heap(v.iter().map(slice).collect())
 }
 
 unsafe fn readv_at(
@@ -473,7 +498,7 @@ unsafe fn readv_at(
     let px = route::fd(fd)?;
     let _g = guard::enter();
     let mut bufs = unsafe { iovs(iov, cnt) };
-    Some(sized(px.readv(fd, &mut bufs, off)))
+    Some(sized(px.readv(fd, bufs.as_mut(), off)))
 }
 
 unsafe fn writev_at(
@@ -484,7 +509,15 @@ unsafe fn writev_at(
 ) -> Option<ssize_t> {
     let px = route::fd(fd)?;
     let _g = guard::enter();
-    let bufs = unsafe { iovs(iov, cnt) };
+    let mut bufs = unsafe { iovs(iov, cnt) };
+    let bufs = bufs.as_mut();
+    if bufs.len() <= IOV_INLINE_MAX {
+        let mut refs: [&[u8]; IOV_INLINE_MAX] = Default::default();
+        for (r, b) in refs.iter_mut().zip(bufs.iter()) {
+            *r = b;
+        }
+        return Some(sized(px.writev(fd, &refs[..bufs.len()], off)));
+    }
     let refs: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
     Some(sized(px.writev(fd, &refs, off)))
 }
@@ -564,7 +597,7 @@ fn on_fd(
     match route::fd(fd) {
         Some(px) => {
             let _g = guard::enter();
-            ret_int(augefs(&px))
+            ret_int(augefs(px))
         }
         None => kernel(),
     }

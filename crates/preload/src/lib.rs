@@ -10,6 +10,8 @@
 //! - [`names`]: calls on names, attributes, xattrs, chdir, getcwd, realpath.
 //! - [`dirs`]: directory streams. [`stdio`]: fopen and friends via fopencookie.
 //! - [`mmap`]: mappings of augefs files. [`exec`]: handing descriptors over at exec.
+//! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
+//!   descriptors.
 //! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //!
@@ -34,5 +36,6 @@ mod names;
 mod pump;
 mod real;
 mod route;
+mod spawn;
 mod state;
 mod stdio;

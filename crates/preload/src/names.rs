@@ -30,7 +30,7 @@ unsafe fn via(
         Route::Bridge(p) => kernel(p.as_ptr()),
         Route::Augefs(px, at, rel) => {
             let _g = guard::enter();
-            ret_int(augefs(&px, at, &rel))
+            ret_int(augefs(px, at, rel))
         }
         Route::Fail(e) => {
             set_errno(e);
@@ -56,7 +56,7 @@ unsafe fn via2(
         (Route::Kernel, Route::Bridge(b)) => kernel(p1, b.as_ptr()),
         (Route::Augefs(px, a1, rel1), Route::Augefs(_, a2, rel2)) => {
             let _g = guard::enter();
-            ret_int(augefs(&px, a1, &rel1, a2, &rel2))
+            ret_int(augefs(px, a1, rel1, a2, rel2))
         }
         (Route::Fail(e), _) | (_, Route::Fail(e)) => {
             set_errno(e);
@@ -694,7 +694,7 @@ unsafe fn xattr_fd(
             let _g = guard::enter();
             ret(px
                 .get(fd)
-                .and_then(|d| augefs(&px, d.ino()))
+                .and_then(|d| augefs(px, d.ino()))
                 .map(|n| n as i64)) as ssize_t
         }
         None => kernel(),
@@ -795,7 +795,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     match unsafe { route::path(path) } {
         Route::Augefs(px, at, rel) => {
             let _g = guard::enter();
-            let r = px.chdir(at, &rel);
+            let r = px.chdir(at, rel);
             if r.is_ok() {
                 CWD_IN.store(true, Ordering::Relaxed);
             }
@@ -885,7 +885,7 @@ pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut
     match unsafe { route::path(path) } {
         Route::Augefs(px, at, rel) => {
             let _g = guard::enter();
-            if let Err(posix::Errno(e)) = px.stat(at, &rel, true, false) {
+            if let Err(posix::Errno(e)) = px.stat(at, rel, true, false) {
                 set_errno(e);
                 return std::ptr::null_mut();
             }
@@ -894,7 +894,7 @@ pub unsafe extern "C" fn realpath(path: *const c_char, out: *mut c_char) -> *mut
             } else {
                 px.cwd().path
             };
-            unsafe { c_out(&under_prefix(&posix::join(&base, &rel)), out, size) }
+            unsafe { c_out(&under_prefix(&posix::join(&base, rel)), out, size) }
         }
         Route::Fail(e) => {
             set_errno(e);

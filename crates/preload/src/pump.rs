@@ -46,11 +46,32 @@ fn block_signals() {
 }
 
 /// Serves `desc` at standard descriptor `fd` through a pipe and a pump thread.
-pub fn start(px: &Arc<Posix>, desc: Arc<Description>, fd: i32, cloexec: bool) -> bool {
+pub fn start(px: &'static Posix, desc: Arc<Description>, fd: i32, cloexec: bool) -> bool {
     let mut ends = [0i32; 2];
     // SAFETY: pipe2 fills the two descriptors.
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return false;
+    }
+    // The ends go above the program's numbers: with `fd` closed (a shell saves and
+    // closes it before `>&N`), the pipe would otherwise get `fd` itself as an end, and
+    // putting the other end there would close it.
+    for end in &mut ends {
+        let fcntl = real!(fcntl: fn(libc::c_int, libc::c_int, usize) -> libc::c_int);
+        // SAFETY: duplicates a descriptor this function owns.
+        let high = unsafe {
+            fcntl(
+                *end,
+                libc::F_DUPFD_CLOEXEC,
+                crate::state::INTERNAL_FD_MIN as usize,
+            )
+        };
+        if high < 0 {
+            crate::state::real_close(ends[0]);
+            crate::state::real_close(ends[1]);
+            return false;
+        }
+        crate::state::real_close(*end);
+        *end = high;
     }
     let output = fd != 0;
     let (theirs, ours) = if output {
@@ -64,13 +85,13 @@ pub fn start(px: &Arc<Posix>, desc: Arc<Description>, fd: i32, cloexec: bool) ->
     crate::state::real_close(theirs);
     let busy = Arc::new(AtomicBool::new(false));
     let inflight = Arc::new(AtomicUsize::new(0));
-    let (p, d, b, i) = (px.clone(), desc.clone(), busy.clone(), inflight.clone());
+    let (p, d, b, i) = (px, desc.clone(), busy.clone(), inflight.clone());
     let spawned = std::thread::Builder::new()
         .name("augefs-pump".into())
         .spawn(move || {
             let _g = guard::enter();
             block_signals();
-            run(&p, &d, ours, output, &b, &i);
+            run(p, &d, ours, output, &b, &i);
         });
     if spawned.is_err() {
         return false;

@@ -8,14 +8,14 @@ use crate::state::{self, Mode, CWD_IN};
 use posix::{At, Posix};
 use std::ffi::{CStr, CString};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-/// The decision for one path argument.
-pub enum Route {
+/// The decision for one path argument (`'a`: the caller's path string).
+pub enum Route<'a> {
     /// Pass the caller's arguments to the kernel as they are.
     Kernel,
-    /// The owner: the posix layer, with the path made relative to augefs.
-    Augefs(Arc<Posix>, At, Vec<u8>),
+    /// The owner: the posix layer, with the path made relative to augefs (a part of
+    /// the caller's string, not a copy).
+    Augefs(&'static Posix, At, &'a [u8]),
     /// Not the owner: the kernel, with this path (under the bridge).
     Bridge(CString),
     /// The call fails with this errno (augefs could not be attached).
@@ -35,23 +35,23 @@ pub unsafe fn bytes<'a>(p: *const libc::c_char) -> &'a [u8] {
 }
 
 /// `path` with the prefix removed, if it is under the prefix ("/" for the prefix).
-pub fn strip(path: &[u8]) -> Option<Vec<u8>> {
+pub fn strip(path: &[u8]) -> Option<&[u8]> {
     let pre = state::prefix();
     let rest = path.strip_prefix(pre)?;
     if rest.is_empty() {
-        return Some(b"/".to_vec());
+        return Some(b"/");
     }
     if rest[0] != b'/' {
         return None;
     }
-    Some(rest.to_vec())
+    Some(rest)
 }
 
 /// Routes `path` relative to `dirfd` (AT_FDCWD for the working directory).
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string.
-pub unsafe fn path_at(dirfd: i32, path: *const libc::c_char) -> Route {
+pub unsafe fn path_at<'a>(dirfd: i32, path: *const libc::c_char) -> Route<'a> {
     if guard::inside() {
         return Route::Kernel;
     }
@@ -64,8 +64,9 @@ pub unsafe fn path_at(dirfd: i32, path: *const libc::c_char) -> Route {
         return match state::attach() {
             Mode::Owner(px) => Route::Augefs(px, At::Cwd, rest),
             Mode::Bridged(b) => {
-                let mut full = b;
-                full.extend_from_slice(&rest);
+                let mut full = Vec::with_capacity(b.len() + rest.len() + 1);
+                full.extend_from_slice(b);
+                full.extend_from_slice(rest);
                 Route::Bridge(CString::new(full).unwrap_or_default())
             }
             Mode::Refused(e) => Route::Fail(e),
@@ -79,12 +80,12 @@ pub unsafe fn path_at(dirfd: i32, path: *const libc::c_char) -> Route {
     };
     if dirfd == libc::AT_FDCWD {
         if CWD_IN.load(Ordering::Relaxed) {
-            return Route::Augefs(px, At::Cwd, p.to_vec());
+            return Route::Augefs(px, At::Cwd, p);
         }
         return Route::Kernel;
     }
     if px.is_open(dirfd) {
-        return Route::Augefs(px, At::Fd(dirfd), p.to_vec());
+        return Route::Augefs(px, At::Fd(dirfd), p);
     }
     Route::Kernel
 }
@@ -93,15 +94,15 @@ pub unsafe fn path_at(dirfd: i32, path: *const libc::c_char) -> Route {
 ///
 /// # Safety
 /// As [`path_at`].
-pub unsafe fn path(path: *const libc::c_char) -> Route {
+pub unsafe fn path<'a>(path: *const libc::c_char) -> Route<'a> {
     // SAFETY: the caller's contract.
     unsafe { path_at(libc::AT_FDCWD, path) }
 }
 
-/// The owner's posix layer if `fd` is one of its descriptors.
-pub fn fd(fd: i32) -> Option<Arc<Posix>> {
-    let px = state::owner()?;
-    px.is_open(fd).then_some(px)
+/// The owner's posix layer if `fd` is one of its descriptors (a kernel descriptor
+/// costs a bit test: [`state::owner_of`]).
+pub fn fd(fd: i32) -> Option<&'static Posix> {
+    state::owner_of(fd)
 }
 
 /// Sets errno.
@@ -128,8 +129,7 @@ pub fn ret_int(r: posix::Result<()>) -> libc::c_int {
 
 /// A path the kernel returned, mapped back from the bridge to the prefix.
 pub fn from_bridge(path: &[u8]) -> Option<Vec<u8>> {
-    let b = std::env::var_os("AUGEFS_BRIDGE")?.into_encoded_bytes();
-    let rest = path.strip_prefix(&b[..])?;
+    let rest = path.strip_prefix(state::bridge_dir()?)?;
     if !rest.is_empty() && rest[0] != b'/' {
         return None;
     }

@@ -30,12 +30,17 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 pub enum Mode {
     Unset,
     Off,
-    Owner(Arc<Posix>),
-    Bridged(Vec<u8>),
+    Owner(&'static Posix),
+    Bridged(&'static [u8]),
     Refused(i32),
 }
 
 static MODE: RwLock<Mode> = RwLock::new(Mode::Unset);
+/// The owner's posix layer, set once when this process attaches as the owner (MODE
+/// then holds the same). It lives as long as the process: a forked child must never
+/// release it, and at exit the kernel takes the image after the last sync. Read on
+/// every call, so it is one atomic load, with no lock and no reference count.
+static OWNER: OnceLock<&'static Posix> = OnceLock::new();
 /// Set in a forked child of the owner (by the fork handler): never use MODE's posix.
 static CHILD: AtomicBool = AtomicBool::new(false);
 /// The working directory is inside augefs (owner: the posix layer's cwd).
@@ -91,14 +96,21 @@ pub fn prefix() -> &'static [u8] {
     })
 }
 
-fn bridge_dir() -> Option<Vec<u8>> {
-    std::env::var_os("AUGEFS_BRIDGE").map(OsString::into_encoded_bytes)
+/// The bridge's mount point (env AUGEFS_BRIDGE, read once: it is fixed for the life
+/// of the process tree).
+pub fn bridge_dir() -> Option<&'static [u8]> {
+    static B: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    B.get_or_init(|| std::env::var_os("AUGEFS_BRIDGE").map(OsString::into_encoded_bytes))
+        .as_deref()
 }
 
 /// The current mode without attaching (a forked child is bridged).
 pub fn mode() -> Mode {
     if CHILD.load(Ordering::Acquire) {
         return bridged_or_refused();
+    }
+    if let Some(&px) = OWNER.get() {
+        return Mode::Owner(px);
     }
     // Locked for writing: another thread is attaching (its engine threads meet this
     // too, for their own kernel calls): undecided, so `attach` waits for it.
@@ -117,16 +129,24 @@ fn bridged_or_refused() -> Mode {
 }
 
 /// The owner's posix layer, if this process is the owner (and not inside augefs).
-pub fn owner() -> Option<Arc<Posix>> {
-    if guard::inside() || CHILD.load(Ordering::Acquire) {
-        return None;
-    }
-    // Locked for writing: the image is being attached, so no augefs descriptor exists
-    // yet (the engine's threads starting up get here for their own kernel calls).
-    match &*MODE.try_read().ok()? {
-        Mode::Owner(p) => Some(p.clone()),
-        _ => None,
-    }
+/// While the image is being attached it is None: no augefs descriptor exists yet (the
+/// engine's threads starting up get here for their own kernel calls).
+pub fn owner() -> Option<&'static Posix> {
+    let px = *OWNER.get()?;
+    usable().then_some(px)
+}
+
+/// Whether this thread may call the owner's posix layer now: not from inside augefs
+/// (no reentrancy) and never in a forked child.
+pub fn usable() -> bool {
+    !guard::inside() && !CHILD.load(Ordering::Acquire)
+}
+
+/// The owner's posix layer if `fd` is one of its descriptors: the descriptor call's
+/// route. A kernel descriptor costs one atomic load and one bit test.
+pub fn owner_of(fd: i32) -> Option<&'static Posix> {
+    let px = *OWNER.get()?;
+    (px.is_open(fd) && usable()).then_some(px)
 }
 
 /// The mode, attaching the image first if nothing was decided yet.
@@ -141,6 +161,9 @@ pub fn attach() -> Mode {
     };
     if matches!(*w, Mode::Unset) {
         *w = above(INTERNAL_FD_MIN, decide);
+        if let Mode::Owner(px) = *w {
+            let _ = OWNER.set(px);
+        }
     }
     w.clone()
 }
@@ -196,9 +219,13 @@ fn decide() -> Mode {
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
     });
     if let Some(dir) = bridge_dir() {
-        start_bridge(&fs, &dir, &image);
+        start_bridge(&fs, dir, &image);
     }
-    Mode::Owner(Arc::new(Posix::new(fs, vfs::Creds::of_process(), pid)))
+    Mode::Owner(Box::leak(Box::new(Posix::new(
+        fs,
+        vfs::Creds::of_process(),
+        pid,
+    ))))
 }
 
 /// Serves the bridge from background threads with every signal blocked (the program's
@@ -233,7 +260,7 @@ fn wait_for_bridge() -> Mode {
         );
         return Mode::Refused(libc::EBUSY);
     };
-    let c = CString::new(dir.clone()).unwrap_or_default();
+    let c = CString::new(dir).unwrap_or_default();
     for _ in 0..BRIDGE_WAIT_MS {
         // SAFETY: statfs fills the struct; a NUL-terminated path.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -256,7 +283,7 @@ extern "C" fn before_fork() {
     crate::pump::drain();
     if let Some(p) = owner() {
         let _g = guard::enter();
-        crate::convert::to_bridge_all(&p);
+        crate::convert::to_bridge_all(p);
     }
 }
 
@@ -264,23 +291,20 @@ extern "C" fn before_fork() {
 /// inherited become bridge descriptors at the same numbers.
 extern "C" fn forked_child() {
     CHILD.store(true, Ordering::Release);
-    let posix = match MODE.try_read() {
-        Ok(m) => match &*m {
-            Mode::Owner(p) => Some(p.clone()),
-            _ => None,
-        },
-        Err(_) => None,
-    };
-    if let Some(p) = posix {
-        crate::convert::cwd_to_bridge(&p);
-        // The child must never release the parent's in-memory state.
-        std::mem::forget(p);
+    if let Some(&p) = OWNER.get() {
+        crate::convert::cwd_to_bridge(p);
     }
 }
 
 /// Whether this process is a forked child of an owner.
 pub fn is_child() -> bool {
     CHILD.load(Ordering::Acquire)
+}
+
+/// Whether this process is the one that attached as the owner (not a child that shares
+/// its memory without its fork handlers having run).
+pub fn is_owner_process() -> bool {
+    OWNER_PID.load(Ordering::Relaxed) == std::process::id() as i32
 }
 
 /// Syncs before the image is let go: at exit (`for_exec` false) and before exec. At
@@ -323,17 +347,14 @@ fn close_bridge_fds() {
         let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
             continue;
         };
-        if target.as_os_str().as_encoded_bytes().starts_with(&bridge) {
+        if target.as_os_str().as_encoded_bytes().starts_with(bridge) {
             real_close(fd);
         }
     }
 }
 
-fn owner_posix() -> Option<Arc<Posix>> {
-    match &*MODE.read().ok()? {
-        Mode::Owner(p) => Some(p.clone()),
-        _ => None,
-    }
+fn owner_posix() -> Option<&'static Posix> {
+    OWNER.get().copied()
 }
 
 /// The library destructor: the owner detaches at exit.
