@@ -332,9 +332,7 @@ impl Core {
         }
         let mut pages = h.pages();
         for (b, mapped) in found {
-            if let Some(page) = pages.get_mut(b) {
-                page.mapped = page.mapped.or(Some(mapped));
-            }
+            pages.learn_mapped(b, mapped);
         }
         Ok(pages.pending_blocks())
     }

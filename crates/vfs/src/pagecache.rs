@@ -27,7 +27,7 @@
 
 use crate::fs::Handle;
 use format::InodeNo;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -211,6 +211,10 @@ pub(crate) struct Pages {
     /// Read-ahead: the block after the last read, and the current window in blocks.
     pub ra_next: u64,
     pub ra_window: u64,
+    /// Dirty pages whose mapping is not known yet, and the number of dirty pages over
+    /// unmapped blocks (kept as pages change: `st_blocks` needs them on every stat).
+    unknown: BTreeSet<u64>,
+    unmapped: u64,
     /// Readers' device reads in flight: (id, first block, last block, stale).
     fetches: Vec<(u64, u64, u64, bool)>,
     next_fetch: u64,
@@ -226,6 +230,8 @@ impl Pages {
             dirty_since: None,
             ra_next: 0,
             ra_window: 0,
+            unknown: BTreeSet::new(),
+            unmapped: 0,
             fetches: Vec::new(),
             next_fetch: 0,
             cache,
@@ -236,8 +242,35 @@ impl Pages {
         self.map.get(&b)
     }
 
-    pub fn get_mut(&mut self, b: u64) -> Option<&mut Page> {
-        self.map.get_mut(&b)
+    /// Notes whether block `b` is mapped on the device, unless its page knows already.
+    pub fn learn_mapped(&mut self, b: u64, mapped: bool) {
+        if let Some(page) = self.map.get(&b) {
+            let before = (page.dirty, page.mapped);
+            if before.1.is_none() {
+                self.tally(b, before, false);
+                self.map.get_mut(&b).expect("cached").mapped = Some(mapped);
+                self.tally(b, (before.0, Some(mapped)), true);
+            }
+        }
+    }
+
+    /// Adds (`add`) or removes a page in state (dirty, mapped) to or from the
+    /// `unknown` and `unmapped` tallies.
+    fn tally(&mut self, b: u64, (dirty, mapped): (bool, Option<bool>), add: bool) {
+        if !dirty {
+            return;
+        }
+        match mapped {
+            None if add => {
+                self.unknown.insert(b);
+            }
+            None => {
+                self.unknown.remove(&b);
+            }
+            Some(false) if add => self.unmapped += 1,
+            Some(false) => self.unmapped -= 1,
+            Some(true) => {}
+        }
     }
 
     pub fn dirty_count(&self) -> u64 {
@@ -264,7 +297,11 @@ impl Pages {
     pub fn install(&mut self, b: u64, data: Block, mapped: Option<bool>) {
         assert_eq!(data.len(), PAGE);
         self.stale_fetches(b, b);
-        match self.map.entry(b) {
+        let before = self.map.get(&b).map(|p| (p.dirty, p.mapped));
+        if let Some(before) = before {
+            self.tally(b, before, false);
+        }
+        let after = match self.map.entry(b) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(Page {
                     data,
@@ -274,6 +311,7 @@ impl Pages {
                 self.cache.pages.fetch_add(1, Ordering::Relaxed);
                 self.dirty += 1;
                 self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                (true, mapped)
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
                 let page = o.get_mut();
@@ -286,8 +324,10 @@ impl Pages {
                     self.dirty += 1;
                     self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
+                (true, page.mapped)
             }
-        }
+        };
+        self.tally(b, after, true);
     }
 
     /// The dirty blocks in ascending order, as runs of consecutive blocks of at most
@@ -313,7 +353,10 @@ impl Pages {
     /// Block `b` was written back as `data`: it is mapped now, and clean unless a
     /// writer installed newer bytes meanwhile.
     pub fn written(&mut self, b: u64, data: &Block) {
-        if let Some(page) = self.map.get_mut(&b) {
+        if let Some(page) = self.map.get(&b) {
+            let before = (page.dirty, page.mapped);
+            self.tally(b, before, false);
+            let page = self.map.get_mut(&b).expect("cached");
             page.mapped = Some(true);
             if page.dirty && Arc::ptr_eq(&page.data, data) {
                 page.dirty = false;
@@ -356,20 +399,20 @@ impl Pages {
 
     /// Dirty pages whose mapping is not known yet.
     pub fn unknown_dirty(&self) -> Vec<u64> {
-        self.map
-            .iter()
-            .filter(|(_, p)| p.dirty && p.mapped.is_none())
-            .map(|(&b, _)| b)
-            .collect()
+        self.unknown.iter().copied().collect()
     }
 
     /// Dirty pages over unmapped blocks (each becomes an allocated block when written
     /// back). Call after resolving `unknown_dirty`.
     pub fn pending_blocks(&self) -> u64 {
-        self.map
-            .values()
-            .filter(|p| p.dirty && p.mapped == Some(false))
-            .count() as u64
+        debug_assert_eq!(
+            self.unmapped,
+            self.map
+                .values()
+                .filter(|p| p.dirty && p.mapped == Some(false))
+                .count() as u64
+        );
+        self.unmapped
     }
 
     /// Drops every page, dirty ones included (the file's data changed under the cache,
@@ -377,6 +420,8 @@ impl Pages {
     pub fn clear(&mut self) {
         let n = self.map.len() as u64;
         self.map.clear();
+        self.unknown.clear();
+        self.unmapped = 0;
         self.stale_fetches(0, u64::MAX);
         self.cache.pages.fetch_sub(n, Ordering::Relaxed);
         self.cache.dirty.fetch_sub(self.dirty, Ordering::Relaxed);
