@@ -885,21 +885,6 @@ impl Counted {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::group_runs;
-
-    #[test]
-    fn runs_are_grouped_in_order_up_to_the_limit() {
-        let runs = vec![(0, 2), (5, 3), (9, 4), (20, 4), (30, 1)];
-        assert_eq!(
-            group_runs(runs, 5),
-            vec![vec![(0, 2), (5, 3)], vec![(9, 4)], vec![(20, 4), (30, 1)]]
-        );
-        assert!(group_runs(Vec::new(), 5).is_empty());
-    }
-}
-
 /// The offset of a write at a given offset.
 fn offset_of(at: At) -> u64 {
     match at {
@@ -925,4 +910,19 @@ fn needed_range(offset: u64, end: u64, size: u64) -> BlockRange {
 
 fn covers(held: &BlockRange, needed: &BlockRange) -> bool {
     held.first <= needed.first && needed.last <= held.last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_runs;
+
+    #[test]
+    fn runs_are_grouped_in_order_up_to_the_limit() {
+        let runs = vec![(0, 2), (5, 3), (9, 4), (20, 4), (30, 1)];
+        assert_eq!(
+            group_runs(runs, 5),
+            vec![vec![(0, 2), (5, 3)], vec![(9, 4)], vec![(20, 4), (30, 1)]]
+        );
+        assert!(group_runs(Vec::new(), 5).is_empty());
+    }
 }
