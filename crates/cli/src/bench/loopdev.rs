@@ -69,6 +69,21 @@ impl BlockStat {
     }
 }
 
+/// The block-layer counters of the device holding `path`'s file system
+/// (`/sys/dev/block/MAJOR:MINOR/stat`, a partition's own); `None` for a file system
+/// with no block device (tmpfs, overlay, FUSE). They count every process's IO to the
+/// device, not only this one's.
+pub fn device_stat_of(path: &Path) -> Option<BlockStat> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    BlockStat::parse(&stat)
+}
+
 /// An image file attached to a loop device.
 #[derive(Debug)]
 pub struct LoopDevice {
