@@ -59,6 +59,16 @@ pub(crate) enum At {
     End,
 }
 
+impl At {
+    /// Where the write goes in a file of `size` bytes.
+    fn offset(self, size: u64) -> u64 {
+        match self {
+            At::Offset(o) => o,
+            At::End => size,
+        }
+    }
+}
+
 /// How a write-back reaches the inode's state.
 enum StateAccess<'a> {
     /// The caller holds the inode for writing its record ([`Handle::write`]).
@@ -372,7 +382,7 @@ impl FileSystem {
         };
         let mut size = file_size()?;
         if data.is_empty() {
-            let offset = if at == At::End { size } else { offset_of(at) };
+            let offset = at.offset(size);
             return Ok((offset, 0));
         }
         // A read-only file system refuses writes now, not at write-back.
@@ -381,12 +391,12 @@ impl FileSystem {
             // The range this write needs given the size seen last: its blocks, and for
             // a write past the end everything from the old last block on (which it
             // zeroes past the end; the size is then stable while the range is held).
-            let offset = if at == At::End { size } else { offset_of(at) };
+            let offset = at.offset(size);
             let end = span(offset)?;
             let range = needed_range(offset, end, size);
             let guard = h.ranges.lock(range);
             size = file_size()?;
-            let offset = if at == At::End { size } else { offset_of(at) };
+            let offset = at.offset(size);
             let end = span(offset)?;
             if !covers(&guard.range, &needed_range(offset, end, size)) {
                 continue;
@@ -882,14 +892,6 @@ impl Counted {
 
     fn done(self) -> Inode {
         self.inode.into_inner()
-    }
-}
-
-/// The offset of a write at a given offset.
-fn offset_of(at: At) -> u64 {
-    match at {
-        At::Offset(o) => o,
-        At::End => unreachable!("an append's offset is the size"),
     }
 }
 
