@@ -459,6 +459,38 @@ fn ssd_space_is_reused_after_release() {
     assert!(recovery.generation_max >= 60);
 }
 
+/// `persist_all` (MetaDB's `sync`) racing `rotate` (a memtable switch): found by the VFS
+/// simulator as "generation N not begun" when `rotate` published the new generation before
+/// its lanes were in it.
+#[test]
+fn ssd_persist_all_races_rotate() {
+    let device = memory_device(vec![0; SMALL_DEVICE_BYTES as usize], 512);
+    let (wal, _) = SsdWal::open(device, SMALL_REGION, 4, 0, 1).unwrap();
+    let rotating = std::sync::atomic::AtomicBool::new(true);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while rotating.load(Ordering::SeqCst) {
+                    wal.persist_all().unwrap();
+                }
+            });
+        }
+        s.spawn(|| {
+            let mut i = 0u16;
+            while rotating.load(Ordering::SeqCst) {
+                wal.append(i % 4, &[0x5A; 100]).unwrap();
+                i = i.wrapping_add(1);
+            }
+        });
+        for generation in 1..=2000u64 {
+            wal.append((generation % 4) as u16, &[0xA5; 100]).unwrap();
+            wal.rotate(generation + 1).unwrap();
+            wal.release_through(generation).unwrap();
+        }
+        rotating.store(false, Ordering::SeqCst);
+    });
+}
+
 #[test]
 fn ssd_wal_full_when_nothing_is_released() {
     let device = memory_device(vec![0; SMALL_DEVICE_BYTES as usize], 512);

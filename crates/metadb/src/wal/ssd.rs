@@ -575,12 +575,15 @@ impl Wal for SsdWal {
         self.sealed.store(true, Ordering::SeqCst);
         let result = self.persist_generation(current);
         if result.is_ok() {
-            self.generation.store(next, Ordering::SeqCst);
+            // Lanes first, then the generation: a `persist_all` that reads the new
+            // generation must find every lane in it (one reading the old generation finds
+            // lanes of either, and an earlier generation claims as durable).
             for lane in self.lanes.iter() {
                 let mut state = lane.lock();
                 assert!(!state.writing && state.chunks.iter().all(|c| c.written == c.filled));
                 *state = LaneState::new(next);
             }
+            self.generation.store(next, Ordering::SeqCst);
         }
         self.sealed.store(false, Ordering::SeqCst);
         result
