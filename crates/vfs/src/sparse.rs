@@ -7,17 +7,17 @@
 //!   its exact mapped-block count (`Inode::blocks`).
 //! - Data is found at block granularity: a mapped block is data even where it holds
 //!   zeros (as ext4 reports written extents), and the end of the file is a hole.
-//! - Allocation writes zero blocks (augefs has no unwritten extents yet), after checking
-//!   that the free space holds them all, so it fails with ENOSPC before it writes.
+//! - Allocation maps nothing and writes nothing: it fails with ENOSPC unless the free
+//!   space holds every hole of the range, then (mode 0) grows the size. In a
+//!   log-structured file system every write of a block takes a fresh block, allocated or
+//!   not, so mapping zeros ahead would cost the writes without making later writes safer
+//!   (OpenZFS's fallocate does the same for the same reason; docs/SEMANTICS.md).
 
 use crate::error::VfsError;
 use crate::fs::{live, FileSystem, InodeState, BLOCK, FILE_SIZE_MAX};
 use crate::records::{Inode, Kind};
 use engine::log::keys::FileBlock;
 use format::InodeNo;
-
-/// Zero blocks per allocation write.
-const ZERO_CHUNK_BLOCKS: u64 = 256;
 
 /// What `fallocate` does to a byte range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +74,6 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let _range = h.ranges.lock(crate::rangelock::BlockRange::ALL);
         let mut st = h.write();
-        // The blocks change under the cache: write it back and drop it.
-        self.settle(&h, &mut st)?;
-        h.pages().clear();
         let inode = *live(&st, ino)?;
         if inode.kind != Kind::File {
             return Err(if inode.kind == Kind::Dir {
@@ -85,13 +82,18 @@ impl FileSystem {
                 VfsError::Invalid(format!("fallocate of inode {ino}, not a file"))
             });
         }
-        match op {
-            Fallocate::Allocate { keep_size } => {
-                if !keep_size && end > inode.size {
-                    self.truncate_locked(&h, &mut st, end)?;
-                }
-                self.allocate_holes(ino, &mut st, offset / BLOCK, end.div_ceil(BLOCK))
+        if let Fallocate::Allocate { keep_size } = op {
+            self.check_space_for_holes(ino, offset / BLOCK, end.div_ceil(BLOCK))?;
+            if !keep_size && end > inode.size {
+                self.truncate_locked(&h, &mut st, end)?;
             }
+            return Ok(());
+        }
+        // The blocks change under the cache: write it back and drop it.
+        self.settle(&h, &mut st)?;
+        h.pages().clear();
+        match op {
+            Fallocate::Allocate { .. } => unreachable!("handled above"),
             Fallocate::PunchHole => self.zero_range(ino, &mut st, offset, end),
             Fallocate::ZeroRange { keep_size } => {
                 self.zero_range(ino, &mut st, offset, end)?;
@@ -103,14 +105,9 @@ impl FileSystem {
         }
     }
 
-    /// Maps every hole among blocks `first..end` with zeros.
-    fn allocate_holes(
-        &self,
-        ino: InodeNo,
-        st: &mut InodeState,
-        first: u64,
-        end: u64,
-    ) -> Result<(), VfsError> {
+    /// ENOSPC unless the free space holds every hole among blocks `first..end` (blocks
+    /// only in the cache count as holes: their write-back needs the space too).
+    fn check_space_for_holes(&self, ino: InodeNo, first: u64, end: u64) -> Result<(), VfsError> {
         let holes = self.holes(ino, first, end)?;
         let needed: u64 = holes.iter().map(|(a, b)| b - a).sum();
         let free = self.statfs().blocks_free;
@@ -123,23 +120,6 @@ impl FileSystem {
                 })
                 .into(),
             );
-        }
-        let mut inode = *live(st, ino)?;
-        let now = self.now();
-        inode.ctime_ns = now;
-        let zeros = vec![0u8; (ZERO_CHUNK_BLOCKS * BLOCK) as usize];
-        for (mut at, hole_end) in holes {
-            while at < hole_end {
-                let n = (hole_end - at).min(ZERO_CHUNK_BLOCKS);
-                self.core.write_blocks(
-                    ino,
-                    &mut inode,
-                    FileBlock(at),
-                    &zeros[..(n * BLOCK) as usize],
-                )?;
-                st.inode = Some(inode);
-                at += n;
-            }
         }
         Ok(())
     }

@@ -12,7 +12,8 @@
 //! - `nlink` is the number of entries naming a non-directory, and 2 plus the number of
 //!   subdirectories of a directory;
 //! - mappings belong to live regular files, whose `blocks` field counts them (blocks
-//!   past the size are legitimate: `fallocate` with KEEP_SIZE maps them);
+//!   past the size are tolerated: images of augefs before it stopped mapping zeros for
+//!   `fallocate` with KEEP_SIZE have them);
 //! - symlinks have a target of 1-4096 bytes; targets, xattrs and orphan records belong
 //!   to live inodes; every inode number is below `c:next-ino`.
 //!

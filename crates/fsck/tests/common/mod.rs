@@ -75,14 +75,14 @@ pub fn workload(fs: &Arc<FileSystem>) {
         .open(fs, "/d2/sparse")
         .unwrap();
     sparse.write_at(&[9u8; 5000], 10 << 20).unwrap();
-    // Blocks mapped past the end (fallocate KEEP_SIZE) and a punched hole.
+    // A preallocation past the end (fallocate KEEP_SIZE maps nothing) and a punched hole.
     let pre = OpenOptions::new()
         .write(true)
         .create(true)
         .open(fs, "/d1/prealloc")
         .unwrap();
-    pre.write_at(&[8u8; 5000], 0).unwrap();
-    pre.fallocate(vfs::Fallocate::Allocate { keep_size: true }, 0, 64 << 10)
+    pre.write_at(&[8u8; 64 << 10], 0).unwrap();
+    pre.fallocate(vfs::Fallocate::Allocate { keep_size: true }, 0, 128 << 10)
         .unwrap();
     pre.fallocate(vfs::Fallocate::PunchHole, 8192, 8192)
         .unwrap();

@@ -96,12 +96,6 @@ impl Object {
         self.times = None;
     }
 
-    /// fallocate's allocation: every block of the range mapped.
-    pub fn allocate(&mut self, offset: u64, end: u64) {
-        self.mapped.extend(offset / BLOCK..end.div_ceil(BLOCK));
-        self.times = None;
-    }
-
     /// `lseek(SEEK_DATA)` (Err is ENXIO).
     pub fn seek_data(&self, offset: u64) -> Result<u64, i32> {
         let size = self.data.len() as u64;

@@ -110,7 +110,6 @@ impl Actor {
                 if !keep_size && grows {
                     obj.set_size(end);
                 }
-                obj.allocate(offset, end);
             }
             Fallocate::PunchHole => obj.zero(offset, end),
             Fallocate::ZeroRange { keep_size } => {
