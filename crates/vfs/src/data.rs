@@ -289,14 +289,7 @@ impl Core {
         if self.cache.page_count() <= target {
             return;
         }
-        let handles: Vec<Arc<Handle>> = self
-            .inodes
-            .lock()
-            .expect("inode table lock")
-            .values()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect();
-        for h in handles {
+        for h in self.inodes.all() {
             let excess = self.cache.page_count().saturating_sub(target);
             if excess == 0 {
                 break;
@@ -747,14 +740,7 @@ impl FileSystem {
     /// Drops the pages of `ino`, whose deletion is done (dirty pages of a deleted inode
     /// are never written back; until the deletion succeeds they still serve reads).
     pub(crate) fn drop_pages(&self, ino: InodeNo) {
-        let h = self
-            .core
-            .inodes
-            .lock()
-            .expect("inode table lock")
-            .get(&ino)
-            .and_then(std::sync::Weak::upgrade);
-        if let Some(h) = h {
+        if let Some(h) = self.core.inodes.get(ino) {
             let mut pages = h.pages();
             pages.clear();
             self.core.cache.note_clean(ino);

@@ -24,13 +24,18 @@ use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Clock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub const BLOCK: u64 = 4096;
 /// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
 const NAME_LANES_MAX: usize = 1 << 16;
 /// Inode numbers reserved per durable high-water update.
 const INO_BATCH: u64 = 1024;
+/// Unused inode handles the inode table keeps (each a few hundred bytes plus its clean
+/// pages, which count against the page cache's budget).
+const INODE_CACHE: usize = 64 << 10;
+/// Names the name cache keeps.
+const NAME_CACHE: usize = 256 << 10;
 /// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
 /// offsets within i64 for lseek).
 pub const FILE_SIZE_MAX: u64 = 1 << 50;
@@ -189,7 +194,8 @@ pub enum RenameMode {
 pub(crate) struct Core {
     pub engine: Engine,
     pub clock: Arc<dyn Clock>,
-    pub inodes: Mutex<HashMap<InodeNo, Weak<Handle>>>,
+    pub inodes: crate::caches::InodeTable,
+    pub names: crate::caches::NameCache,
     /// Per inode whose record was last written in a lane other than its own domain's: a
     /// member of that lane's domain ([`Core::record_in`]).
     pub record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
@@ -321,7 +327,8 @@ impl FileSystem {
         let core = Arc::new(Core {
             engine,
             clock,
-            inodes: Mutex::new(HashMap::new()),
+            inodes: crate::caches::InodeTable::new(INODE_CACHE),
+            names: crate::caches::NameCache::new(NAME_CACHE),
             record_lanes: Mutex::new(HashMap::new()),
             create_lanes: Mutex::new(HashMap::new()),
             cache: Arc::new(Cache::new(cache)),
@@ -426,28 +433,19 @@ impl FileSystem {
 
     /// The handle of `ino` (loaded from MetaDB on first use).
     pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
-        let mut table = self.core.inodes.lock().expect("inode table lock");
-        if let Some(h) = table.get(&ino).and_then(Weak::upgrade) {
-            return Ok(h);
-        }
-        // Loaded under the table's lock: a record read without it could be older than
-        // one a handle dropped meanwhile wrote.
-        let inode = match self.core.engine.metadb().get(&records::inode_key(ino))? {
-            Some(v) => Some(Inode::decode(ino, &v)?),
-            None => None,
-        };
-        let h = Arc::new(Handle {
-            ino,
-            ranges: RangeLock::default(),
-            writeback: Mutex::new(()),
-            state: RwLock::new(InodeState { inode, open: 0 }),
-            pages: Mutex::new(Pages::new(self.core.cache.clone())),
-        });
-        table.insert(ino, Arc::downgrade(&h));
-        if table.len() > 4096 {
-            table.retain(|_, w| w.strong_count() > 0);
-        }
-        Ok(h)
+        self.core.inodes.get_or_load(ino, || {
+            let inode = match self.core.engine.metadb().get(&records::inode_key(ino))? {
+                Some(v) => Some(Inode::decode(ino, &v)?),
+                None => None,
+            };
+            Ok(Handle {
+                ino,
+                ranges: RangeLock::default(),
+                writeback: Mutex::new(()),
+                state: RwLock::new(InodeState { inode, open: 0 }),
+                pages: Mutex::new(Pages::new(self.core.cache.clone())),
+            })
+        })
     }
 
     /// A fresh inode number (never handed out before, even across crashes).
@@ -471,15 +469,21 @@ impl FileSystem {
 
     /// The entry `name` of directory `dir` (whose state the caller has locked or read).
     pub(crate) fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Option<Dentry>, VfsError> {
-        match self
+        let ticket = match self.core.names.get(dir, name) {
+            crate::caches::Cached::Hit(entry) => return Ok(entry),
+            crate::caches::Cached::Miss(ticket) => ticket,
+        };
+        let entry = match self
             .core
             .engine
             .metadb()
             .get(&records::dentry_key(dir, name))?
         {
-            Some(v) => Ok(Some(Dentry::decode(&v)?)),
-            None => Ok(None),
-        }
+            Some(v) => Some(Dentry::decode(&v)?),
+            None => None,
+        };
+        self.core.names.fill(ticket, dir, name, entry);
+        Ok(entry)
     }
 
     /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
@@ -591,6 +595,7 @@ impl FileSystem {
         );
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
+        let _forget = self.core.names.forget_on_drop(parent, name);
         let mut pinode = self.free_name(cx, &pst, parent, name)?;
         let ino = self.allocate_ino()?;
         let mut inode = new_inode(cx, &pinode, parent, kind, perm, self.now());
@@ -733,6 +738,7 @@ impl FileSystem {
         check_name(name)?;
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
+        let _forget = self.core.names.forget_on_drop(parent, name);
         let mut pinode = live_dir(&pst, parent, name)?;
         cx.check(&pinode, MAY_EXEC, || show(name))?;
         let entry = self
@@ -950,6 +956,7 @@ impl FileSystem {
         }
         let ph = self.handle(parent)?;
         let mut pst = ph.write();
+        let _forget = self.core.names.forget_on_drop(parent, name);
         let mut pinode = self.free_name(cx, &pst, parent, name)?;
         let h = self.handle(ino)?;
         let mut st = h.write();
@@ -1019,6 +1026,8 @@ impl FileSystem {
             let d = dh.write();
             (sh.write(), Some(d))
         };
+        let _forget_source = self.core.names.forget_on_drop(sp, sname);
+        let _forget_target = self.core.names.forget_on_drop(dp, dname);
         let mut spi = live_dir(&s_guard, sp, sname)?;
         let mut dpi = match &d_guard {
             Some(g) => live_dir(g, dp, dname)?,

@@ -1,7 +1,8 @@
 //! The augefs VFS: POSIX files and directories over MetaDB (inodes, directory entries,
 //! symlink targets) and the engine (file blocks), and the Rust API shaped like `std::fs`.
 //!
-//! - [`fs`]: mount, the inode table, and the operations on inodes and names.
+//! - [`fs`]: mount, and the operations on inodes and names.
+//! - `caches`: the inode table and the name (dentry) cache.
 //! - [`path`]: path resolution (symlinks, `.`/`..`, ELOOP) and path-level calls.
 //! - [`file`]: `OpenOptions` and `File` (Read, Write, Seek, read_at, write_at, set_len,
 //!   sync_all, sync_data).
@@ -28,6 +29,7 @@
 //! - Inode numbers are never reused.
 
 pub mod at;
+mod caches;
 pub mod creds;
 pub mod data;
 pub mod error;

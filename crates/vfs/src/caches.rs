@@ -1,0 +1,311 @@
+//! The inode table and the name (dentry) cache: hash-sharded, bounded, in front of
+//! MetaDB's inode and directory-entry records (docs/DESIGN.md §4c, "Inode and name
+//! caches").
+//!
+//! [`InodeTable`] keeps each inode's [`Handle`] (its locks, cached attributes and cached
+//! pages) alive after its last user lets go, so a stat, an open or a path walk through
+//! an inode used before costs a shard lock and a hash probe, not a MetaDB read, and a
+//! file's clean pages outlive its closes. [`NameCache`] maps (directory, name) to the
+//! entry or to its absence.
+//!
+//! Invariants:
+//! - One handle per inode: handles are created and dropped from the table under its
+//!   shard's lock only, and a handle is evicted only when the table holds its last
+//!   reference (no caller can be using it, and none can get it but through the table).
+//! - A handle's record is loaded under its shard's lock, so no record written by an
+//!   evicted handle can be older than what a new handle reads.
+//! - The name cache never answers with an entry older than the last completed change of
+//!   that name: every change removes the name after its MetaDB batch is applied and
+//!   bumps the shard's generation; a lookup that missed fills the cache only if the
+//!   generation did not move between its miss and its fill (a change it raced with may
+//!   have made what it read from MetaDB stale).
+//! - Both caches are bounded: beyond a shard's capacity, unused handles and arbitrary
+//!   names are dropped (a quarter of the shard at a time).
+
+use crate::fs::Handle;
+use crate::records::Dentry;
+use format::InodeNo;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Shards per cache (a power of two): threads on different inodes or names rarely meet.
+const SHARDS: usize = 64;
+
+/// Multiplicative hashing of one integer (inode numbers are dense: the multiply spreads
+/// them over the shards and buckets). Only for keys the file system makes itself.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type MixMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+
+fn mix(v: u64) -> u64 {
+    let mut h = MixHasher::default();
+    h.write_u64(v);
+    h.finish()
+}
+
+fn shard_of(hash: u64) -> usize {
+    // The high bits: the low ones pick the bucket inside the shard's map.
+    (hash >> 58) as usize & (SHARDS - 1)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().expect("cache shard lock poisoned by a panic")
+}
+
+/// One shard of the inode table.
+type InodeShard = Mutex<MixMap<InodeNo, Arc<Handle>>>;
+
+/// Every inode's handle while in use, and recently used ones after.
+pub(crate) struct InodeTable {
+    shards: Box<[InodeShard]>,
+    per_shard: usize,
+}
+
+impl InodeTable {
+    /// A table keeping about `capacity` unused handles.
+    pub fn new(capacity: usize) -> InodeTable {
+        InodeTable {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(4),
+        }
+    }
+
+    fn shard(&self, ino: InodeNo) -> &InodeShard {
+        &self.shards[shard_of(mix(ino.0))]
+    }
+
+    /// The handle of `ino`, made by `load` (under the shard's lock) if not in the table.
+    pub fn get_or_load<E>(
+        &self,
+        ino: InodeNo,
+        load: impl FnOnce() -> Result<Handle, E>,
+    ) -> Result<Arc<Handle>, E> {
+        let mut shard = lock(self.shard(ino));
+        if let Some(h) = shard.get(&ino) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(load()?);
+        if shard.len() >= self.per_shard {
+            let keep = self.per_shard - self.per_shard / 4;
+            let mut len = shard.len();
+            shard.retain(|_, h| {
+                let evict = len > keep && Arc::strong_count(h) == 1;
+                len -= usize::from(evict);
+                !evict
+            });
+        }
+        shard.insert(ino, h.clone());
+        Ok(h)
+    }
+
+    /// The handle of `ino` if the table has one.
+    pub fn get(&self, ino: InodeNo) -> Option<Arc<Handle>> {
+        lock(self.shard(ino)).get(&ino).cloned()
+    }
+
+    /// Every handle in the table (a snapshot).
+    pub fn all(&self) -> Vec<Arc<Handle>> {
+        self.shards
+            .iter()
+            .flat_map(|s| lock(s).values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}
+
+/// A name's cached answer: the entry, or `None` for "no such name".
+struct Slot {
+    dir: InodeNo,
+    name: Box<[u8]>,
+    entry: Option<Dentry>,
+}
+
+#[derive(Default)]
+struct NameShard {
+    /// By hash of (directory, name); a colliding name replaces the slot.
+    slots: MixMap<u64, Slot>,
+    /// Bumped by every change of a name of this shard.
+    generation: u64,
+}
+
+/// What [`NameCache::get`] found.
+pub(crate) enum Cached {
+    /// The name's entry (`None`: the name does not exist).
+    Hit(Option<Dentry>),
+    /// Not cached: look it up, then [`NameCache::fill`] with this ticket.
+    Miss(NameTicket),
+}
+
+/// A miss's permission to fill the cache if nothing changed meanwhile.
+pub(crate) struct NameTicket {
+    hash: u64,
+    generation: u64,
+}
+
+/// (directory, name) → directory entry or absence.
+pub(crate) struct NameCache {
+    shards: Box<[Mutex<NameShard>]>,
+    per_shard: usize,
+}
+
+impl NameCache {
+    /// A cache of about `capacity` names.
+    pub fn new(capacity: usize) -> NameCache {
+        NameCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(4),
+        }
+    }
+
+    fn hash(dir: InodeNo, name: &[u8]) -> u64 {
+        let mut h = MixHasher::default();
+        h.write_u64(dir.0);
+        for chunk in name.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            h.write_u64(u64::from_le_bytes(word));
+        }
+        h.write_u64(name.len() as u64);
+        h.finish()
+    }
+
+    /// A guard that forgets `name` of `dir` when dropped: an operation changing the name
+    /// takes it after locking the directory, so it drops after every MetaDB batch of the
+    /// operation and before the directory's lock (also on errors, where forgetting is
+    /// merely wasted).
+    pub fn forget_on_drop<'a>(&'a self, dir: InodeNo, name: &'a [u8]) -> Forget<'a> {
+        Forget {
+            cache: self,
+            dir,
+            name,
+        }
+    }
+
+    pub fn get(&self, dir: InodeNo, name: &[u8]) -> Cached {
+        let hash = NameCache::hash(dir, name);
+        let shard = lock(&self.shards[shard_of(hash)]);
+        match shard.slots.get(&hash) {
+            Some(s) if s.dir == dir && *s.name == *name => Cached::Hit(s.entry),
+            _ => Cached::Miss(NameTicket {
+                hash,
+                generation: shard.generation,
+            }),
+        }
+    }
+
+    /// Caches what a lookup that missed with `ticket` read from MetaDB, unless a name of
+    /// the shard changed since the miss.
+    pub fn fill(&self, ticket: NameTicket, dir: InodeNo, name: &[u8], entry: Option<Dentry>) {
+        debug_assert_eq!(ticket.hash, NameCache::hash(dir, name));
+        let mut shard = lock(&self.shards[shard_of(ticket.hash)]);
+        if shard.generation != ticket.generation {
+            return;
+        }
+        if shard.slots.len() >= self.per_shard && !shard.slots.contains_key(&ticket.hash) {
+            let keep = self.per_shard - self.per_shard / 4;
+            let mut len = shard.slots.len();
+            shard.slots.retain(|_, _| {
+                let evict = len > keep;
+                len -= usize::from(evict);
+                !evict
+            });
+        }
+        shard.slots.insert(
+            ticket.hash,
+            Slot {
+                dir,
+                name: name.into(),
+                entry,
+            },
+        );
+    }
+
+    /// Forgets `name` of `dir`: its MetaDB record was just changed.
+    pub fn changed(&self, dir: InodeNo, name: &[u8]) {
+        let hash = NameCache::hash(dir, name);
+        let mut shard = lock(&self.shards[shard_of(hash)]);
+        shard.generation += 1;
+        if shard
+            .slots
+            .get(&hash)
+            .is_some_and(|s| s.dir == dir && *s.name == *name)
+        {
+            shard.slots.remove(&hash);
+        }
+    }
+}
+
+/// See [`NameCache::forget_on_drop`].
+pub(crate) struct Forget<'a> {
+    cache: &'a NameCache,
+    dir: InodeNo,
+    name: &'a [u8],
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.cache.changed(self.dir, self.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::Kind;
+
+    fn entry(ino: u64) -> Option<Dentry> {
+        Some(Dentry {
+            ino: InodeNo(ino),
+            kind: Kind::File,
+        })
+    }
+
+    #[test]
+    fn a_fill_racing_a_change_is_dropped() {
+        let c = NameCache::new(1024);
+        let Cached::Miss(t) = c.get(InodeNo(1), b"a") else {
+            panic!("empty cache hit")
+        };
+        c.changed(InodeNo(1), b"a");
+        c.fill(t, InodeNo(1), b"a", None);
+        assert!(matches!(c.get(InodeNo(1), b"a"), Cached::Miss(_)));
+        let Cached::Miss(t) = c.get(InodeNo(1), b"a") else {
+            panic!()
+        };
+        c.fill(t, InodeNo(1), b"a", entry(7));
+        assert!(matches!(c.get(InodeNo(1), b"a"), Cached::Hit(e) if e == entry(7)));
+        assert!(matches!(c.get(InodeNo(2), b"a"), Cached::Miss(_)));
+        c.changed(InodeNo(1), b"a");
+        assert!(matches!(c.get(InodeNo(1), b"a"), Cached::Miss(_)));
+    }
+
+    #[test]
+    fn names_stay_bounded() {
+        let c = NameCache::new(256);
+        for i in 0..10_000u64 {
+            let name = i.to_le_bytes();
+            if let Cached::Miss(t) = c.get(InodeNo(1), &name) {
+                c.fill(t, InodeNo(1), &name, None);
+            }
+        }
+        let total: usize = c.shards.iter().map(|s| lock(s).slots.len()).sum();
+        assert!(total <= 256 + SHARDS * 4, "{total} names cached");
+    }
+}
