@@ -36,6 +36,8 @@ const INO_BATCH: u64 = 1024;
 const INODE_CACHE: usize = 64 << 10;
 /// Names the name cache keeps.
 const NAME_CACHE: usize = 256 << 10;
+/// Locks creates of names hashing alike share.
+const NAME_STRIPES: usize = 256;
 /// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
 /// offsets within i64 for lseek).
 pub const FILE_SIZE_MAX: u64 = 1 << 50;
@@ -60,6 +62,12 @@ pub(crate) struct Handle {
     /// every writer of the inode's record (see [`Handle::write`]).
     pub writeback: Mutex<()>,
     pub state: RwLock<InodeState>,
+    /// A directory's record as creates in it last wrote it, newer than `state`'s: creates
+    /// hold `state` in read mode only (so that they run in parallel) and build the
+    /// directory's record under the engine's lane lock from this. Taken into `state` by
+    /// the next holder of its write lock ([`Handle::write`], [`Handle::state_write`]);
+    /// readers of attributes see it through [`Handle::attrs`].
+    pub created: Mutex<Option<Inode>>,
     /// Cached blocks of a file.
     pub pages: Mutex<Pages>,
 }
@@ -95,7 +103,7 @@ impl Handle {
     pub fn write(&self) -> StateWrite<'_> {
         let writeback = self.writeback.lock().expect("write-back lock");
         StateWrite {
-            st: self.state.write().expect("inode lock"),
+            st: self.state_write(),
             _writeback: writeback,
         }
     }
@@ -103,7 +111,24 @@ impl Handle {
     /// The state alone for writing: a data writer installing pages, or a write-back
     /// noting its result (both change no more than size, times and block count).
     pub fn state_write(&self) -> RwLockWriteGuard<'_, InodeState> {
-        self.state.write().expect("inode lock")
+        let mut st = self.state.write().expect("inode lock");
+        if let Some(newer) = self.created().take() {
+            st.inode = Some(newer);
+        }
+        st
+    }
+
+    fn created(&self) -> MutexGuard<'_, Option<Inode>> {
+        self.created.lock().expect("created-record lock")
+    }
+
+    /// The inode's attributes with `st` (this handle's state, locked): what creates in
+    /// the directory changed since the state's write lock was last taken included.
+    pub fn attrs(&self, st: &InodeState) -> Result<Inode, VfsError> {
+        match *self.created() {
+            Some(newer) => Ok(newer),
+            None => live(st, self.ino).copied(),
+        }
     }
 
     pub fn pages(&self) -> std::sync::MutexGuard<'_, Pages> {
@@ -211,6 +236,8 @@ pub struct FileSystem {
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
     rename_lock: Mutex<()>,
+    /// Creates' name locks ([`FileSystem::name_stripe`]).
+    name_stripes: Box<[Mutex<()>]>,
     /// Per inode, inodes whose domain lanes hold name operations its fsync must make
     /// durable: for a file, the directories it was created, linked, unlinked or renamed
     /// under (and a replaced target's); for a directory, the files whose lanes logged a
@@ -340,6 +367,7 @@ impl FileSystem {
             core,
             next_ino: Mutex::new((high, high)),
             rename_lock: Mutex::new(()),
+            name_stripes: (0..NAME_STRIPES).map(|_| Mutex::new(())).collect(),
             name_lanes: Mutex::new(HashMap::new()),
             creds: Mutex::new(Arc::new(Creds::of_process())),
             record_locks: crate::locks::LockTable::default(),
@@ -443,6 +471,7 @@ impl FileSystem {
                 ranges: RangeLock::default(),
                 writeback: Mutex::new(()),
                 state: RwLock::new(InodeState { inode, open: 0 }),
+                created: Mutex::new(None),
                 pages: Mutex::new(Pages::new(self.core.cache.clone())),
             })
         })
@@ -559,7 +588,7 @@ impl FileSystem {
     pub(crate) fn attrs_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
         let h = self.handle(ino)?;
         let st = h.read();
-        Ok(metadata(ino, live(&st, ino)?))
+        Ok(metadata(ino, &h.attrs(&st)?))
     }
 
     /// Attributes of `ino`. `st_blocks` is exact: it waits for a write-back of the file
@@ -569,7 +598,7 @@ impl FileSystem {
         // A write-back in flight has mapped blocks its record does not count yet: the
         // count is read between write-backs.
         let _writeback = h.writeback.lock().expect("write-back lock");
-        let mut meta = metadata(ino, live(&h.read(), ino)?);
+        let mut meta = metadata(ino, &h.attrs(&h.read())?);
         // Blocks dirty pages will allocate count already (as the kernel's delayed
         // allocation does).
         meta.blocks += self.core.pending_blocks(&h)? * (BLOCK / 512);
@@ -594,36 +623,46 @@ impl FileSystem {
             "a symlink has a target"
         );
         let ph = self.handle(parent)?;
-        let mut pst = ph.write();
+        // Creates share the directory (read mode): the name's stripe keeps two creates of
+        // one name apart, and the directory's record is built in lane order below.
+        // Everything else that changes the directory's entries holds it in write mode.
+        let pst = ph.read();
+        let _name = self.name_stripe(parent, name);
         let _forget = self.core.names.forget_on_drop(parent, name);
-        let mut pinode = self.free_name(cx, &pst, parent, name)?;
+        let pinode = self.free_name(cx, &pst, parent, name)?;
         let ino = self.allocate_ino()?;
         let mut inode = new_inode(cx, &pinode, parent, kind, perm, self.now());
         inode.size = target.map_or(0, |t| t.len() as u64);
         let now = inode.btime_ns;
-        pinode.mtime_ns = now;
-        pinode.ctime_ns = now;
-        if kind == Kind::Dir {
-            pinode.nlink += 1;
-        }
         let mut batch = WriteBatch::new();
         batch.put(
             records::dentry_key(parent, name),
             Dentry { ino, kind }.encode().to_vec(),
         );
         batch.put(records::inode_key(ino).to_vec(), inode.encode().to_vec());
-        batch.put(
-            records::inode_key(parent).to_vec(),
-            pinode.encode().to_vec(),
-        );
         if let Some(t) = target {
             batch.put(records::symlink_key(ino).to_vec(), t.to_vec());
         }
         self.core.record_in(parent, parent)?;
+        let ph_ref = &ph;
         self.core
             .engine
-            .put_metadata(parent, &batch, Durability::Buffered)?;
-        pst.inode = Some(pinode);
+            .put_metadata_then(parent, batch, Durability::Buffered, |batch| {
+                // Under the lane's lock: the record order in the lane is the order of
+                // these updates, so the last record of the directory is the newest.
+                let mut created = ph_ref.created();
+                let mut pinode = created.unwrap_or(pinode);
+                pinode.mtime_ns = pinode.mtime_ns.max(now);
+                pinode.ctime_ns = pinode.ctime_ns.max(now);
+                if kind == Kind::Dir {
+                    pinode.nlink += 1;
+                }
+                batch.put(
+                    records::inode_key(parent).to_vec(),
+                    pinode.encode().to_vec(),
+                );
+                *created = Some(pinode);
+            })?;
         let h = self.handle(ino)?;
         let mut st = h.write();
         st.inode = Some(inode);
@@ -631,6 +670,16 @@ impl FileSystem {
         self.note_lane(ino, parent);
         self.note_create(ino, parent)?;
         Ok(ino)
+    }
+
+    /// The lock of the stripe of names `name` of `parent` falls in: held by a create
+    /// from its check that the name is free until its entry is in MetaDB.
+    fn name_stripe(&self, parent: InodeNo, name: &[u8]) -> MutexGuard<'_, ()> {
+        let mut h = crate::caches::MixHasher::default();
+        std::hash::Hasher::write_u64(&mut h, parent.0);
+        std::hash::Hasher::write(&mut h, name);
+        let i = (std::hash::Hasher::finish(&h) >> 56) as usize % self.name_stripes.len();
+        self.name_stripes[i].lock().expect("name stripe lock")
     }
 
     /// The target of symbolic link `ino`.

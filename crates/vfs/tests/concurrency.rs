@@ -281,3 +281,93 @@ fn statfs_is_sane_while_writers_take_segments() {
     });
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 }
+
+/// Creates in one directory share it (its lock in read mode): 16 threads make files and
+/// directories there, racing for shared names, while another stats the directory. Each
+/// shared name is created exactly once; the directory's link count, entry count and
+/// mtime are right in memory and, after a remount, on the device.
+#[test]
+fn parallel_creates_in_one_directory() {
+    let (dev, fs) = mounted(2);
+    fs.create_dir("/d", 0o755).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let statter = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let m = fs.metadata("/d").unwrap();
+                assert!(
+                    m.nlink >= last,
+                    "link count went back: {} < {last}",
+                    m.nlink
+                );
+                last = m.nlink;
+            }
+        })
+    };
+    let threads: Vec<_> = (0..16u64)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let (mut dirs, mut won) = (0u32, 0u32);
+                for i in 0..100u64 {
+                    if i % 3 == 0 {
+                        fs.create_dir(&format!("/d/dir-{t}-{i}"), 0o755).unwrap();
+                        dirs += 1;
+                    } else {
+                        fs.symlink("target", &format!("/d/link-{t}-{i}")).unwrap();
+                    }
+                    // Every thread tries every shared name: one wins each.
+                    let shared = format!("/d/shared-{}", (i + t) % 40);
+                    match fs.create_dir(&shared, 0o700) {
+                        Ok(()) => won += 1,
+                        Err(e) => assert_eq!(e.errno(), libc::EEXIST, "{shared}: {e}"),
+                    }
+                }
+                (dirs, won)
+            })
+        })
+        .collect();
+    let (mut dirs, mut won) = (0, 0);
+    for t in threads {
+        let (d, w) = t.join().unwrap();
+        dirs += d;
+        won += w;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    statter.join().unwrap();
+    assert_eq!(won, 40, "each shared name created once");
+    let entries = 16 * 100 + 40;
+    let newest = fs
+        .read_dir("/d")
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let path = format!("/d/{}", String::from_utf8_lossy(&e.name));
+            fs.symlink_metadata(&path).unwrap().ctime_ns
+        })
+        .max()
+        .unwrap();
+    let check = |fs: &FileSystem| {
+        assert_eq!(check_consistent(fs, "/d"), entries as usize);
+        let m = fs.metadata("/d").unwrap();
+        assert_eq!(m.nlink, 2 + dirs + 40);
+        assert!(
+            m.mtime_ns >= newest,
+            "directory mtime older than its newest entry"
+        );
+    };
+    check(&fs);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    let fs = FileSystem::mount(
+        EngineEnv {
+            device: dev,
+            pmr: None,
+            clock: Arc::new(SystemClock::new()),
+        },
+        EngineConfig::default(),
+    )
+    .unwrap();
+    check(&fs);
+}

@@ -397,10 +397,47 @@ impl Engine {
         batch: &WriteBatch,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        self.put_in_lane(ino, std::borrow::Cow::Borrowed(batch), durability, None)
+    }
+
+    /// [`Engine::put_metadata`] with records `last` adds under the domain's lock, just
+    /// before the batch takes its place in the lane: batches built this way by threads
+    /// that share no other lock enter the lane in the order `last` ran in (the VFS builds
+    /// a directory's record here when creates in it run in parallel).
+    pub fn put_metadata_then(
+        &self,
+        ino: InodeNo,
+        batch: WriteBatch,
+        durability: Durability,
+        mut last: impl FnMut(&mut WriteBatch),
+    ) -> Result<(), EngineError> {
+        self.put_in_lane(
+            ino,
+            std::borrow::Cow::Owned(batch),
+            durability,
+            Some(&mut last),
+        )
+    }
+
+    fn put_in_lane(
+        &self,
+        ino: InodeNo,
+        batch: std::borrow::Cow<'_, WriteBatch>,
+        durability: Durability,
+        last: Option<&mut dyn FnMut(&mut WriteBatch)>,
+    ) -> Result<(), EngineError> {
         self.check_writable()?;
         let domain = self.domain(ino);
         let mut state = domain.lock();
-        let receipt = self.failing(self.put_batch(domain, &mut state, batch))?;
+        let batch = match last {
+            Some(last) => {
+                let mut batch = batch.into_owned();
+                last(&mut batch);
+                std::borrow::Cow::Owned(batch)
+            }
+            None => batch,
+        };
+        let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
         let seq = domain.tracker.issued();
         drop(state);
         if durability == Durability::Fsync {
