@@ -90,23 +90,26 @@ fn run_step(step: &Step) -> Result<Value, String> {
     }
 }
 
-/// How the PMR is emulated here: a region is made in `--pmr-dir` to learn how it
-/// persists, then removed.
-fn pmr_description(args: &PmrArgs) -> String {
+/// How the PMR is emulated here, and whether it is: a region is made in `--pmr-dir` to
+/// learn how it persists, then removed.
+fn pmr_description(args: &PmrArgs) -> (String, Option<bool>) {
     let probe = match args.emulated("bench-report-probe", Arc::new(SystemClock::new())) {
         Ok(p) => p,
-        Err(e) => return format!("none usable: {e}"),
+        Err(e) => return (format!("none usable: {e}"), None),
     };
     let mode = probe.create().map(|region| region.persist_mode());
     if let Err(e) = scratch::remove_file(probe.path()) {
         eprintln!("augefs bench report: {e}");
     }
     match mode {
-        Ok(m) => format!(
-            "{}; used by api-pmr and by bench metadb's pmr mode",
-            probe.describe(Some(m))
+        Ok(m) => (
+            format!(
+                "{}; used by api-pmr and by bench metadb's pmr mode",
+                probe.describe(Some(m))
+            ),
+            Some(m.is_emulated()),
         ),
-        Err(e) => format!("cannot be emulated here: {e}"),
+        Err(e) => (format!("cannot be emulated here: {e}"), None),
     }
 }
 
@@ -266,8 +269,15 @@ fn markdown(
         out,
         "Made by `augefs bench report` in {:.1} minutes: every table and verdict below is \
          computed from the JSON documents beside this file, measured in that one \
-         invocation. Repeat a part with the command shown above its table.\n",
-        elapsed_s / 60.0
+         invocation. Repeat a part with the command shown above its table. Load average \
+         at the start {}, at the end {} (on {} logical CPUs: above that, other work \
+         shared the machine and the spreads show it).\n",
+        elapsed_s / 60.0,
+        machine
+            .load_average
+            .map_or("?".to_string(), |l| format!("{l:.2}")),
+        machine::load_average().map_or("?".to_string(), |l| format!("{l:.2}")),
+        machine.cpus,
     );
     out.push_str("## Machine\n\n");
     out.push_str(&machine.markdown());

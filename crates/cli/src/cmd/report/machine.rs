@@ -32,8 +32,22 @@ pub struct Machine {
     pub disk: Option<Disk>,
     /// How the PMR is emulated, e.g. "EMULATED PMR: 64 MiB file in /dev/shm ...".
     pub pmr: String,
+    /// Whether that region is emulated (not DAX); `None` if none could be made.
+    pub pmr_emulated: Option<bool>,
     pub augefs_version: &'static str,
     pub git_commit: Option<String>,
+    /// The 1-minute load average when described: other work on a shared machine
+    /// shows here and in the spreads.
+    pub load_average: Option<f64>,
+}
+
+/// The 1-minute load average (/proc/loadavg).
+pub fn load_average() -> Option<f64> {
+    read("/proc/loadavg")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The first "model name" of /proc/cpuinfo.
@@ -95,8 +109,8 @@ fn git_commit() -> Option<String> {
 
 impl Machine {
     /// Describes this machine and the directory `dir`; `pmr` says how the PMR is
-    /// emulated.
-    pub fn describe(dir: &Path, pmr: String) -> Machine {
+    /// emulated and whether it is.
+    pub fn describe(dir: &Path, pmr: (String, Option<bool>)) -> Machine {
         Machine {
             cpu_model: read("/proc/cpuinfo").and_then(|t| parse_cpuinfo(&t)),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -106,9 +120,11 @@ impl Machine {
             dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
             mount: scratch::mount_of(dir),
             disk: disk_of(dir),
-            pmr,
+            pmr: pmr.0,
+            pmr_emulated: pmr.1,
             augefs_version: env!("CARGO_PKG_VERSION"),
             git_commit: git_commit(),
+            load_average: load_average(),
         }
     }
 
@@ -144,6 +160,11 @@ impl Machine {
             ),
             ("Logical CPUs", self.cpus.to_string()),
             (
+                "Load average at the start",
+                self.load_average
+                    .map_or_else(|| unknown.clone(), |l| format!("{l:.2}")),
+            ),
+            (
                 "Memory",
                 self.memory_bytes.map_or_else(|| unknown.clone(), human),
             ),
@@ -174,6 +195,7 @@ impl Machine {
         json!({
             "cpu_model": self.cpu_model,
             "cpus": self.cpus,
+            "load_average": self.load_average,
             "memory_bytes": self.memory_bytes,
             "kernel": self.kernel,
             "os": self.os,
@@ -186,7 +208,7 @@ impl Machine {
                 "rotational": d.rotational, "scheduler": d.scheduler,
             })),
             "pmr": self.pmr,
-            "pmr_emulated": true,
+            "pmr_emulated": self.pmr_emulated,
             "augefs_version": self.augefs_version,
             "git_commit": self.git_commit,
         })
@@ -214,7 +236,7 @@ mod tests {
 
     #[test]
     fn this_machine_is_described() {
-        let m = Machine::describe(Path::new("/"), "EMULATED PMR".to_string());
+        let m = Machine::describe(Path::new("/"), ("EMULATED PMR".to_string(), Some(true)));
         assert!(m.cpus >= 1);
         let text = m.markdown();
         for key in [
