@@ -43,7 +43,7 @@ enum Command {
     Amplify(cmd::amplify::Args),
     /// Benchmarks.
     #[command(subcommand)]
-    Bench(BenchCommand),
+    Bench(Box<BenchCommand>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -61,6 +61,10 @@ enum BenchCommand {
     /// File-system workloads (metadata, data, Filebench-like) on augefs through its API,
     /// FUSE and the interposer, beside a directory and ext2/ext4/xfs/btrfs.
     Fs(cmd::bench_fs::Args),
+    /// The whole comparison in one run (bench fs on every target, fio, amplify, bench
+    /// metadb): a Markdown report with the machine, the goals, tables, JSON and plots
+    /// under bench/results/<UTC date-time>/.
+    Report(cmd::report::Args),
     /// One phase of one `bench fs` cell, run under the interposer (not for direct use).
     #[command(hide = true)]
     FsWorker(cmd::bench_fs::WorkerArgs),
@@ -108,14 +112,15 @@ fn main() -> ExitCode {
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
         Command::Amplify(args) => cmd::amplify::run(args),
-        Command::Bench(BenchCommand::Device(args)) => cmd::bench_device::run(args),
-        Command::Bench(BenchCommand::Metadb(args)) => cmd::bench_metadb::run(args),
-        Command::Bench(BenchCommand::Engine(args)) => cmd::bench_engine::run(args),
-        Command::Bench(BenchCommand::EngineCrashChild(args)) => {
-            cmd::bench_engine::crash_child(args)
-        }
-        Command::Bench(BenchCommand::Fs(args)) => cmd::bench_fs::run(args),
-        Command::Bench(BenchCommand::FsWorker(args)) => cmd::bench_fs::worker(args),
+        Command::Bench(bench) => match *bench {
+            BenchCommand::Device(args) => cmd::bench_device::run(args),
+            BenchCommand::Metadb(args) => cmd::bench_metadb::run(args),
+            BenchCommand::Engine(args) => cmd::bench_engine::run(args),
+            BenchCommand::EngineCrashChild(args) => cmd::bench_engine::crash_child(args),
+            BenchCommand::Fs(args) => cmd::bench_fs::run(args),
+            BenchCommand::FsWorker(args) => cmd::bench_fs::worker(args),
+            BenchCommand::Report(args) => cmd::report::run(args),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,8 @@
 //! `augefs bench fs` in quick mode: the table, the JSON and the plots have every cell
 //! asked for, with figures that were measured (api counts its device bytes, dir cannot);
 //! bad flags are refused by name; as root, an ext4 cell on a loop device that is gone
-//! afterwards; FUSE and the interposer when the machine has them.
+//! afterwards; FUSE and the interposer when the machine has them; augefs with MetaDB's
+//! WAL on an emulated PMR, labelled so, its PMR bytes counted apart.
 
 mod common;
 
@@ -168,6 +169,66 @@ fn api_and_dir_table_json_and_plots_have_every_cell() {
         .filter(|n| n.to_string_lossy().starts_with("bench-fs-"))
         .collect();
     assert!(left.is_empty(), "dir cells removed: {left:?}");
+}
+
+/// tmpfs for the emulated PMR when the machine has one, else the scratch directory.
+fn pmr_dir(scratch: &BenchScratch) -> String {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() { shm } else { scratch.path() };
+    dir.to_str().expect("utf-8 path").to_string()
+}
+
+#[test]
+fn api_pmr_runs_create_fsync_and_is_labelled_emulated() {
+    let scratch = BenchScratch::new();
+    let json = scratch.path().join("out.json");
+    let pmr_dir = pmr_dir(&scratch);
+    let out = bench(
+        scratch.path(),
+        &[
+            "--target",
+            "api-pmr",
+            "--workload",
+            "create+fsync",
+            "--threads",
+            "1",
+            "--pmr-dir",
+            &pmr_dir,
+            "--pmr-latency-ns",
+            "700",
+            "--json-file",
+            json.to_str().unwrap(),
+        ],
+    );
+    common::check("bench fs", &out);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("api-pmr: augefs through the vfs API, MetaDB's WAL on the EMULATED PMR")
+            && table.contains("+ 700 ns busy-wait per 64-byte line"),
+        "header: {table}"
+    );
+    assert!(table.contains("pmrW/op"), "{table}");
+    assert!(table.contains("(emulated, 700 ns/line)"), "footer: {table}");
+    let doc = json_file(&json);
+    let pmr = &target(&doc, "api-pmr")["pmr"];
+    assert_eq!(pmr["emulated"], true, "{pmr}");
+    assert_eq!(pmr["latency_ns_per_line"], 700, "{pmr}");
+    let create = cell(&doc, "api-pmr", "create+fsync", 1);
+    assert!(ops_per_sec(create) > 0.0);
+    // The directory fsync persists MetaDB's WAL records to the PMR: at least a line.
+    let persisted = create["median"]["pmr_write_bytes_per_op"].as_f64().unwrap();
+    assert!(persisted >= 64.0, "{create}");
+    assert!(create["median"]["dev_write_bytes_per_op"]
+        .as_f64()
+        .is_some());
+    let left: Vec<_> = std::fs::read_dir(&pmr_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("augefs-bench-fs-") && n.ends_with(".pmr"))
+        .collect();
+    assert!(left.is_empty(), "PMR files left: {left:?}");
+    scratch.assert_cleaned_up();
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! augefs under the benchmarks through its Rust API: an image formatted afresh and
-//! mounted as `augefs mount` mounts it (no PMR, the engine's default configuration),
-//! and the calls the workloads need that the path-level API spells differently.
-//! Used by `amplify` and `bench fs`.
+//! mounted as `augefs mount` mounts it (the engine's default configuration; with a PMR
+//! for MetaDB's WAL where one is given), and the calls the workloads need that the
+//! path-level API spells differently. Used by `amplify` and `bench fs`.
 //!
 //! Invariants:
 //! - A format starts the file system empty on the same device: the device's IO
@@ -13,6 +13,7 @@ use engine::log::{EngineConfig, EngineEnv};
 use engine::mkfs::{self, MkfsOptions};
 use engine::progress::NoProgress;
 use platform::Clock;
+use pmr::Pmr;
 use std::sync::Arc;
 use vfs::FileSystem;
 
@@ -21,25 +22,34 @@ pub fn err(what: &str, e: impl std::fmt::Display) -> String {
     format!("augefs: {what}: {e}")
 }
 
-/// Formats `device` (forcing over an earlier benchmark's file system); `fs_uuid` names
-/// the benchmark, the images never outlive it.
-pub fn format(device: &Device, clock: &dyn Clock, fs_uuid: [u8; 16]) -> Result<(), String> {
+/// Formats `device` (forcing over an earlier benchmark's file system), and `pmr` for
+/// pmr mode; `fs_uuid` names the benchmark, the images never outlive it.
+pub fn format(
+    device: &Device,
+    pmr: Option<&Pmr>,
+    clock: &dyn Clock,
+    fs_uuid: [u8; 16],
+) -> Result<(), String> {
     let opts = MkfsOptions {
         domain_count: None,
         fs_uuid,
         created_unix_ns: clock.wall_ns(),
         force: true,
     };
-    mkfs::format(device, None, &opts, &NoProgress)
+    mkfs::format(device, pmr, &opts, &NoProgress)
         .map(|_| ())
         .map_err(|e| err("mkfs", e))
 }
 
-/// Mounts the file system on `device`.
-pub fn mount(device: &Arc<Device>, clock: &Arc<dyn Clock>) -> Result<Arc<FileSystem>, String> {
+/// Mounts the file system on `device` (with the `pmr` it was formatted with).
+pub fn mount(
+    device: &Arc<Device>,
+    pmr: Option<&Arc<Pmr>>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Arc<FileSystem>, String> {
     let env = EngineEnv {
         device: device.clone(),
-        pmr: None,
+        pmr: pmr.cloned(),
         clock: clock.clone(),
     };
     let fs = FileSystem::mount(env, EngineConfig::default()).map_err(|e| err("mount", e))?;

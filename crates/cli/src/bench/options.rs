@@ -26,6 +26,12 @@ pub struct Common {
 }
 
 impl Common {
+    /// [`Common::emit`] of a JSON document.
+    pub fn emit_value(&self, json: &serde_json::Value, table: impl FnOnce()) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(json).expect("JSON of plain values");
+        self.emit(&text, table)
+    }
+
     /// Writes `json` to `--json-file` if given, then prints it (`--json`) or calls
     /// `table`, which prints the text report.
     pub fn emit(&self, json: &str, table: impl FnOnce()) -> Result<(), String> {
@@ -62,12 +68,14 @@ pub fn check_seconds(seconds: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses `argv` (without a program name) into a subcommand's arguments, for unit tests
-/// of their checks.
-#[cfg(test)]
-pub fn parse_for_test<A: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> Result<A, String> {
-    let command = A::augment_args(clap::Command::new("test"));
-    let all = std::iter::once("test").chain(argv.iter().copied());
+/// Parses `argv` (without a program name) into a subcommand's arguments: how `bench
+/// report` builds the arguments of the runs it makes (so each can be repeated by hand
+/// with the same words), and how unit tests check a subcommand's checks.
+pub fn parse_args<A: clap::Args + clap::FromArgMatches, S: AsRef<str>>(
+    argv: &[S],
+) -> Result<A, String> {
+    let command = A::augment_args(clap::Command::new("augefs"));
+    let all = std::iter::once("augefs").chain(argv.iter().map(AsRef::as_ref));
     let matches = command
         .try_get_matches_from(all)
         .map_err(|e| e.to_string())?;

@@ -33,10 +33,6 @@ impl Scratch {
         })
     }
 
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
     /// `<dir>/<stem>-<pid><rest>`, e.g. `named("metadb", ".img")`.
     pub fn named(&self, stem: &str, rest: &str) -> PathBuf {
         self.dir.join(format!("{stem}-{}{rest}", self.pid))
@@ -118,20 +114,38 @@ pub fn remove_mount_point(dir: &Path) {
     }
 }
 
-/// The file-system type holding `path`, from /proc/self/mounts (longest matching mount).
-pub fn fs_type(path: &Path) -> Option<String> {
+/// The mount holding a path: a line of /proc/self/mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The device or other source, e.g. `/dev/vda1`, `tmpfs`.
+    pub source: String,
+    pub target: String,
+    pub fs_type: String,
+    pub options: String,
+}
+
+/// The mount holding `path`, from /proc/self/mounts (the longest matching mount point).
+pub fn mount_of(path: &Path) -> Option<Mount> {
     let path = path.canonicalize().ok()?;
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
     mounts
         .lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
-            let (_source, target, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            path.starts_with(target)
-                .then(|| (target.len(), kind.to_string()))
+            let mount = Mount {
+                source: fields.next()?.to_string(),
+                target: fields.next()?.to_string(),
+                fs_type: fields.next()?.to_string(),
+                options: fields.next().unwrap_or_default().to_string(),
+            };
+            path.starts_with(&mount.target).then_some(mount)
         })
-        .max_by_key(|(len, _)| *len)
-        .map(|(_, kind)| kind)
+        .max_by_key(|m| m.target.len())
+}
+
+/// The file-system type holding `path`.
+pub fn fs_type(path: &Path) -> Option<String> {
+    mount_of(path).map(|m| m.fs_type)
 }
 
 #[cfg(test)]
@@ -167,5 +181,6 @@ mod tests {
     #[test]
     fn fs_type_of_root_is_known() {
         assert!(fs_type(Path::new("/")).is_some());
+        assert_eq!(mount_of(Path::new("/")).unwrap().target, "/");
     }
 }

@@ -104,17 +104,28 @@ fn check(args: &Args) -> Result<(), String> {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    check(&args)?;
+    let report = execute(&args)?;
+    args.common
+        .emit_value(&report.json(), || report.print_table())
+}
+
+/// Measures, then removes the image files (unless `--keep`).
+fn execute(args: &Args) -> Result<Report, String> {
+    check(args)?;
     let scratch = Scratch::create(&args.dir)?;
     let augefs_image = scratch.named("amplify-augefs", ".img");
     let kernel_image = scratch.named("amplify-kernel", ".img");
-    let measured = measure(&args, &scratch, &augefs_image, &kernel_image);
+    let measured = measure(args, &scratch, &augefs_image, &kernel_image);
     if !args.common.keep {
         scratch.remove(&[&augefs_image, &kernel_image], &[]);
     }
-    let report = measured?;
-    let json = serde_json::to_string_pretty(&report.json()).expect("JSON of plain values");
-    args.common.emit(&json, || report.print_table())
+    measured
+}
+
+/// Measures what `args` asks for and returns the JSON document `--json` prints (for
+/// `bench report`).
+pub fn measure_json(args: &Args) -> Result<serde_json::Value, String> {
+    execute(args).map(|report| report.json())
 }
 
 /// Steps of the progress lines.
@@ -292,11 +303,11 @@ fn kernels(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::options::parse_for_test;
+    use crate::bench::options::parse_args;
 
     #[test]
     fn unknown_file_systems_are_refused() {
-        let parse = |argv: &[&str]| parse_for_test::<Args>(argv).unwrap();
+        let parse = |argv: &[&str]| parse_args::<Args, _>(argv).unwrap();
         assert!(check(&parse(&[])).is_ok());
         let err = check(&parse(&["--fs", "augefs,zfs"])).unwrap_err();
         assert!(err.contains("zfs"), "{err}");

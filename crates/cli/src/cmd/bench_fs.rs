@@ -2,8 +2,9 @@
 //! [--runs N] [--io-size LIST] [--fsync] [--dir DIR] [--baseline T] [--scale F]
 //! [--plot DIR] [--quick] [--json] [--json-file F] [--keep]`: file-system workloads
 //! (FxMark's metadata operations, durable appends and overwrites, reads, Filebench-like
-//! personalities) on augefs through its API, FUSE and the interposer, and on the
-//! kernel's file systems, side by side (docs/DESIGN.md §4h).
+//! personalities) on augefs through its API (also with MetaDB's WAL on an emulated
+//! PMR), FUSE and the interposer, and on the kernel's file systems, side by side
+//! (docs/DESIGN.md §4h).
 //!
 //! - `bench_fs/case.rs`: the workloads and their names; `workload.rs`: setup, the
 //!   per-thread operations and the timed run; `filebench.rs`: the personalities;
@@ -17,6 +18,7 @@
 //! - A target that cannot run (no root, no mkfs, no interposer library) keeps its rows
 //!   with a note; a failing run is recorded with its error and the others go on.
 //! - Progress goes to stderr (a line per step); the table or JSON alone to stdout.
+//! - The PMR of `api-pmr` is emulated and every output says so, with its latency.
 //! - Image files carry the process id and are removed at the end (also after an error)
 //!   unless `--keep`; mounts, daemons and loop devices are undone by guards.
 
@@ -29,20 +31,25 @@ mod target;
 mod workload;
 
 pub use interposer::{worker, WorkerArgs};
+pub use report::plot_file_name;
 
 use crate::bench::image;
 use crate::bench::kernelfs::{self, KERNEL_FS};
 use crate::bench::loopdev::{have_program, LoopDevice};
 use crate::bench::options::{check_seconds, check_threads, Common};
+use crate::bench::pmr::{EmulatedPmr, PmrArgs};
 use crate::bench::scratch::Scratch;
 use crate::bench::turns::turn_order;
 use crate::size::{human, parse_size};
 use case::{parse_cases, Case, Group};
 use device::BackendChoice;
 use filebench::Scale;
-use report::{Cell, Report, Sample, Target};
+use platform::SystemClock;
+use pmr::Pmr;
+use report::{Cell, PmrNote, Report, Sample, Target};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use target::InProcess;
 use workload::{Sizes, Spec};
 
@@ -57,8 +64,9 @@ pub struct Args {
     pub quick: bool,
     #[command(flatten)]
     pub common: Common,
-    /// Targets, comma-separated: api, dir (or dir:PATH), fuse, interposer, ext2, ext4,
-    /// xfs, btrfs. Default: api, and ext4 when run as root.
+    /// Targets, comma-separated: api, api-pmr (MetaDB's WAL on an emulated PMR), dir (or
+    /// dir:PATH), fuse, interposer, ext2, ext4, xfs, btrfs. Default: api, and ext4 when
+    /// run as root.
     #[arg(long, value_delimiter = ',')]
     pub target: Vec<String>,
     /// Workloads, comma-separated: create, mkdir, unlink, rmdir, rename, readdir, open,
@@ -110,12 +118,16 @@ pub struct Args {
     /// Write an SVG of throughput against threads per workload into this directory.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// The emulated PMR of the api-pmr target.
+    #[command(flatten)]
+    pub pmr: PmrArgs,
 }
 
 /// Where a target runs.
 #[derive(Debug, Clone, PartialEq)]
 enum TargetKind {
     Api,
+    ApiPmr,
     Dir(PathBuf),
     Fuse,
     Interposer,
@@ -125,6 +137,7 @@ enum TargetKind {
 fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
     Ok(match text {
         "api" => TargetKind::Api,
+        "api-pmr" => TargetKind::ApiPmr,
         "dir" => TargetKind::Dir(dir.to_path_buf()),
         "fuse" => TargetKind::Fuse,
         "interposer" => TargetKind::Interposer,
@@ -136,7 +149,7 @@ fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
             (_, Some(&k)) => TargetKind::Kernel(k),
             _ => {
                 return Err(format!(
-                    "--target: unknown target {text:?} (api, dir, dir:PATH, fuse, \
+                    "--target: unknown target {text:?} (api, api-pmr, dir, dir:PATH, fuse, \
                      interposer, ext2, ext4, xfs, btrfs)"
                 ))
             }
@@ -172,6 +185,9 @@ fn plan(args: &Args) -> Result<Plan, String> {
         if !targets.iter().any(|(n, _)| *n == name) {
             targets.push((name, kind));
         }
+    }
+    if targets.iter().any(|(_, k)| *k == TargetKind::ApiPmr) {
+        args.pmr.check_size()?;
     }
     if let Some(b) = &args.baseline {
         if !targets.iter().any(|(n, _)| n == b) {
@@ -279,18 +295,41 @@ fn image_bytes(
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let plan = plan(&args)?;
+    let report = execute(&args)?;
+    args.common
+        .emit_value(&report.json(), || report.print_table())
+}
+
+/// Measures what `args` asks for (and writes its plots) and returns the JSON document
+/// `--json` prints (for `bench report`).
+pub fn measure_json(args: &Args) -> Result<serde_json::Value, String> {
+    execute(args).map(|report| report.json())
+}
+
+/// Measures, removes the bench files (unless `--keep`), writes the plots.
+fn execute(args: &Args) -> Result<Report, String> {
+    let plan = plan(args)?;
     let scratch = Scratch::create(&args.dir)?;
     let augefs_image = scratch.named("bench-fs-augefs", ".img");
     let kernel_image = scratch.named("bench-fs-kernel", ".img");
+    let pmr = args
+        .pmr
+        .emulated("bench-fs", Arc::new(SystemClock::new()))
+        .map_err(|e| format!("skipped: {e}"));
     let images = Images {
         augefs: &augefs_image,
         kernel: &kernel_image,
+        pmr: &pmr,
         backend: args.common.backend.into(),
     };
-    let measured = measure(&args, &plan, &scratch, &images);
+    let measured = measure(args, &plan, &scratch, &images);
     if !args.common.keep {
-        scratch.remove(&[&augefs_image, &kernel_image], &[]);
+        let pmr_file = pmr.as_ref().map(|p| p.path());
+        let files: Vec<&Path> = [&*augefs_image, &*kernel_image]
+            .into_iter()
+            .chain(pmr_file.ok())
+            .collect();
+        scratch.remove(&files, &[]);
     }
     let report = measured?;
     if let Some(dir) = &args.plot {
@@ -298,13 +337,14 @@ pub fn run(args: Args) -> Result<(), String> {
             eprintln!("augefs bench fs: wrote {}", path.display());
         }
     }
-    let json = serde_json::to_string_pretty(&report.json()).expect("JSON of plain values");
-    args.common.emit(&json, || report.print_table())
+    Ok(report)
 }
 
 struct Images<'a> {
     augefs: &'a Path,
     kernel: &'a Path,
+    /// The api-pmr target's region (not created yet), or why there is none.
+    pmr: &'a Result<EmulatedPmr, String>,
     backend: BackendChoice,
 }
 
@@ -321,6 +361,7 @@ impl Runner {
                 run: i.run_cell(spec)?,
                 dev_read_bytes: None,
                 dev_write_bytes: None,
+                pmr_write_bytes: None,
             }),
             Runner::InProcess(t) => {
                 t.fresh()?;
@@ -347,10 +388,12 @@ fn in_process_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String>
     run.cpu_ns += t.helper_cpu_ns().saturating_sub(helper_before);
     t.fs().sync()?;
     let dev = dev_before.zip(t.device_bytes()?);
+    let pmr = dev.and_then(|(before, after)| before.pmr_written.zip(after.pmr_written));
     Ok(Sample {
         run,
         dev_read_bytes: dev.map(|(before, after)| after.read - before.read),
         dev_write_bytes: dev.map(|(before, after)| after.written - before.written),
+        pmr_write_bytes: pmr.map(|(before, after)| after - before),
     })
 }
 
@@ -358,6 +401,7 @@ fn in_process_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String>
 struct Slot {
     name: String,
     runner: Result<Runner, String>,
+    pmr: Option<PmrNote>,
 }
 
 /// Makes the images and the runners of every target; a failure becomes its note.
@@ -367,18 +411,23 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
     if wants(|k| {
         matches!(
             k,
-            TargetKind::Api | TargetKind::Fuse | TargetKind::Interposer
+            TargetKind::Api | TargetKind::ApiPmr | TargetKind::Fuse | TargetKind::Interposer
         )
     }) {
         augefs_image = image::prepare(images.augefs, plan.image_bytes, images.backend)
             .map(|()| images.augefs)
             .map_err(|e| format!("skipped: {e}"));
         header.push(format!(
-            "augefs (api, fuse, interposer): {} image {}, formatted afresh for every cell",
+            "augefs (api, api-pmr, fuse, interposer): {} image {}, formatted afresh for every \
+             cell",
             human(plan.image_bytes),
             images.augefs.display()
         ));
     }
+    let pmr = match wants(|k| *k == TargetKind::ApiPmr) {
+        true => pmr_region(images.pmr, header),
+        false => Err("not needed".to_string()),
+    };
     let mut loop_device: Result<Rc<LoopDevice>, String> = Err("not needed".to_string());
     if wants(|k| matches!(k, TargetKind::Kernel(_))) {
         loop_device = match kernelfs::obstacle() {
@@ -405,9 +454,14 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
         .map(|(name, kind)| {
             let image = augefs_image.clone();
             let runner = match kind {
-                TargetKind::Api => {
-                    image.map(|i| Runner::InProcess(Box::new(target::Api::new(i, images.backend))))
-                }
+                TargetKind::Api => image.map(|i| {
+                    Runner::InProcess(Box::new(target::Api::new(i, images.backend, None)))
+                }),
+                TargetKind::ApiPmr => image.and_then(|i| {
+                    let (_, region) = pmr.as_ref().map_err(Clone::clone)?;
+                    let api = target::Api::new(i, images.backend, Some(region.clone()));
+                    Ok(Runner::InProcess(Box::new(api)))
+                }),
                 TargetKind::Fuse => image.and_then(|i| {
                     target::Fuse::new(i, images.backend, &scratch.named("bench-fs-fuse", ".mnt"))
                         .map(|f| Runner::InProcess(Box::new(f)))
@@ -426,9 +480,32 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             Slot {
                 name: name.clone(),
                 runner,
+                pmr: match (kind, &pmr) {
+                    (TargetKind::ApiPmr, Ok((note, _))) => Some(note.clone()),
+                    _ => None,
+                },
             }
         })
         .collect()
+}
+
+/// Creates the api-pmr target's region; says what it is in the header.
+fn pmr_region(
+    pmr: &Result<EmulatedPmr, String>,
+    header: &mut Vec<String>,
+) -> Result<(PmrNote, Arc<Pmr>), String> {
+    let pmr = pmr.clone()?;
+    let region = pmr.create().map_err(|e| format!("skipped: {e}"))?;
+    let mode = Some(region.persist_mode());
+    header.push(format!(
+        "api-pmr: augefs through the vfs API, MetaDB's WAL on the {}",
+        pmr.describe(mode)
+    ));
+    let note = PmrNote {
+        label: pmr.label(),
+        json: pmr.json(mode),
+    };
+    Ok((note, region))
 }
 
 fn kernel_runner(
@@ -496,6 +573,7 @@ fn measure(args: &Args, plan: &Plan, scratch: &Scratch, images: &Images) -> Resu
         report.targets.push(Target {
             name: slot.name.clone(),
             note: slot.runner.as_ref().err().cloned(),
+            pmr: slot.pmr.clone(),
         });
     }
     for case in &plan.cases {
@@ -560,10 +638,10 @@ fn measure(args: &Args, plan: &Plan, scratch: &Scratch, images: &Images) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::options::parse_for_test;
+    use crate::bench::options::parse_args;
 
     fn parse(argv: &[&str]) -> Args {
-        parse_for_test(argv).unwrap()
+        parse_args(argv).unwrap()
     }
 
     #[test]

@@ -48,13 +48,14 @@ mod workload;
 
 use crate::bench::image::DeviceFacts;
 use crate::bench::options::{check_image_size, check_seconds, check_threads, Common};
-use crate::bench::scratch::{fs_type, Scratch};
+use crate::bench::pmr::{EmulatedPmr, PmrArgs};
+use crate::bench::scratch::Scratch;
 use crate::bench::threads::Limit;
 use crate::size::{human, parse_size};
 use format::geometry::Geometry;
-use format::pmr::PmrLayout;
 use metadb::MetaDbConfig;
-use platform::SystemClock;
+use platform::{Clock, SystemClock};
+use pmr::PersistMode;
 use report::{Report, System};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,19 +67,12 @@ pub struct Args {
     /// missing).
     #[arg(long, default_value = "./augefs-bench-metadb")]
     pub dir: PathBuf,
-    /// Directory for the emulated PMR file. tmpfs makes a persist cost only the injected
-    /// latency; on a disk file system every persist would be an msync to disk.
-    #[arg(long, default_value = "/dev/shm")]
-    pub pmr_dir: PathBuf,
+    /// The emulated PMR of pmr mode.
+    #[command(flatten)]
+    pub pmr: PmrArgs,
     /// Size of the image, e.g. 4G (10M keys take about 1.5 GiB of tables).
     #[arg(long, value_parser = parse_size, default_value = "4GiB")]
     pub image_size: u64,
-    /// Size of the PMR, e.g. 64M.
-    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
-    pub pmr_size: u64,
-    /// Injected PMR latency per persisted 64-byte line (augefs.txt §VII: 900).
-    #[arg(long, default_value_t = 900)]
-    pub pmr_latency_ns: u64,
     /// Writer thread counts of the put figure.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub threads: Vec<usize>,
@@ -166,7 +160,7 @@ const TABLE_BYTES_PER_KEY_ESTIMATE: u64 = 140;
 fn validate(args: &Args) -> Result<(), String> {
     check_image_size(args.image_size)?;
     let geometry = Geometry::compute(args.image_size, 1).map_err(|e| e.to_string())?;
-    PmrLayout::compute(args.pmr_size).map_err(|e| format!("--pmr-size: {e}"))?;
+    args.pmr.check_size()?;
     check_threads(&args.threads)?;
     check_seconds(args.seconds)?;
     if args.modes.is_empty() {
@@ -223,10 +217,9 @@ impl Args {
 #[derive(Debug)]
 struct Paths {
     scratch: Scratch,
-    /// File-system type of the PMR's directory, for the header.
-    pmr_dir_fs: Option<String>,
     image: PathBuf,
-    pmr: PathBuf,
+    /// pmr mode's region.
+    pmr: EmulatedPmr,
     fjall: PathBuf,
     /// The aged-put figure's small stores (a tenth of the keys), open beside the large.
     small_image: PathBuf,
@@ -234,30 +227,22 @@ struct Paths {
 }
 
 impl Paths {
-    fn create(args: &Args) -> Result<Paths, String> {
+    fn create(args: &Args, clock: Arc<dyn Clock>) -> Result<Paths, String> {
+        let pmr = args.pmr.emulated("bench-metadb", clock)?;
         let scratch = Scratch::create(&args.dir)?;
-        if !args.pmr_dir.is_dir() {
-            return Err(format!(
-                "--pmr-dir {} is not a directory (a tmpfs such as /dev/shm emulates a PMR best)",
-                args.pmr_dir.display()
-            ));
-        }
         Ok(Paths {
             image: scratch.named("metadb", ".img"),
             fjall: scratch.named("fjall", ""),
             small_image: scratch.named("metadb", "-small.img"),
             small_fjall: scratch.named("fjall", "-small"),
-            pmr: args
-                .pmr_dir
-                .join(format!("augefs-bench-metadb-{}.pmr", scratch.pid())),
-            pmr_dir_fs: fs_type(&args.pmr_dir),
+            pmr,
             scratch,
         })
     }
 
     fn remove(&self) {
         self.scratch.remove(
-            &[&self.image, &self.small_image, &self.pmr],
+            &[&self.image, &self.small_image, self.pmr.path()],
             &[&self.fjall, &self.small_fjall],
         );
     }
@@ -267,7 +252,7 @@ impl Paths {
 #[derive(Debug, Default)]
 struct Environment {
     device: DeviceFacts,
-    pmr_persist_mode: Option<String>,
+    pmr_persist_mode: Option<PersistMode>,
     wal_region_bytes: Option<u64>,
     segment_count: Option<u32>,
 }
@@ -276,8 +261,7 @@ impl Environment {
     fn note(&mut self, augefs: &Augefs) {
         self.device.note(&augefs.device);
         if let Some(p) = &augefs.pmr {
-            self.pmr_persist_mode
-                .get_or_insert_with(|| p.persist_mode().name().to_string());
+            self.pmr_persist_mode.get_or_insert(p.persist_mode());
         }
         self.wal_region_bytes
             .get_or_insert(augefs.geometry.wal.size_bytes());
@@ -287,39 +271,55 @@ impl Environment {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    validate(&args)?;
-    let paths = Paths::create(&args)?;
-    let measured = measure(&args, &paths);
-    if args.common.keep {
-        eprintln!(
-            "augefs: kept {}, {} and {}",
-            paths.image.display(),
-            paths.pmr.display(),
-            paths.fjall.display()
-        );
-    } else {
-        paths.remove();
-    }
-    let (report, env) = measured?;
+    let (paths, report, env) = execute(&args)?;
     let json = output::report_json(&args, &paths, &env, &report);
-    args.common.emit(&json, || {
+    args.common.emit_value(&json, || {
         output::print_header(&args, &paths, &env);
-        report.print_table(args.keys, args.pmr_latency_ns);
+        report.print_table(args.keys, &paths.pmr.label());
         for goal in output::goals(&report) {
             println!("goal: {}: {}", goal.text, goal.verdict());
         }
     })
 }
 
-fn measure(args: &Args, paths: &Paths) -> Result<(Report, Environment), String> {
+/// Measures what `args` asks for and returns the JSON document `--json` prints (for
+/// `bench report`).
+pub fn measure_json(args: &Args) -> Result<serde_json::Value, String> {
+    let (paths, report, env) = execute(args)?;
+    Ok(output::report_json(args, &paths, &env, &report))
+}
+
+/// Measures, then removes the bench files (unless `--keep`).
+fn execute(args: &Args) -> Result<(Paths, Report, Environment), String> {
+    validate(args)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let paths = Paths::create(args, clock.clone())?;
+    let measured = measure(args, &paths, clock);
+    if args.common.keep {
+        eprintln!(
+            "augefs: kept {}, {} and {}",
+            paths.image.display(),
+            paths.pmr.path().display(),
+            paths.fjall.display()
+        );
+    } else {
+        paths.remove();
+    }
+    let (report, env) = measured?;
+    Ok((paths, report, env))
+}
+
+fn measure(
+    args: &Args,
+    paths: &Paths,
+    clock: Arc<dyn Clock>,
+) -> Result<(Report, Environment), String> {
     let setup = Setup {
         image: paths.image.clone(),
         image_bytes: args.image_size,
         pmr: paths.pmr.clone(),
-        pmr_bytes: args.pmr_size,
-        pmr_latency_ns_per_line: args.pmr_latency_ns,
         backend: args.common.backend.into(),
-        clock: Arc::new(SystemClock::new()),
+        clock,
     };
     setup.prepare_image()?;
     let mut report = Report::default();

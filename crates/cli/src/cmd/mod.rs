@@ -10,4 +10,5 @@ pub mod fsck;
 pub mod inspect;
 pub mod mkfs;
 pub mod mount;
+pub mod report;
 pub mod run;

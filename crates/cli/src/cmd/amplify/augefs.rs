@@ -54,7 +54,7 @@ impl Augefs {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        self.fs = Some(bench_augefs::mount(&self.device, &self.clock)?);
+        self.fs = Some(bench_augefs::mount(&self.device, None, &self.clock)?);
         Ok(())
     }
 
@@ -66,7 +66,7 @@ impl Augefs {
 impl Subject for Augefs {
     fn make(&mut self) -> Result<(), String> {
         self.unmount()?;
-        bench_augefs::format(&self.device, self.clock.as_ref(), AMPLIFY_FS_UUID)?;
+        bench_augefs::format(&self.device, None, self.clock.as_ref(), AMPLIFY_FS_UUID)?;
         self.mount()
     }
 

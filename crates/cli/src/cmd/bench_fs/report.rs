@@ -15,6 +15,7 @@
 use super::case::Case;
 use super::workload::Measured;
 use crate::bench::plot::{self, Chart, Series};
+use crate::bench::units::{bytes, duration};
 use crate::stats::{spread, Spread};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -29,6 +30,9 @@ pub struct Sample {
     /// Device bytes from the start of the run to the end of a sync after it.
     pub dev_read_bytes: Option<u64>,
     pub dev_write_bytes: Option<u64>,
+    /// Bytes persisted to the (emulated) PMR over the same span, for a target with one;
+    /// not part of `dev_write_bytes`.
+    pub pmr_write_bytes: Option<u64>,
 }
 
 impl Sample {
@@ -46,6 +50,17 @@ pub struct Target {
     pub name: String,
     /// Why it has no figures, if it has none.
     pub note: Option<String>,
+    /// The PMR under its figures, if it has one.
+    pub pmr: Option<PmrNote>,
+}
+
+/// How a target's (emulated) PMR is labelled: the table's footer and the JSON.
+#[derive(Debug, Clone)]
+pub struct PmrNote {
+    /// "emulated, 900 ns/line".
+    pub label: String,
+    /// `EmulatedPmr::json`: `emulated`, `latency_ns_per_line`, the file.
+    pub json: Value,
 }
 
 /// The runs of one (workload, threads, target).
@@ -82,6 +97,7 @@ struct Summary {
     cpu_ns_per_op: Option<f64>,
     dev_write_per_op: Option<f64>,
     dev_read_per_op: Option<f64>,
+    pmr_write_per_op: Option<f64>,
 }
 
 /// The median of `f` over `samples`, if every sample has it.
@@ -99,6 +115,7 @@ fn summary(samples: &[Sample]) -> Option<Summary> {
         cpu_ns_per_op: median(samples, |s| Some(s.per_op(s.run.cpu_ns))),
         dev_write_per_op: median(samples, |s| s.dev_write_bytes.map(|b| s.per_op(b))),
         dev_read_per_op: median(samples, |s| s.dev_read_bytes.map(|b| s.per_op(b))),
+        pmr_write_per_op: median(samples, |s| s.pmr_write_bytes.map(|b| s.per_op(b))),
     })
 }
 
@@ -157,7 +174,14 @@ impl Report {
         let targets: Vec<Value> = self
             .targets
             .iter()
-            .map(|t| json!({"name": t.name, "measured": t.note.is_none(), "note": t.note}))
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "measured": t.note.is_none(),
+                    "note": t.note,
+                    "pmr": t.pmr.as_ref().map(|p| &p.json),
+                })
+            })
             .collect();
         let results: Vec<Value> = self
             .cells
@@ -184,6 +208,7 @@ impl Report {
                         "cpu_ns_per_op": s.cpu_ns_per_op,
                         "dev_write_bytes_per_op": s.dev_write_per_op,
                         "dev_read_bytes_per_op": s.dev_read_per_op,
+                        "pmr_write_bytes_per_op": s.pmr_write_per_op,
                     })),
                     "baseline": base.map(|b| b.0),
                     "ratio": ratio,
@@ -203,8 +228,9 @@ impl Report {
             println!("{line}");
         }
         println!();
-        let widths = [22, 3, 12, 9, 6, 8, 8, 8, 8, 8, 14];
-        let head = [
+        let with_pmr = self.targets.iter().any(|t| t.pmr.is_some());
+        let mut widths = vec![22, 3, 12, 9, 6, 8, 8, 8, 8, 8, 14];
+        let mut head = vec![
             "workload",
             "thr",
             "target",
@@ -217,7 +243,12 @@ impl Report {
             "CPU/op",
             "vs baseline",
         ];
-        println!("{}", row(&head.map(String::from), &widths));
+        if with_pmr {
+            widths.insert(PMR_COLUMN, 8);
+            head.insert(PMR_COLUMN, "pmrW/op");
+        }
+        let head: Vec<String> = head.into_iter().map(String::from).collect();
+        println!("{}", row(&head, &widths));
         for case in self.cases() {
             for threads in self.threads() {
                 let base = self.baseline(case, threads);
@@ -225,7 +256,7 @@ impl Report {
                     let Some(cell) = self.cell(case, threads, &target.name) else {
                         continue;
                     };
-                    let fields = self.fields(cell, base.as_ref());
+                    let fields = self.fields(cell, base.as_ref(), with_pmr);
                     println!("{}", row(&fields, &widths));
                 }
             }
@@ -252,9 +283,18 @@ impl Report {
              start of the run to the end of a sync after it; CPU: process (and FUSE daemon) \
              time per operation, kernel threads not counted; '-': not measurable there."
         );
+        for t in &self.targets {
+            if let Some(p) = &t.pmr {
+                println!(
+                    "{}: MetaDB's WAL on a PMR ({}); pmrW/op: bytes persisted to it \
+                     per operation, not part of devW/op.",
+                    t.name, p.label
+                );
+            }
+        }
     }
 
-    fn fields(&self, cell: &Cell, base: Option<&(String, f64)>) -> Vec<String> {
+    fn fields(&self, cell: &Cell, base: Option<&(String, f64)>, with_pmr: bool) -> Vec<String> {
         let dash = || "-".to_string();
         let mut fields = vec![
             cell.case.name(),
@@ -278,6 +318,9 @@ impl Report {
         fields.push(s.p99_ns.map_or_else(dash, duration));
         fields.push(s.dev_write_per_op.map_or_else(dash, bytes));
         fields.push(s.dev_read_per_op.map_or_else(dash, bytes));
+        if with_pmr {
+            fields.push(s.pmr_write_per_op.map_or_else(dash, bytes));
+        }
         fields.push(s.cpu_ns_per_op.map_or_else(dash, duration));
         fields.push(match base {
             Some((name, b)) => format!("{:.2}x {name}", m / b),
@@ -315,18 +358,7 @@ impl Report {
                 y_label: "operations per second (median)".to_string(),
                 series,
             };
-            let file_name: String = case
-                .name()
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let path = dir.join(format!("bench-fs-{file_name}.svg"));
+            let path = dir.join(plot_file_name(&case.name()));
             std::fs::write(&path, plot::svg(&chart))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             written.push(path);
@@ -334,6 +366,21 @@ impl Report {
         Ok(written)
     }
 }
+
+/// The file name of a workload's plot: `bench-fs-append_4K.svg` for `append/4K`.
+pub fn plot_file_name(workload: &str) -> String {
+    let name: String = workload
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || c == '-' {
+            true => c,
+            false => '_',
+        })
+        .collect();
+    format!("bench-fs-{name}.svg")
+}
+
+/// Where the pmrW/op column goes when a target has a PMR: after devR/op.
+const PMR_COLUMN: usize = 9;
 
 fn row(fields: &[String], widths: &[usize]) -> String {
     let mut line = String::new();
@@ -346,25 +393,6 @@ fn row(fields: &[String], widths: &[usize]) -> String {
         }
     }
     line.trim_end().to_string()
-}
-
-/// "850ns", "12.3us", "4.5ms", "1.20s".
-fn duration(ns: f64) -> String {
-    match ns {
-        n if n >= 1e9 => format!("{:.2}s", n / 1e9),
-        n if n >= 1e6 => format!("{:.1}ms", n / 1e6),
-        n if n >= 1e3 => format!("{:.1}us", n / 1e3),
-        n => format!("{n:.0}ns"),
-    }
-}
-
-/// "812B", "4.1K", "1.2M" (binary units).
-fn bytes(b: f64) -> String {
-    match b {
-        b if b >= (1 << 20) as f64 => format!("{:.1}M", b / (1 << 20) as f64),
-        b if b >= 1024.0 => format!("{:.1}K", b / 1024.0),
-        b => format!("{b:.0}B"),
-    }
 }
 
 #[cfg(test)]
@@ -384,6 +412,7 @@ mod tests {
             },
             dev_read_bytes: None,
             dev_write_bytes: Some(ops * 4096),
+            pmr_write_bytes: None,
         }
     }
 
@@ -400,6 +429,7 @@ mod tests {
         let target = |name: &str| Target {
             name: name.to_string(),
             note: None,
+            pmr: None,
         };
         let mut report = Report {
             targets: vec![target("api"), target("ext4"), target("xfs")],
@@ -421,7 +451,5 @@ mod tests {
             "api",
             "first target measured"
         );
-        assert_eq!(duration(12_300.0), "12.3us");
-        assert_eq!(bytes(4096.0), "4.0K");
     }
 }

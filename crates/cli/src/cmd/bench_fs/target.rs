@@ -1,7 +1,8 @@
 //! The targets of `bench fs`: where a cell runs and how its device bytes are counted.
 //!
 //! - `api`: augefs through the vfs Rust API on the augefs image (opened with O_DIRECT),
-//!   counted by the device layer's accounting;
+//!   counted by the device layer's accounting; `api-pmr`: the same with MetaDB's WAL on
+//!   an emulated PMR (`crate::bench::pmr`), whose persisted bytes are counted apart;
 //! - `dir[:PATH]`: a directory through std::fs (whatever kernel file system is under
 //!   it), not counted;
 //! - `ext2`, `ext4`, `xfs`, `btrfs`: made afresh on the loop device (direct IO) over the
@@ -29,6 +30,7 @@ use crate::bench::loopdev::{command, have_program, KernelMount, LoopDevice};
 use crate::bench::scratch::{self, MountPoint};
 use device::{BackendChoice, Device};
 use platform::{Clock, SystemClock};
+use pmr::Pmr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
@@ -50,6 +52,8 @@ const DAEMON_WAIT: Duration = Duration::from_secs(30);
 pub struct DeviceBytes {
     pub read: u64,
     pub written: u64,
+    /// Bytes persisted to the PMR, for a target that has one (not part of `written`).
+    pub pmr_written: Option<u64>,
 }
 
 /// A target whose file system this process drives.
@@ -72,24 +76,27 @@ pub trait InProcess {
 /// Formats the augefs image afresh (opened and closed again).
 pub fn format_image(image: &Path, backend: BackendChoice) -> Result<(), String> {
     let device = open_device_released(image, backend, IMAGE_RELEASE_WAIT)?;
-    bench_augefs::format(&device, &SystemClock::new(), BENCH_FS_UUID)
+    bench_augefs::format(&device, None, &SystemClock::new(), BENCH_FS_UUID)
 }
 
-/// augefs through the vfs Rust API.
+/// augefs through the vfs Rust API; with a PMR, MetaDB's WAL on it (pmr mode).
 pub struct Api {
     image: PathBuf,
     backend: BackendChoice,
     clock: Arc<dyn Clock>,
+    /// Formatted with the image for every cell; open for the target's lifetime.
+    pmr: Option<Arc<Pmr>>,
     device: Option<Arc<Device>>,
     fs: Option<ApiFs>,
 }
 
 impl Api {
-    pub fn new(image: &Path, backend: BackendChoice) -> Api {
+    pub fn new(image: &Path, backend: BackendChoice, pmr: Option<Arc<Pmr>>) -> Api {
         Api {
             image: image.to_path_buf(),
             backend,
             clock: Arc::new(SystemClock::new()),
+            pmr,
             device: None,
             fs: None,
         }
@@ -100,7 +107,7 @@ impl Api {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        let fs = bench_augefs::mount(self.device(), &self.clock)?;
+        let fs = bench_augefs::mount(self.device(), self.pmr.as_ref(), &self.clock)?;
         self.fs = Some(ApiFs { fs });
         Ok(())
     }
@@ -117,7 +124,8 @@ impl InProcess for Api {
     fn fresh(&mut self) -> Result<(), String> {
         self.unmount()?;
         let device = open_device_released(&self.image, self.backend, IMAGE_RELEASE_WAIT)?;
-        bench_augefs::format(&device, self.clock.as_ref(), BENCH_FS_UUID)?;
+        let pmr = self.pmr.as_deref();
+        bench_augefs::format(&device, pmr, self.clock.as_ref(), BENCH_FS_UUID)?;
         self.device = Some(device);
         self.mount()
     }
@@ -133,9 +141,11 @@ impl InProcess for Api {
 
     fn device_bytes(&self) -> Result<Option<DeviceBytes>, String> {
         let total = self.device().counters().snapshot().total();
+        let pmr = self.pmr.as_ref().map(|p| p.counters().snapshot().total());
         Ok(Some(DeviceBytes {
             read: total.read_bytes,
             written: total.write_bytes,
+            pmr_written: pmr.map(|p| p.write_bytes),
         }))
     }
 
@@ -203,6 +213,7 @@ impl InProcess for Dir {
             crate::bench::loopdev::device_stat_of(&self.base).map(|stat| DeviceBytes {
                 read: stat.read_bytes,
                 written: stat.write_bytes,
+                pmr_written: None,
             }),
         )
     }
@@ -287,6 +298,7 @@ impl InProcess for Kernel {
         Ok(Some(DeviceBytes {
             read: stat.read_bytes,
             written: stat.write_bytes,
+            pmr_written: None,
         }))
     }
 

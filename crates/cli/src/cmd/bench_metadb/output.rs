@@ -82,14 +82,8 @@ pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
         println!("note: {notice}");
     }
     println!(
-        "pmr mode: WAL on an EMULATED PMR: {} file in {} ({}), persist = {} + {} ns busy-wait per 64-byte line",
-        human(args.pmr_size),
-        args.pmr_dir.display(),
-        paths.pmr_dir_fs.clone().unwrap_or_else(unknown),
-        env.pmr_persist_mode
-            .clone()
-            .unwrap_or_else(|| "(no pmr store opened)".to_string()),
-        args.pmr_latency_ns,
+        "pmr mode: WAL on the {}",
+        paths.pmr.describe(env.pmr_persist_mode)
     );
     let config = args.metadb_config();
     println!(
@@ -112,23 +106,19 @@ pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
     println!("vs fjall = augefs median / fjall median; paired = median of per-run ratios (us and ms rows: lower is better); bytes/put include making buffered puts durable at the end of the run");
 }
 
-pub(super) fn report_json(
-    args: &Args,
-    paths: &Paths,
-    env: &Environment,
-    report: &Report,
-) -> String {
+pub(super) fn report_json(args: &Args, paths: &Paths, env: &Environment, report: &Report) -> Value {
     let goals: Vec<Value> = goals(report).iter().map(Goal::json).collect();
     let value = json!({
         "config": {
             "dir": paths.scratch.dir,
             "dir_fs": paths.scratch.dir_fs,
             "image_bytes": args.image_size,
-            "pmr_dir": args.pmr_dir,
-            "pmr_dir_fs": paths.pmr_dir_fs,
-            "pmr_bytes": args.pmr_size,
-            "pmr_latency_ns_per_line": args.pmr_latency_ns,
-            "pmr_emulated": true,
+            "pmr_dir": args.pmr.dir,
+            "pmr_dir_fs": paths.pmr.dir_fs,
+            "pmr_bytes": args.pmr.bytes,
+            "pmr_latency_ns_per_line": args.pmr.latency_ns_per_line,
+            "pmr_emulated": env.pmr_persist_mode.is_none_or(|m| m.is_emulated()),
+            "pmr": paths.pmr.json(env.pmr_persist_mode),
             "threads": args.threads,
             "seconds": args.seconds,
             "ops_per_thread": args.ops,
@@ -143,12 +133,12 @@ pub(super) fn report_json(
             "backend": env.device.backend,
             "notice": env.device.notice,
             "logical_block_bytes": env.device.logical_block_bytes,
-            "pmr_persist_mode": env.pmr_persist_mode,
+            "pmr_persist_mode": env.pmr_persist_mode.map(|m| m.name()),
             "wal_region_bytes": env.wal_region_bytes,
             "segment_count": env.segment_count,
         },
         "rows": report.rows_json(args.keys),
         "goals": goals,
     });
-    serde_json::to_string_pretty(&value).expect("JSON values serialise")
+    value
 }

@@ -31,9 +31,10 @@ impl System {
         }
     }
 
-    pub fn label(self, pmr_latency_ns_per_line: u64) -> String {
+    /// The name, with `pmr` (the emulated PMR's label) beside pmr mode's.
+    pub fn label(self, pmr: &str) -> String {
         match self {
-            System::Pmr => format!("pmr (emulated, {pmr_latency_ns_per_line} ns/line)"),
+            System::Pmr => format!("pmr ({pmr})"),
             System::Ssd => "ssd".to_string(),
             System::Fjall => "fjall".to_string(),
         }
@@ -295,7 +296,7 @@ impl Report {
         spread(&ratios).map(|s| s.median)
     }
 
-    pub fn print_table(&self, keys: u64, pmr_latency_ns_per_line: u64) {
+    pub fn print_table(&self, keys: u64, pmr: &str) {
         println!(
             "{:<38} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  bytes/put: total (wal + tables), flushes",
             "figure", "threads", "mode", "median", "spread (min - max)", "vs fjall", "paired"
@@ -325,7 +326,7 @@ impl Report {
                 "{:<38} {:>7}  {:<28} {:>10} {:>23} {:>9} {:>7}  {bytes}",
                 row.figure.label(keys),
                 row.threads,
-                row.system.label(pmr_latency_ns_per_line),
+                row.system.label(pmr),
                 render(s.median),
                 format!("{} - {}", render(s.min), render(s.max)),
                 ratio,

@@ -13,13 +13,14 @@
 
 use super::workload::Store;
 use crate::bench::image;
+use crate::bench::pmr::EmulatedPmr;
 use device::{BackendChoice, Device, IoCause};
 use engine::mkfs::{self, MkfsOptions};
 use engine::progress::NoProgress;
 use format::Geometry;
 use metadb::{Durability, MetaDb, MetaDbConfig, MetaDbEnv, SegmentPool};
 use platform::{Clock, IoSnapshot};
-use pmr::{Pmr, PmrOptions};
+use pmr::Pmr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,11 +42,8 @@ pub enum WalMode {
 pub struct Setup {
     pub image: PathBuf,
     pub image_bytes: u64,
-    /// The PMR file. On tmpfs a persist costs the injected latency only (msync of a
-    /// tmpfs page writes nothing), which is the paper's emulation (augefs.txt §VII).
-    pub pmr: PathBuf,
-    pub pmr_bytes: u64,
-    pub pmr_latency_ns_per_line: u64,
+    /// The region of pmr mode (`crate::bench::pmr`: the paper's emulation).
+    pub pmr: EmulatedPmr,
     pub backend: BackendChoice,
     pub clock: Arc<dyn Clock>,
 }
@@ -183,22 +181,11 @@ impl Setup {
         image::open_device(&self.image, self.backend)
     }
 
-    fn pmr_options(&self) -> PmrOptions {
-        PmrOptions {
-            latency_ns_per_line: self.pmr_latency_ns_per_line,
-            clock: self.clock.clone(),
-        }
-    }
-
     /// Formats the image (and a new PMR in pmr mode) and opens an empty MetaDB on it.
     pub fn create(&self, mode: WalMode, config: MetaDbConfig) -> Result<Augefs, String> {
         let device = self.open_device()?;
         let pmr = match mode {
-            WalMode::Pmr => {
-                let pmr = Pmr::create(&self.pmr, self.pmr_bytes, self.pmr_options())
-                    .map_err(|e| format!("{}: {e}", self.pmr.display()))?;
-                Some(Arc::new(pmr))
-            }
+            WalMode::Pmr => Some(self.pmr.create()?),
             WalMode::Ssd => None,
         };
         let opts = MkfsOptions {
@@ -231,13 +218,7 @@ impl Setup {
         let choice = engine::image::read_superblock(&device).map_err(|e| e.to_string())?;
         let superblock = choice.superblock;
         let pmr = match mode {
-            WalMode::Pmr => {
-                let pmr = Pmr::open(&self.pmr, self.pmr_options())
-                    .map_err(|e| format!("{}: {e}", self.pmr.display()))?;
-                pmr::header::read_header_for(&pmr, superblock.fs_uuid)
-                    .map_err(|e| format!("{}: {e}", self.pmr.display()))?;
-                Some(Arc::new(pmr))
-            }
+            WalMode::Pmr => Some(self.pmr.open(superblock.fs_uuid)?),
             WalMode::Ssd => None,
         };
         let geometry = superblock.geometry;
