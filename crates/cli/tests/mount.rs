@@ -424,12 +424,14 @@ fn fallocate_and_seek_data_hole_work_through_the_mount() {
     let fx = Fixture::new();
     fx.mount();
     let v = fx.vars();
-    // util-linux's fallocate, and python's os.lseek with SEEK_DATA / SEEK_HOLE.
+    // util-linux's fallocate, and python's os.lseek with SEEK_DATA / SEEK_HOLE. Allocation
+    // grows the size and maps nothing (docs/SEMANTICS.md, fallocate): 1 MiB written,
+    // grown to 2 MiB, a hole punched, a preallocation past the end.
     let out = sh(
-        "f=\"$MNT/sparse\" && \
-         fallocate -l 1048576 \"$f\" && stat -c '%s %b' \"$f\" && \
+        "f=\"$MNT/sparse\" && head -c 1048576 /dev/zero > \"$f\" && \
+         fallocate -l 2097152 \"$f\" && stat -c '%s %b' \"$f\" && \
          fallocate -p -o 4096 -l 8192 \"$f\" && stat -c '%s %b' \"$f\" && \
-         fallocate -n -o 2097152 -l 4096 \"$f\" && stat -c '%s %b' \"$f\" && \
+         fallocate -n -o 4194304 -l 4096 \"$f\" && stat -c '%s %b' \"$f\" && \
          python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); \
 print(os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 0, os.SEEK_HOLE), \
 os.lseek(fd, 4096, os.SEEK_DATA), os.lseek(fd, 12288, os.SEEK_HOLE))' \"$f\"",
@@ -438,9 +440,9 @@ os.lseek(fd, 4096, os.SEEK_DATA), os.lseek(fd, 12288, os.SEEK_HOLE))' \"$f\"",
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [
-            "1048576 2048",
-            "1048576 2032",
-            "1048576 2040",
+            "2097152 2048",
+            "2097152 2032",
+            "2097152 2032",
             "0 4096 12288 1048576"
         ],
         "{out}"
