@@ -1,6 +1,7 @@
 //! `augefs bench fs [--target LIST] [--workload LIST] [--threads LIST] [--seconds S]
 //! [--runs N] [--io-size LIST] [--fsync] [--dir DIR] [--baseline T] [--scale F]
-//! [--plot DIR] [--quick] [--json] [--json-file F] [--keep]`: file-system workloads
+//! [--plot DIR] [--pmr-dir DIR] [--pmr-size N] [--pmr-latency-ns N] [--quick] [--json]
+//! [--json-file F] [--keep]`: file-system workloads
 //! (FxMark's metadata operations, durable appends and overwrites, reads, Filebench-like
 //! personalities) on augefs through its API (also with MetaDB's WAL on an emulated
 //! PMR), FUSE and the interposer, and on the kernel's file systems, side by side
@@ -428,27 +429,10 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
         true => pmr_region(images.pmr, header),
         false => Err("not needed".to_string()),
     };
-    let mut loop_device: Result<Rc<LoopDevice>, String> = Err("not needed".to_string());
-    if wants(|k| matches!(k, TargetKind::Kernel(_))) {
-        loop_device = match kernelfs::obstacle() {
-            Some(note) => Err(note),
-            None => image::prepare(images.kernel, plan.image_bytes, images.backend)
-                .and_then(|()| LoopDevice::attach(images.kernel))
-                .map(Rc::new)
-                .map_err(|e| format!("skipped: {e}")),
-        };
-        if let Ok(d) = &loop_device {
-            header.push(format!(
-                "kernel file systems: {} image on {} (direct IO: {}), made afresh for every \
-                 cell, mounted {}, counted by /sys/block stat",
-                human(plan.image_bytes),
-                d.path(),
-                d.direct_io
-                    .map_or("unknown", |b| if b { "on" } else { "off" }),
-                kernelfs::MOUNT_OPTIONS,
-            ));
-        }
-    }
+    let loop_device = match wants(|k| matches!(k, TargetKind::Kernel(_))) {
+        true => kernel_device(plan, images, header),
+        false => Err("not needed".to_string()),
+    };
     plan.targets
         .iter()
         .map(|(name, kind)| {
@@ -487,6 +471,32 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             }
         })
         .collect()
+}
+
+/// The loop device of the kernel targets over their image; says what it is in the
+/// header.
+fn kernel_device(
+    plan: &Plan,
+    images: &Images,
+    header: &mut Vec<String>,
+) -> Result<Rc<LoopDevice>, String> {
+    if let Some(note) = kernelfs::obstacle() {
+        return Err(note);
+    }
+    let device = image::prepare(images.kernel, plan.image_bytes, images.backend)
+        .and_then(|()| LoopDevice::attach(images.kernel))
+        .map_err(|e| format!("skipped: {e}"))?;
+    header.push(format!(
+        "kernel file systems: {} image on {} (direct IO: {}), made afresh for every \
+         cell, mounted {}, counted by /sys/block stat",
+        human(plan.image_bytes),
+        device.path(),
+        device
+            .direct_io
+            .map_or("unknown", |b| if b { "on" } else { "off" }),
+        kernelfs::MOUNT_OPTIONS,
+    ));
+    Ok(Rc::new(device))
 }
 
 /// Creates the api-pmr target's region; says what it is in the header.
@@ -652,9 +662,11 @@ mod tests {
         assert!(err(&["--threads", "0"]).contains("--threads"));
         assert!(err(&["--seconds", "0"]).contains("--seconds"));
         assert!(err(&["--target", "api", "--baseline", "ext4"]).contains("--baseline"));
+        assert!(err(&["--target", "api-pmr", "--pmr-size", "4K"]).contains("--pmr-size"));
         assert!(err(&["--file-size", "4K", "--io-size", "1M"]).contains("--file-size"));
-        let ok = plan(&parse(&["--target", "api,dir:/tmp,xfs", "--quick"])).unwrap();
+        let ok = plan(&parse(&["--target", "api,dir:/tmp,xfs,api-pmr", "--quick"])).unwrap();
         assert_eq!(ok.targets[1].1, TargetKind::Dir(PathBuf::from("/tmp")));
+        assert_eq!(ok.targets[3].1, TargetKind::ApiPmr);
         assert_eq!(ok.image_bytes, 512 << 20, "xfs's floor");
         let full = plan(&parse(&[
             "--target",
