@@ -476,10 +476,19 @@ fn ssd_persist_all_races_rotate() {
             });
         }
         s.spawn(|| {
-            let mut i = 0u16;
+            // A few records per generation (unbounded appends would fill the region
+            // faster than the rotations release it: WalFull).
+            let (mut i, mut generation, mut in_generation) = (0u16, 0, 0);
             while rotating.load(Ordering::SeqCst) {
-                wal.append(i % 4, &[0x5A; 100]).unwrap();
-                i = i.wrapping_add(1);
+                if wal.generation() != generation {
+                    (generation, in_generation) = (wal.generation(), 0);
+                }
+                if in_generation < 4 {
+                    wal.append(i % 4, &[0x5A; 100]).unwrap();
+                    (i, in_generation) = (i.wrapping_add(1), in_generation + 1);
+                } else {
+                    std::thread::yield_now();
+                }
             }
         });
         for generation in 1..=2000u64 {
