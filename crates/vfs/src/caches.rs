@@ -35,7 +35,7 @@ const SHARDS: usize = 64;
 /// Multiplicative hashing of one integer (inode numbers are dense: the multiply spreads
 /// them over the shards and buckets). Only for keys the file system makes itself.
 #[derive(Default, Clone, Copy)]
-pub(crate) struct MixHasher(u64);
+struct MixHasher(u64);
 
 impl Hasher for MixHasher {
     fn finish(&self) -> u64 {
@@ -58,6 +58,20 @@ type MixMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 fn mix(v: u64) -> u64 {
     let mut h = MixHasher::default();
     h.write_u64(v);
+    h.finish()
+}
+
+/// The hash of name `name` of directory `dir` (the name cache's key, and the name
+/// stripe of a create).
+pub(crate) fn name_hash(dir: InodeNo, name: &[u8]) -> u64 {
+    let mut h = MixHasher::default();
+    h.write_u64(dir.0);
+    for chunk in name.chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        h.write_u64(u64::from_le_bytes(word));
+    }
+    h.write_u64(name.len() as u64);
     h.finish()
 }
 
@@ -174,18 +188,6 @@ impl NameCache {
         }
     }
 
-    fn hash(dir: InodeNo, name: &[u8]) -> u64 {
-        let mut h = MixHasher::default();
-        h.write_u64(dir.0);
-        for chunk in name.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            h.write_u64(u64::from_le_bytes(word));
-        }
-        h.write_u64(name.len() as u64);
-        h.finish()
-    }
-
     /// A guard that forgets `name` of `dir` when dropped: an operation changing the name
     /// takes it after locking the directory, so it drops after every MetaDB batch of the
     /// operation and before the directory's lock (also on errors, where forgetting is
@@ -199,7 +201,7 @@ impl NameCache {
     }
 
     pub fn get(&self, dir: InodeNo, name: &[u8]) -> Cached {
-        let hash = NameCache::hash(dir, name);
+        let hash = name_hash(dir, name);
         let shard = lock(&self.shards[shard_of(hash)]);
         match shard.slots.get(&hash) {
             Some(s) if s.dir == dir && *s.name == *name => Cached::Hit(s.entry),
@@ -213,7 +215,7 @@ impl NameCache {
     /// Caches what a lookup that missed with `ticket` read from MetaDB, unless a name of
     /// the shard changed since the miss.
     pub fn fill(&self, ticket: NameTicket, dir: InodeNo, name: &[u8], entry: Option<Dentry>) {
-        debug_assert_eq!(ticket.hash, NameCache::hash(dir, name));
+        debug_assert_eq!(ticket.hash, name_hash(dir, name));
         let mut shard = lock(&self.shards[shard_of(ticket.hash)]);
         if shard.generation != ticket.generation {
             return;
@@ -239,7 +241,7 @@ impl NameCache {
 
     /// Forgets `name` of `dir`: its MetaDB record was just changed.
     pub fn changed(&self, dir: InodeNo, name: &[u8]) {
-        let hash = NameCache::hash(dir, name);
+        let hash = name_hash(dir, name);
         let mut shard = lock(&self.shards[shard_of(hash)]);
         shard.generation += 1;
         if shard

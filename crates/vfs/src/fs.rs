@@ -125,10 +125,11 @@ impl Handle {
     /// The inode's attributes with `st` (this handle's state, locked): what creates in
     /// the directory changed since the state's write lock was last taken included.
     pub fn attrs(&self, st: &InodeState) -> Result<Inode, VfsError> {
-        match *self.created() {
-            Some(newer) => Ok(newer),
-            None => live(st, self.ino).copied(),
+        let inode = *live(st, self.ino)?;
+        if inode.kind != Kind::Dir {
+            return Ok(inode); // Only directories have creates in them.
         }
+        Ok(self.created().unwrap_or(inode))
     }
 
     pub fn pages(&self) -> std::sync::MutexGuard<'_, Pages> {
@@ -675,10 +676,7 @@ impl FileSystem {
     /// The lock of the stripe of names `name` of `parent` falls in: held by a create
     /// from its check that the name is free until its entry is in MetaDB.
     fn name_stripe(&self, parent: InodeNo, name: &[u8]) -> MutexGuard<'_, ()> {
-        let mut h = crate::caches::MixHasher::default();
-        std::hash::Hasher::write_u64(&mut h, parent.0);
-        std::hash::Hasher::write(&mut h, name);
-        let i = (std::hash::Hasher::finish(&h) >> 56) as usize % self.name_stripes.len();
+        let i = (crate::caches::name_hash(parent, name) >> 56) as usize % self.name_stripes.len();
         self.name_stripes[i].lock().expect("name stripe lock")
     }
 

@@ -82,27 +82,25 @@ impl FileSystem {
                 VfsError::Invalid(format!("fallocate of inode {ino}, not a file"))
             });
         }
-        if let Fallocate::Allocate { keep_size } = op {
-            self.check_space_for_holes(ino, offset / BLOCK, end.div_ceil(BLOCK))?;
-            if !keep_size && end > inode.size {
-                self.truncate_locked(&h, &mut st, end)?;
+        let keep_size = match op {
+            Fallocate::Allocate { keep_size } => {
+                self.check_space_for_holes(ino, offset / BLOCK, end.div_ceil(BLOCK))?;
+                if !keep_size && end > inode.size {
+                    self.truncate_locked(&h, &mut st, end)?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            Fallocate::PunchHole => true,
+            Fallocate::ZeroRange { keep_size } => keep_size,
+        };
         // The blocks change under the cache: write it back and drop it.
         self.settle(&h, &mut st)?;
         h.pages().clear();
-        match op {
-            Fallocate::Allocate { .. } => unreachable!("handled above"),
-            Fallocate::PunchHole => self.zero_range(ino, &mut st, offset, end),
-            Fallocate::ZeroRange { keep_size } => {
-                self.zero_range(ino, &mut st, offset, end)?;
-                if !keep_size && end > live(&st, ino)?.size {
-                    self.truncate_locked(&h, &mut st, end)?;
-                }
-                Ok(())
-            }
+        self.zero_range(ino, &mut st, offset, end)?;
+        if !keep_size && end > live(&st, ino)?.size {
+            self.truncate_locked(&h, &mut st, end)?;
         }
+        Ok(())
     }
 
     /// ENOSPC unless the free space holds every hole among blocks `first..end` (blocks
