@@ -1,20 +1,35 @@
 //! Write batches and their encoding: the payload of a WAL record (docs/FORMAT.md §5.1).
 //!
 //! ```text
-//! first_seq u64 | count u32 | count x ( kind u8 | key_len u32 | value_len u32 | key | value )
+//! first_seq u64 | count u32 | [ requires u8 | requires x ( lane u16 | generation u64 | lane_seq u64 ) ]
+//!   | (count & 0x7fff_ffff) x ( kind u8 | key_len u32 | value_len u32 | key | value )
 //! ```
-//! (little-endian; `value_len` is 0 for deletes). A batch is atomic: recovery replays it
-//! whole or not at all, because the WAL frames and checksums the record as one unit.
+//! (little-endian; `value_len` is 0 for deletes; the bracketed part is present only when
+//! bit 31 of `count` is set). A batch is atomic: recovery replays it whole or not at all,
+//! because the WAL frames and checksums the record as one unit.
+//!
+//! *Requirements* are WAL positions of other lanes the batch depends on (`require`):
+//! recovery drops the batch, with the rest of its lane, when one of them was lost, and a
+//! persist of the batch's lane first persists them (docs/DESIGN.md "MetaDB",
+//! "Dependencies between lanes").
 
 use crate::error::MetaDbError;
-use crate::types::{Seq, ValueKind};
+use crate::types::{Seq, ValueKind, WalPos};
 
 /// Operations applied atomically, in order, with consecutive sequence numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<(ValueKind, Vec<u8>, Vec<u8>)>,
     bytes: usize,
+    requires: Vec<WalPos>,
 }
+
+/// Bit 31 of the encoded `count`: a requirement list follows the header.
+const REQUIRES_FLAG: u32 = 1 << 31;
+/// Bytes of one encoded requirement.
+const REQUIRE_BYTES: usize = 18;
+/// Most requirements one batch carries (one per other lane is all a caller needs).
+pub const REQUIRES_MAX: usize = 255;
 
 /// Largest key MetaDB accepts (file names are at most 255 bytes; keys add a prefix).
 pub const KEY_BYTES_MAX: usize = 1024;
@@ -50,6 +65,26 @@ impl WriteBatch {
         self
     }
 
+    /// Makes the batch depend on the record at `pos` (another lane's, already written):
+    /// after a crash it survives only if that record does, and persisting it persists that
+    /// record first. A requirement on the batch's own lane, or on a generation already
+    /// durable, is dropped when the batch is written (the lane's order already gives it).
+    pub fn require(&mut self, pos: WalPos) -> &mut Self {
+        match self.requires.iter_mut().find(|r| r.lane == pos.lane) {
+            Some(r) => *r = (*r).max(pos),
+            None => {
+                assert!(self.requires.len() < REQUIRES_MAX, "too many requirements");
+                self.requires.push(pos);
+            }
+        }
+        self
+    }
+
+    /// The positions this batch depends on (at most one per lane).
+    pub fn requires(&self) -> &[WalPos] {
+        &self.requires
+    }
+
     pub fn len(&self) -> usize {
         self.ops.len()
     }
@@ -64,16 +99,35 @@ impl WriteBatch {
             .map(|(k, key, v)| (*k, key.as_slice(), v.as_slice()))
     }
 
-    /// Bytes of the encoded record.
+    /// Bytes of the encoded record (at most: requirements `encode_into` leaves out are
+    /// counted).
     pub fn encoded_len(&self) -> usize {
-        HEADER_BYTES + self.bytes
+        let requires = match self.requires.len() {
+            0 => 0,
+            n => 1 + n * REQUIRE_BYTES,
+        };
+        HEADER_BYTES + requires + self.bytes
     }
 
-    /// Appends the encoding, with sequence numbers starting at `first_seq`, to `out`.
-    pub fn encode_into(&self, first_seq: Seq, out: &mut Vec<u8>) {
+    /// Appends the encoding, with sequence numbers starting at `first_seq` and the
+    /// requirements `keep` accepts, to `out`.
+    pub fn encode_into(&self, first_seq: Seq, keep: impl Fn(&WalPos) -> bool, out: &mut Vec<u8>) {
         out.reserve(self.encoded_len());
         out.extend_from_slice(&first_seq.to_le_bytes());
-        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        let count = u32::try_from(self.ops.len()).expect("batch count");
+        assert!(count < REQUIRES_FLAG, "batch of {count} operations");
+        let requires: Vec<&WalPos> = self.requires.iter().filter(|r| keep(r)).collect();
+        if requires.is_empty() {
+            out.extend_from_slice(&count.to_le_bytes());
+        } else {
+            out.extend_from_slice(&(count | REQUIRES_FLAG).to_le_bytes());
+            out.push(u8::try_from(requires.len()).expect("at most 255 requirements"));
+            for r in requires {
+                out.extend_from_slice(&r.lane.to_le_bytes());
+                out.extend_from_slice(&r.generation.to_le_bytes());
+                out.extend_from_slice(&r.lane_seq.to_le_bytes());
+            }
+        }
         for (kind, key, value) in &self.ops {
             out.push(*kind as u8);
             out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -90,9 +144,33 @@ impl WriteBatch {
             return Err(bad("shorter than its header"));
         }
         let first_seq = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-        let count = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
+        let count = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         let mut at = HEADER_BYTES;
         let mut batch = WriteBatch::new();
+        if count & REQUIRES_FLAG != 0 {
+            let n = usize::from(
+                *bytes
+                    .get(at)
+                    .ok_or_else(|| bad("requirements past the end"))?,
+            );
+            at += 1;
+            if n == 0 || bytes.len() < at + n * REQUIRE_BYTES {
+                return Err(bad("requirements past the end or empty"));
+            }
+            for r in bytes[at..at + n * REQUIRE_BYTES].chunks_exact(REQUIRE_BYTES) {
+                let pos = WalPos {
+                    lane: u16::from_le_bytes(r[0..2].try_into().expect("2 bytes")),
+                    generation: u64::from_le_bytes(r[2..10].try_into().expect("8 bytes")),
+                    lane_seq: u64::from_le_bytes(r[10..18].try_into().expect("8 bytes")),
+                };
+                if batch.requires.iter().any(|q| q.lane == pos.lane) {
+                    return Err(bad("two requirements on one lane"));
+                }
+                batch.requires.push(pos);
+            }
+            at += n * REQUIRE_BYTES;
+        }
+        let count = (count & !REQUIRES_FLAG) as usize;
         for _ in 0..count {
             if bytes.len() < at + OP_HEADER_BYTES {
                 return Err(bad("operation header past the end"));
@@ -135,17 +213,39 @@ mod tests {
         b.put(b"m:1:foo".to_vec(), b"inode".to_vec())
             .delete(b"m:1:bar".to_vec())
             .put(b"k".to_vec(), Vec::new());
-        let mut out = Vec::new();
-        b.encode_into(77, &mut out);
-        assert_eq!(out.len(), b.encoded_len());
-        let (seq, decoded) = WriteBatch::decode(&out).unwrap();
-        assert_eq!(seq, 77);
-        assert_eq!(decoded, b);
-        for cut in 0..out.len() {
-            assert!(
-                WriteBatch::decode(&out[..cut]).is_err(),
-                "truncated at {cut}"
-            );
+        for with_requirements in [false, true] {
+            if with_requirements {
+                for (lane, lane_seq) in [(3, 9), (5, 1), (3, 12)] {
+                    b.require(WalPos {
+                        lane,
+                        generation: 4,
+                        lane_seq,
+                    });
+                }
+                assert_eq!(
+                    b.requires().len(),
+                    2,
+                    "one requirement per lane, the furthest"
+                );
+            }
+            let mut out = Vec::new();
+            b.encode_into(77, |_| true, &mut out);
+            assert_eq!(out.len(), b.encoded_len());
+            let (seq, decoded) = WriteBatch::decode(&out).unwrap();
+            assert_eq!(seq, 77);
+            assert_eq!(decoded, b);
+            for cut in 0..out.len() {
+                assert!(
+                    WriteBatch::decode(&out[..cut]).is_err(),
+                    "truncated at {cut}"
+                );
+            }
         }
+        // Requirements the writer leaves out are not encoded.
+        let mut out = Vec::new();
+        b.encode_into(1, |r| r.lane != 3, &mut out);
+        let (_, decoded) = WriteBatch::decode(&out).unwrap();
+        assert_eq!(decoded.requires().len(), 1);
+        assert_eq!(decoded.requires()[0].lane, 5);
     }
 }

@@ -33,6 +33,8 @@ pub struct ReplayRecord {
     pub generation: u64,
     /// The WAL lane it was logged in.
     pub lane: u16,
+    /// Its number within (generation, lane).
+    pub lane_seq: u64,
     /// `Some(i)` for pinned lane `i` (WAL lane `lanes + i` of this open's configuration,
     /// written by `MetaDb::write_pinned(i, ..)`); `None` for a thread lane.
     pub pinned: Option<usize>,
@@ -122,6 +124,7 @@ mod tests {
         ReplayRecord {
             generation,
             lane,
+            lane_seq: first_seq,
             pinned: None,
             first_seq,
             batch,

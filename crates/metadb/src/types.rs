@@ -101,8 +101,9 @@ pub enum Durability {
 }
 
 /// Where a write's WAL record lives: enough to persist exactly it (and the earlier
-/// records of its lane, which it may depend on) and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// records of its lane, which it may depend on) and nothing else. Within one lane, later
+/// records compare greater.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WalPos {
     pub lane: u16,
     /// Generation (memtable) the record belongs to.

@@ -29,7 +29,7 @@ use crate::table::cache::BlockCache;
 use crate::table::reader::Table;
 use crate::table::TableId;
 use crate::table_store::TableStore;
-use crate::types::{Durability, InternalKey, Receipt, Seq, ValueKind};
+use crate::types::{Durability, InternalKey, Receipt, Seq, ValueKind, WalPos};
 use crate::version::Version;
 use crate::wal::Wal;
 use arc_swap::ArcSwap;
@@ -191,8 +191,13 @@ pub(crate) struct Inner {
     work_cv: Condvar,
     /// Signalled whenever a flush or compaction finishes (stalled writers wait on it).
     progress_cv: Condvar,
-    /// Recovered WAL records the replay filter dropped at open.
+    /// Recovered WAL records dropped at open (`MetaDbStats::replay_dropped`).
     replay_dropped: u64,
+    replay_unmet: u64,
+    /// Per WAL lane, the furthest position of each other lane that a batch logged in it
+    /// requires (`WriteBatch::require`): a persist of the lane persists these first.
+    /// Noted before the batch's append, so every persist that covers the batch sees them.
+    requirements: Box<[Mutex<Vec<WalPos>>]>,
 }
 
 /// MetaDB. Cheap to share by reference across threads.
@@ -235,8 +240,12 @@ pub struct MetaDbStats {
     pub immutables: usize,
     pub tables_per_level: Vec<usize>,
     pub bytes_per_level: Vec<u64>,
-    /// WAL records recovered at open that `WriteHooks::filter_replay` dropped.
+    /// WAL records recovered at open and not replayed: those `WriteHooks::filter_replay`
+    /// dropped and `replay_unmet`.
     pub replay_dropped: u64,
+    /// WAL records recovered at open and dropped because a record they require
+    /// (`WriteBatch::require`) was lost, with the rest of their lanes.
+    pub replay_unmet: u64,
 }
 
 /// A small number fixed for the life of the calling thread. Writes of one thread always
@@ -365,7 +374,6 @@ impl MetaDb {
         self.inner.check_writable()?;
         let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
         self.inner
-            .wal
             .persist(&positions)
             .inspect_err(|e| self.inner.fail(e))
     }
@@ -390,7 +398,9 @@ impl MetaDb {
         before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
     ) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
-        let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
+        let positions = self
+            .inner
+            .with_requirements(receipts.iter().map(|r| r.pos).collect());
         let mut hook_failed = false;
         let mut hook = || before_flush().inspect_err(|_| hook_failed = true);
         let result = self.inner.wal.persist_covering(&positions, &mut hook);
@@ -495,6 +505,7 @@ impl MetaDb {
                 .collect(),
             bytes_per_level: v.level_sizes_bytes(),
             replay_dropped: self.inner.replay_dropped,
+            replay_unmet: self.inner.replay_unmet,
         }
     }
 
@@ -601,12 +612,23 @@ impl Inner {
                 self.switch_memtable(&mem)?;
                 continue;
             }
+            // Requirements on this lane or on a generation made durable whole by a
+            // rotation are met already.
+            let generation = mem.generation();
+            let needed = |r: &WalPos| {
+                assert!(
+                    r.generation <= generation,
+                    "requirement {r:?} not yet written"
+                );
+                r.lane != lane && r.generation == generation
+            };
+            self.note_requirements(lane, batch.requires().iter().filter(|r| needed(r)));
             let ticket = self.seq.begin(batch.len() as u64, thread);
             payload.clear();
-            batch.encode_into(ticket.first_seq, &mut payload);
+            batch.encode_into(ticket.first_seq, needed, &mut payload);
             let logged = self.wal.append(lane, &payload).and_then(|pos| {
                 if durability == Durability::Sync {
-                    self.wal.persist(&[pos])?;
+                    self.persist(&[pos])?;
                 }
                 Ok(pos)
             });
@@ -644,6 +666,45 @@ impl Inner {
             mem.gate().exit();
             return Ok(receipt);
         }
+    }
+
+    /// Notes, before a batch's append to `lane`, the positions it requires.
+    fn note_requirements<'a>(&self, lane: u16, required: impl Iterator<Item = &'a WalPos>) {
+        let mut noted = None;
+        for r in required {
+            let noted = noted.get_or_insert_with(|| {
+                self.requirements[usize::from(lane)]
+                    .lock()
+                    .expect("requirements lock")
+            });
+            match noted.iter_mut().find(|n| n.lane == r.lane) {
+                Some(n) => *n = (*n).max(*r),
+                None => noted.push(*r),
+            }
+        }
+    }
+
+    /// `positions` and, transitively, the positions the lanes they name require (of the
+    /// current generation: earlier ones are durable).
+    fn with_requirements(&self, mut positions: Vec<WalPos>) -> Vec<WalPos> {
+        let current = self.wal.generation();
+        let mut visited = vec![false; self.requirements.len()];
+        let mut i = 0;
+        while i < positions.len() {
+            let lane = usize::from(positions[i].lane);
+            if !std::mem::replace(&mut visited[lane], true) {
+                let required = self.requirements[lane].lock().expect("requirements lock");
+                positions.extend(required.iter().filter(|r| r.generation >= current));
+            }
+            i += 1;
+        }
+        positions
+    }
+
+    /// Makes `positions` durable, with what they require.
+    fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError> {
+        self.wal
+            .persist(&self.with_requirements(positions.to_vec()))
     }
 
     /// Seals `full` (if it is still the active memtable), waits for its writers, rotates

@@ -36,16 +36,20 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 struct Replay {
     /// Kept records, in (generation, lane, lane_seq) order.
     kept: Vec<ReplayRecord>,
+    /// Records not replayed: the filter's and `unmet`.
     dropped: u64,
+    /// Records dropped because a record they require was lost.
+    unmet: u64,
     /// The highest sequence number of any recovered record, kept or dropped (0: none).
     last_seq: Seq,
 }
 
 /// Decodes every recovered record once, asks `hooks` which to keep and checks that the
-/// answer keeps a prefix of each lane.
+/// answer keeps a prefix of each lane, then drops records whose requirements were lost.
 fn filter_records(
     recovery: &WalRecovery,
     lanes: usize,
+    released: u64,
     hooks: &dyn WriteHooks,
 ) -> Result<Replay, MetaDbError> {
     let mut records = Vec::with_capacity(recovery.records.len());
@@ -59,13 +63,15 @@ fn filter_records(
         records.push(ReplayRecord {
             generation: record.generation,
             lane: record.lane,
+            lane_seq: record.lane_seq,
             pinned: lane.checked_sub(lanes),
             first_seq,
             batch,
         });
     }
-    let keep = hooks.filter_replay(&records)?;
+    let mut keep = hooks.filter_replay(&records)?;
     check_replay_filter(&records, &keep);
+    let unmet = drop_unmet_requirements(&records, &mut keep, released);
     let dropped = keep.iter().filter(|k| !**k).count() as u64;
     let kept = records
         .into_iter()
@@ -75,8 +81,51 @@ fn filter_records(
     Ok(Replay {
         kept,
         dropped,
+        unmet,
         last_seq,
     })
+}
+
+/// Drops every kept record with a requirement (`WriteBatch::require`) that is neither in
+/// a released generation (in tables) nor kept, with the records after it in its lane,
+/// until no such record is left (a drop can unmeet another lane's requirement). Each
+/// lane keeps a prefix. A record some persist acknowledged is never dropped: that persist
+/// made its requirements durable first, and a released generation's records are in
+/// tables. Returns how many records it dropped.
+fn drop_unmet_requirements(records: &[ReplayRecord], keep: &mut [bool], released: u64) -> u64 {
+    if records.iter().all(|r| r.batch.requires().is_empty()) {
+        return 0;
+    }
+    let index: HashMap<(u64, u16, u64), usize> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.generation, r.lane, r.lane_seq), i))
+        .collect();
+    // Each lane's records in order (records come sorted by generation, lane, lane_seq).
+    let mut lanes: HashMap<u16, Vec<usize>> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        lanes.entry(r.lane).or_default().push(i);
+    }
+    let mut dropped = 0;
+    loop {
+        let unmet = records.iter().enumerate().find(|&(i, r)| {
+            keep[i]
+                && r.batch.requires().iter().any(|q| {
+                    q.generation > released
+                        && !index
+                            .get(&(q.generation, q.lane, q.lane_seq))
+                            .is_some_and(|&j| keep[j])
+                })
+        });
+        let Some((i, r)) = unmet else {
+            return dropped;
+        };
+        for &j in lanes[&r.lane].iter().filter(|&&j| j >= i) {
+            if std::mem::replace(&mut keep[j], false) {
+                dropped += 1;
+            }
+        }
+    }
 }
 
 /// One memtable holding `replay`'s records, sealed (it is flushed at once).
@@ -143,7 +192,7 @@ impl Inner {
             }
         };
         let generation = wal.generation();
-        let replay = filter_records(&recovery, config.lanes, hooks.as_ref())?;
+        let replay = filter_records(&recovery, config.lanes, released, hooks.as_ref())?;
         let last_seq = state.last_seq().max(replay.last_seq);
         // Every recovered record, kept or not, goes through one memtable flushed below:
         // its manifest edit covers the recovered generations and `last_seq`. With
@@ -177,6 +226,8 @@ impl Inner {
             work_cv: Condvar::new(),
             progress_cv: Condvar::new(),
             replay_dropped: replay.dropped,
+            replay_unmet: replay.unmet,
+            requirements: (0..wal_lanes).map(|_| Mutex::new(Vec::new())).collect(),
             manifest,
             cache,
             hooks,
