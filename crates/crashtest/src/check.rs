@@ -56,7 +56,7 @@ fn check_state(workload: &Workload, recorded: &Recorded, state: &CrashState) -> 
     let device = Arc::new(Device::new(Box::new(
         recorded.recording.crash_device(state, 512),
     )));
-    fsck_clean(&device, workload.domains)?;
+    fsck_clean(&device)?;
     let fs = run::mount(device.clone()).map_err(|e| format!("recovery failed: {e}"))?;
     let got = Snapshot::take(&fs).map_err(|e| format!("reading the recovered tree: {e}"))?;
     drop(fs);
@@ -138,11 +138,8 @@ fn check_state(workload: &Workload, recorded: &Recorded, state: &CrashState) -> 
     Ok(())
 }
 
-/// fsck of the crash image (read-only: it recovers on an overlay) finds nothing, except,
-/// with several domains, inodes left without a name by an operation whose entry was in
-/// another domain's lost lane (docs/SEMANTICS.md §2 allows it; `fsck -y` links them into
-/// /lost+found).
-fn fsck_clean(device: &Arc<Device>, domains: u32) -> Result<(), String> {
+/// fsck of the crash image (read-only: it recovers on an overlay) finds nothing.
+fn fsck_clean(device: &Arc<Device>) -> Result<(), String> {
     let options = fsck::Options {
         mode: fsck::Mode::Check,
         verify_data: true,
@@ -158,7 +155,6 @@ fn fsck_clean(device: &Arc<Device>, domains: u32) -> Result<(), String> {
     let problems: Vec<String> = report
         .problems
         .iter()
-        .filter(|p| !(domains > 1 && p.kind == fsck::problem::Kind::UnreachableInode))
         .map(|p| format!("{:?}: {}", p.kind, p.message))
         .collect();
     if problems.is_empty() {

@@ -754,10 +754,12 @@ impl FileSystem {
         let _ = data_only;
         let h = self.handle(ino)?;
         self.core.write_back(&h)?;
-        // The names first: a crash between the two then leaves the old contents under
-        // the new name, never the new contents without a name.
-        self.persist_lanes(self.take_lanes(ino))?;
-        self.core.engine.fsync(ino)?;
+        // The file's lane and the lanes of the names it gained, in one device flush (a
+        // crash before it returns keeps any combination of them, as without an fsync; a
+        // new file's contents never survive without its create, which they require).
+        let mut lanes = self.take_lanes(ino);
+        lanes.push(ino);
+        self.core.engine.fsync_all(&lanes)?;
         Ok(())
     }
 

@@ -537,18 +537,13 @@ impl FileSystem {
         }
     }
 
-    /// Makes the lanes of `lanes`' domains durable: one fsync per domain (each a device
-    /// flush at most).
+    /// Makes the lanes of `lanes`' domains durable (one device flush at most).
     pub(crate) fn persist_lanes(
         &self,
         lanes: impl IntoIterator<Item = InodeNo>,
     ) -> Result<(), VfsError> {
-        let mut done = std::collections::HashSet::new();
-        for lane in lanes {
-            if done.insert(self.core.engine.domain_of(lane)) {
-                self.core.engine.fsync(lane)?;
-            }
-        }
+        let lanes: Vec<InodeNo> = lanes.into_iter().collect();
+        self.core.engine.fsync_all(&lanes)?;
         Ok(())
     }
 
@@ -648,7 +643,7 @@ impl FileSystem {
         let ph_ref = &ph;
         self.core
             .engine
-            .put_metadata_then(parent, batch, Durability::Buffered, |batch| {
+            .put_create(parent, ino, batch, Durability::Buffered, |batch| {
                 // Under the lane's lock: the record order in the lane is the order of
                 // these updates, so the last record of the directory is the newest.
                 let mut created = ph_ref.created();

@@ -16,7 +16,7 @@ use crate::space::seginfo::SegInfo;
 use crate::space::{Owner, SpaceError};
 use format::constants::BLOCKS_PER_SEGMENT;
 use format::summary::SegmentKind;
-use format::{BlockAddr, DomainId, Geometry, SegmentNo};
+use format::{BlockAddr, DomainId, Geometry, InodeNo, SegmentNo};
 use metadb::WriteBatch;
 use std::collections::{BTreeSet, HashMap};
 
@@ -54,6 +54,43 @@ pub struct DomainState {
     touched: BTreeSet<SegmentNo>,
     /// The receipt of the domain's newest batch.
     pub last_receipt: Option<metadb::Receipt>,
+    /// Inodes of this domain created by a batch of another domain's lane and not yet
+    /// named by a batch of this one: (that domain, the WAL generation when the create
+    /// began). This lane's first batch naming one requires the other lane's newest record
+    /// (`Engine::created_in`).
+    pub created_elsewhere: HashMap<InodeNo, (DomainId, u64)>,
+    /// `created_elsewhere`'s size after its last pruning.
+    pub created_pruned_len: usize,
+    /// Per other domain, the furthest of its batches a batch of this lane requires, not
+    /// yet known durable: an fsync of this domain persists them too (with their data).
+    pub required: Vec<Required>,
+}
+
+/// A batch of `domain`'s lane and the number of the writes its data (and its lane's
+/// earlier batches') needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Required {
+    pub domain: DomainId,
+    pub receipt: metadb::Receipt,
+    pub seq: u64,
+}
+
+impl Required {
+    /// Widens this to cover `other` too (the same domain).
+    pub fn merge(&mut self, other: &Required) {
+        assert_eq!(self.domain, other.domain);
+        if other.receipt.pos > self.receipt.pos {
+            self.receipt = other.receipt;
+        }
+        self.seq = self.seq.max(other.seq);
+    }
+
+    /// Making this durable makes `other` (the same domain) durable.
+    pub fn covers(&self, other: &Required) -> bool {
+        self.domain == other.domain
+            && self.receipt.pos >= other.receipt.pos
+            && self.seq >= other.seq
+    }
 }
 
 impl DomainState {
@@ -65,6 +102,9 @@ impl DomainState {
             reserved: HashMap::new(),
             touched: BTreeSet::new(),
             last_receipt: None,
+            created_elsewhere: HashMap::new(),
+            created_pruned_len: 0,
+            required: Vec::new(),
         }
     }
 

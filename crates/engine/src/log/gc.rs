@@ -203,7 +203,7 @@ impl Engine {
         state.unreserve(&self.geometry, &runs);
         state.touch(victim);
         self.finish_batch(&mut state, domain, &mut batch);
-        self.failing(self.put_batch(domain, &mut state, &batch))?;
+        self.failing(self.put_batch(domain, &mut state, None, &batch))?;
         drop(state);
         self.counters
             .gc_blocks_moved

@@ -127,6 +127,10 @@ pub(crate) struct Domain {
     gc_lock: Mutex<()>,
     /// Checkpoint slot sequence of this domain.
     checkpoint_seq: AtomicU64,
+    /// Where the domain's newest batch is in its WAL lane (also `last_receipt`, but
+    /// readable without the domain's lock: a leaf lock, taken by holders of another
+    /// domain's lock).
+    last_logged: Mutex<Option<domain::Required>>,
 }
 
 impl Domain {

@@ -239,6 +239,7 @@ fn rebuild_domain(
         state: Mutex::new(state),
         gc_lock: Mutex::new(()),
         checkpoint_seq: AtomicU64::new(slot_seq),
+        last_logged: Mutex::new(None),
     };
     Ok((domain, segments))
 }

@@ -10,12 +10,12 @@
 //! - The persist of an fsync waits only for numbers issued before its batch, read under
 //!   the domain's lock: a later number may belong to a writer waiting inside MetaDB.
 
-use super::domain::{self, DomainState, HeadKind, Run};
+use super::domain::{self, DomainState, HeadKind, Required, Run};
 use super::keys::{self, DomainRecord, FileBlock, Mapping, Reverse};
 use super::{Domain, Durability, Engine, FsyncPath, BLOCK};
 use crate::error::EngineError;
 use device::{AlignedBuf, IoCause, IoRequest};
-use format::{BlockAddr, InodeNo};
+use format::{BlockAddr, DomainId, InodeNo};
 use metadb::{Receipt, WriteBatch};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -229,7 +229,7 @@ impl Engine {
         // From here the write's number must complete whatever happens.
         let made = submitted.and_then(|()| {
             let batch = self.index_batch(&mut state, domain, blocks, &runs, seq)?;
-            self.put_batch(domain, &mut state, &batch)
+            self.put_batch(domain, &mut state, Some(blocks.ino), &batch)
         });
         drop(state);
         let reaped = reap(&mut queue);
@@ -266,31 +266,104 @@ impl Engine {
         let mut state = domain.lock();
         let made = self
             .index_batch(&mut state, domain, blocks, &runs, seq)
-            .and_then(|batch| self.put_batch(domain, &mut state, &batch));
+            .and_then(|batch| self.put_batch(domain, &mut state, Some(blocks.ino), &batch));
         drop(state);
         let receipt = self.failing(made)?;
         self.counters
             .blocks_written
             .fetch_add(u64::from(count), Ordering::Relaxed);
         if durability == Durability::Fsync {
-            self.failing(self.db.persist(&[receipt]).map_err(Into::into))?;
+            // The data is durable already; the persist also covers what the batch requires.
+            self.persist_domain(domain, receipt, seq)?;
         }
         Ok(())
     }
 
     /// Puts `batch` in `domain`'s own WAL lane, under the domain's lock, and keeps its
-    /// receipt for later fsyncs and checkpoints of the domain.
+    /// receipt for later fsyncs and checkpoints of the domain. `ino`: the inode the batch
+    /// changes, if it is the lane's first batch naming an inode created in another lane,
+    /// the batch requires that lane's newest record (see [`Engine::created_in`]).
     pub(super) fn put_batch(
         &self,
         domain: &Domain,
         state: &mut DomainState,
+        ino: Option<InodeNo>,
         batch: &WriteBatch,
     ) -> Result<Receipt, EngineError> {
+        let required = ino
+            .and_then(|ino| state.created_elsewhere.remove(&ino))
+            .and_then(|(creator, _)| {
+                *self.domains[usize::from(creator.0)]
+                    .last_logged
+                    .lock()
+                    .expect("last logged lock")
+            });
+        let with_requirement;
+        let batch = match &required {
+            Some(r) => {
+                with_requirement = {
+                    let mut b = batch.clone();
+                    b.require(r.receipt.pos);
+                    b
+                };
+                &with_requirement
+            }
+            None => batch,
+        };
         let receipt =
             self.db
                 .write_pinned(domain.id.0 as usize, batch, metadb::Durability::Buffered)?;
         state.last_receipt = Some(receipt);
+        if let Some(r) = required {
+            match state.required.iter_mut().find(|q| q.domain == r.domain) {
+                Some(q) => q.merge(&r),
+                None => state.required.push(r),
+            }
+        }
+        // Under the lock, with the number: every write numbered up to it has its batch
+        // in the lane already or completes without MetaDB (the rule of `fsync`), so a
+        // persist that requires this batch may wait for them.
+        *domain.last_logged.lock().expect("last logged lock") = Some(Required {
+            domain: domain.id,
+            receipt,
+            seq: domain.tracker.issued(),
+        });
         Ok(receipt)
+    }
+
+    /// Notes that the batch creating `child` goes to `creator`'s lane. If `child`'s own
+    /// domain is another, the first batch of that domain naming `child` (its data, its
+    /// attributes, entries of a new directory) requires everything logged in the
+    /// creating lane by then, the create included: a crash never keeps a file's or
+    /// directory's contents while losing its name (docs/SEMANTICS.md §2), and persisting
+    /// that batch persists the create in the same device flush. `logged`: the create's
+    /// generation once it is logged (`None` before: noted first, so no batch naming
+    /// `child` can come before the note).
+    fn created_in(&self, child: InodeNo, creator: DomainId, logged: Option<u64>) {
+        let domain = self.domain(child);
+        if domain.id == creator {
+            return;
+        }
+        let mut state = domain.lock();
+        match logged {
+            None => {
+                state.created_elsewhere.insert(child, (creator, u64::MAX));
+            }
+            Some(generation) => {
+                if let Some(entry) = state.created_elsewhere.get_mut(&child) {
+                    entry.1 = generation;
+                }
+            }
+        }
+        if state.created_elsewhere.len() > (2 * state.created_pruned_len).max(4096) {
+            // A create logged in a generation before the current one is durable (a
+            // memtable switch persists its generation whole): nothing needs to require it.
+            let current = self.db.generation();
+            state
+                .created_elsewhere
+                .retain(|_, &mut (_, g)| g >= current);
+            state.created_pruned_len = state.created_elsewhere.len();
+        }
     }
 
     /// The batch that points the blocks of `blocks` at `runs` (reserved, now written or
@@ -355,37 +428,98 @@ impl Engine {
     }
 
     /// Makes `receipt` (a batch of `domain`) and every earlier batch of the domain
-    /// durable together with all data they name (writes up to `seq`).
+    /// durable together with all data they name (writes up to `seq`), and with them what
+    /// those batches require in other domains' lanes, with those domains' data.
     pub(super) fn persist_domain(
         &self,
         domain: &Domain,
         receipt: Receipt,
         seq: u64,
     ) -> Result<(), EngineError> {
-        let mut prefix = 0;
-        let tracker = &domain.tracker;
-        let r = self.db.persist_covering(&[receipt], &mut || {
-            prefix = tracker.wait_completed(seq);
+        self.persist_domains(vec![Required {
+            domain: domain.id,
+            receipt,
+            seq,
+        }])
+    }
+
+    /// Makes each of `parts` (a domain, a batch of its lane, the writes its data needs)
+    /// durable, with everything they transitively require (`DomainState::required`),
+    /// in one MetaDB persist and one device flush: the flush is requested after every
+    /// included domain's writes up to its number completed, so no record it makes
+    /// durable can be dropped at recovery for data that never arrived (which would drop
+    /// the rest of its lane and, through a requirement, an acknowledged batch of another
+    /// lane). Called holding no domain lock.
+    fn persist_domains(&self, mut parts: Vec<Required>) -> Result<(), EngineError> {
+        let mut i = 0;
+        while i < parts.len() {
+            let required = self.domains[usize::from(parts[i].domain.0)]
+                .lock()
+                .required
+                .clone();
+            for r in required {
+                match parts.iter_mut().find(|p| p.domain == r.domain) {
+                    Some(p) => p.merge(&r),
+                    None => parts.push(r),
+                }
+            }
+            i += 1;
+        }
+        let receipts: Vec<Receipt> = parts.iter().map(|p| p.receipt).collect();
+        let mut prefixes = vec![0; parts.len()];
+        let r = self.db.persist_covering(&receipts, &mut || {
+            for (p, prefix) in parts.iter().zip(&mut prefixes) {
+                *prefix = self.domains[usize::from(p.domain.0)]
+                    .tracker
+                    .wait_completed(p.seq);
+            }
             Ok(())
         });
         self.failing(r.map_err(Into::into))?;
-        tracker.durable_after_flush(prefix);
+        for (p, prefix) in parts.iter().zip(prefixes) {
+            let domain = &self.domains[usize::from(p.domain.0)];
+            domain.tracker.durable_after_flush(prefix);
+            // What this persist covered no longer needs persisting with the domain.
+            domain
+                .lock()
+                .required
+                .retain(|r| !parts.iter().any(|q| q.domain == r.domain && q.covers(r)));
+        }
         Ok(())
     }
 
     /// fsync of writes made with `Durability::Buffered`: makes every batch of `ino`'s
     /// domain durable with its data.
     pub fn fsync(&self, ino: InodeNo) -> Result<(), EngineError> {
-        self.check_writable()?;
-        let domain = self.domain(ino);
-        let (receipt, seq) = {
-            let state = domain.lock();
-            (state.last_receipt, domain.tracker.issued())
-        };
-        match receipt {
-            Some(r) => self.persist_domain(domain, r, seq),
-            None => Ok(()),
+        self.fsync_all(&[ino])
+    }
+
+    /// [`Engine::fsync`] of every inode of `inos` (of one or several domains) with one
+    /// MetaDB persist and one device flush.
+    pub fn fsync_all(&self, inos: &[InodeNo]) -> Result<(), EngineError> {
+        if inos.is_empty() {
+            return Ok(());
         }
+        self.check_writable()?;
+        let mut parts: Vec<Required> = Vec::with_capacity(inos.len());
+        for &ino in inos {
+            let domain = self.domain(ino);
+            if parts.iter().any(|p| p.domain == domain.id) {
+                continue;
+            }
+            let state = domain.lock();
+            if let Some(receipt) = state.last_receipt {
+                parts.push(Required {
+                    domain: domain.id,
+                    receipt,
+                    seq: domain.tracker.issued(),
+                });
+            }
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        self.persist_domains(parts)
     }
 
     /// Applies `batch` (the caller's metadata: inodes, directory entries) atomically in
@@ -398,25 +532,33 @@ impl Engine {
         durability: Durability,
     ) -> Result<(), EngineError> {
         self.put_in_lane(ino, std::borrow::Cow::Borrowed(batch), durability, None)
+            .map(drop)
     }
 
-    /// [`Engine::put_metadata`] with records `last` adds under the domain's lock, just
-    /// before the batch takes its place in the lane: batches built this way by threads
-    /// that share no other lock enter the lane in the order `last` ran in (the VFS builds
-    /// a directory's record here when creates in it run in parallel).
-    pub fn put_metadata_then(
+    /// [`Engine::put_metadata`] of the batch creating inode `created` (a file, directory
+    /// or symlink named in directory `ino`), with records `last` adds under the domain's
+    /// lock, just before the batch takes its place in the lane: batches built this way by
+    /// threads that share no other lock enter the lane in the order `last` ran in (the
+    /// VFS builds a directory's record here when creates in it run in parallel).
+    pub fn put_create(
         &self,
         ino: InodeNo,
+        created: InodeNo,
         batch: WriteBatch,
         durability: Durability,
         mut last: impl FnMut(&mut WriteBatch),
     ) -> Result<(), EngineError> {
-        self.put_in_lane(
+        self.check_writable()?;
+        let creator = self.domain_of(ino);
+        self.created_in(created, creator, None);
+        let receipt = self.put_in_lane(
             ino,
             std::borrow::Cow::Owned(batch),
             durability,
             Some(&mut last),
-        )
+        )?;
+        self.created_in(created, creator, Some(receipt.pos.generation));
+        Ok(())
     }
 
     fn put_in_lane(
@@ -425,7 +567,7 @@ impl Engine {
         batch: std::borrow::Cow<'_, WriteBatch>,
         durability: Durability,
         last: Option<&mut dyn FnMut(&mut WriteBatch)>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Receipt, EngineError> {
         self.check_writable()?;
         let domain = self.domain(ino);
         let mut state = domain.lock();
@@ -437,13 +579,13 @@ impl Engine {
             }
             None => batch,
         };
-        let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
+        let receipt = self.failing(self.put_batch(domain, &mut state, Some(ino), &batch))?;
         let seq = domain.tracker.issued();
         drop(state);
         if durability == Durability::Fsync {
             self.persist_domain(domain, receipt, seq)?;
         }
-        Ok(())
+        Ok(receipt)
     }
 
     /// Unmaps blocks `from..` (`to` exclusive, or to the end of the file) of `ino` and
@@ -492,7 +634,7 @@ impl Engine {
         }
         self.finish_batch(&mut state, domain, &mut batch);
         extra.append_to(&mut batch, -(found.len() as i64));
-        let receipt = self.failing(self.put_batch(domain, &mut state, &batch))?;
+        let receipt = self.failing(self.put_batch(domain, &mut state, Some(ino), &batch))?;
         // Read under the lock: a number issued later may belong to a writer waiting
         // inside MetaDB, which the persist must not wait for.
         let seq = domain.tracker.issued();

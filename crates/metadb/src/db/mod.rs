@@ -413,6 +413,12 @@ impl MetaDb {
         result
     }
 
+    /// The WAL generation writes go to now: every record of an earlier generation is
+    /// durable (a memtable switch persists its generation whole).
+    pub fn generation(&self) -> u64 {
+        self.inner.wal.generation()
+    }
+
     /// Makes every write so far durable.
     pub fn sync(&self) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
