@@ -55,9 +55,9 @@ pub struct DomainState {
     /// The receipt of the domain's newest batch.
     pub last_receipt: Option<metadb::Receipt>,
     /// Inodes of this domain created by a batch of another domain's lane and not yet
-    /// named by a batch of this one: (that domain, the WAL generation when the create
-    /// began). This lane's first batch naming one requires the other lane's newest record
-    /// (`Engine::created_in`).
+    /// named by a batch of this one: (that domain, the WAL generation the create was
+    /// logged in, `u64::MAX` until it is). This lane's first batch naming one requires the
+    /// other lane's newest record (`Engine::created_in`).
     pub created_elsewhere: HashMap<InodeNo, (DomainId, u64)>,
     /// `created_elsewhere`'s size after its last pruning.
     pub created_pruned_len: usize,

@@ -36,6 +36,7 @@ use arc_swap::ArcSwap;
 use device::Device;
 use format::{Geometry, SegmentNo};
 use pmr::Pmr;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -193,11 +194,15 @@ pub(crate) struct Inner {
     progress_cv: Condvar,
     /// Recovered WAL records dropped at open (`MetaDbStats::replay_dropped`).
     replay_dropped: u64,
+    /// Of those, dropped for a lost requirement (`MetaDbStats::replay_unmet`).
     replay_unmet: u64,
     /// Per WAL lane, the furthest position of each other lane that a batch logged in it
     /// requires (`WriteBatch::require`): a persist of the lane persists these first.
     /// Noted before the batch's append, so every persist that covers the batch sees them.
     requirements: Box<[Mutex<Vec<WalPos>>]>,
+    /// Set (before the lists) once any requirement was noted: until then a persist
+    /// skips the lists (no allocation, no lock on the sync-write path).
+    any_requirements: AtomicBool,
 }
 
 /// MetaDB. Cheap to share by reference across threads.
@@ -398,9 +403,8 @@ impl MetaDb {
         before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
     ) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
-        let positions = self
-            .inner
-            .with_requirements(receipts.iter().map(|r| r.pos).collect());
+        let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();
+        let positions = self.inner.with_requirements(&positions);
         let mut hook_failed = false;
         let mut hook = || before_flush().inspect_err(|_| hook_failed = true);
         let result = self.inner.wal.persist_covering(&positions, &mut hook);
@@ -679,6 +683,7 @@ impl Inner {
         let mut noted = None;
         for r in required {
             let noted = noted.get_or_insert_with(|| {
+                self.any_requirements.store(true, Ordering::SeqCst);
                 self.requirements[usize::from(lane)]
                     .lock()
                     .expect("requirements lock")
@@ -692,7 +697,11 @@ impl Inner {
 
     /// `positions` and, transitively, the positions the lanes they name require (of the
     /// current generation: earlier ones are durable).
-    fn with_requirements(&self, mut positions: Vec<WalPos>) -> Vec<WalPos> {
+    fn with_requirements<'a>(&self, positions: &'a [WalPos]) -> Cow<'a, [WalPos]> {
+        if !self.any_requirements.load(Ordering::SeqCst) {
+            return Cow::Borrowed(positions);
+        }
+        let mut positions = positions.to_vec();
         let current = self.wal.generation();
         let mut visited = vec![false; self.requirements.len()];
         let mut i = 0;
@@ -704,13 +713,12 @@ impl Inner {
             }
             i += 1;
         }
-        positions
+        Cow::Owned(positions)
     }
 
     /// Makes `positions` durable, with what they require.
     fn persist(&self, positions: &[WalPos]) -> Result<(), MetaDbError> {
-        self.wal
-            .persist(&self.with_requirements(positions.to_vec()))
+        self.wal.persist(&self.with_requirements(positions))
     }
 
     /// Seals `full` (if it is still the active memtable), waits for its writers, rotates

@@ -228,6 +228,7 @@ impl Inner {
             replay_dropped: replay.dropped,
             replay_unmet: replay.unmet,
             requirements: (0..wal_lanes).map(|_| Mutex::new(Vec::new())).collect(),
+            any_requirements: AtomicBool::new(false),
             manifest,
             cache,
             hooks,
