@@ -29,7 +29,7 @@
 
 use crate::error::VfsError;
 use crate::fs::{live, Core, FileSystem, Handle, InodeState, BLOCK, FILE_SIZE_MAX};
-use crate::pagecache::{Block, PAGE};
+use crate::pagecache::{zero_block, Block, PAGE};
 use crate::rangelock::BlockRange;
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
@@ -48,8 +48,6 @@ const READAHEAD_START: u64 = 8;
 /// Lock-free read passes before a reader holds the state lock across its device reads
 /// (a pass is retried when a writer installed blocks it was fetching).
 const READ_PASSES: u32 = 3;
-/// A block of zeros (a new block's starting bytes).
-static ZEROS: [u8; PAGE] = [0; PAGE];
 
 /// Where a data write goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +239,16 @@ impl Core {
                 .fetch_add(written, Ordering::Relaxed);
             self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
         }
+        self.refresh_room();
         Ok(())
+    }
+
+    /// Looks up the device's room for new data (capacity beyond the live blocks, what
+    /// statfs reports free) for the dirty limit.
+    pub(crate) fn refresh_room(&self) {
+        let space = self.engine.space_report();
+        let free = space.capacity_blocks.saturating_sub(space.live_blocks);
+        self.cache.set_room(free * BLOCK);
     }
 
     /// Writes back every file's dirty pages.
@@ -266,6 +273,7 @@ impl Core {
     /// (all dirty files when `urgent` or past half the dirty limit), then evicts clean
     /// pages beyond the cache's budget.
     fn flush_round(&self, urgent: bool) {
+        self.refresh_room();
         let now = self.clock.now_ns();
         let expire = self.cache.config.expire.as_nanos() as u64;
         for h in self.dirty_handles() {
@@ -378,8 +386,20 @@ impl FileSystem {
             let offset = at.offset(size);
             return Ok((offset, 0));
         }
-        // A read-only file system refuses writes now, not at write-back.
+        // A read-only file system refuses writes now, not at write-back; so does a full
+        // one: if the dirty pages and this write could exceed the device's room, all
+        // dirty pages are written back first, and then this write must fit. (An
+        // overwrite of mapped blocks needs no room in the end, but its write-back takes
+        // new blocks before the old ones are freed.)
         self.core.engine.check_writable()?;
+        let pages_bytes = (data.len() as u64).div_ceil(BLOCK).saturating_add(1) * BLOCK;
+        if self.core.cache.beyond_room(pages_bytes) {
+            self.core.write_back_all()?;
+            self.core.refresh_room();
+            if self.core.cache.beyond_room(pages_bytes) {
+                return Err(VfsError::no_space(0));
+            }
+        }
         loop {
             // The range this write needs given the size seen last: its blocks, and for
             // a write past the end everything from the old last block on (which it
@@ -479,10 +499,10 @@ impl FileSystem {
                         let (block, mapped) = self.core.load_block(ino, b, size)?;
                         (block.into(), Some(mapped))
                     }
-                    None => (Arc::from(&ZEROS[..]), None),
+                    None => (Block::from(&[0u8; PAGE][..]), None),
                 }
             } else {
-                (Arc::from(&ZEROS[..]), None)
+                (Block::from(&[0u8; PAGE][..]), None)
             };
             let bytes = Arc::get_mut(&mut block).expect("a new block");
             if lo < size && size < hi && end > size {
@@ -605,12 +625,12 @@ impl FileSystem {
             }
             let mut missed = 0;
             for (b, block, mapped) in fetched {
-                if current {
-                    pages.insert_clean(b, &block, Some(mapped));
-                }
                 if b <= last {
-                    got[(b - first) as usize] = Some(block.into());
+                    got[(b - first) as usize] = Some(block.clone());
                     missed += 1;
+                }
+                if current {
+                    pages.insert_clean(b, block, Some(mapped));
                 }
             }
             cache.misses.fetch_add(missed, Ordering::Relaxed);
@@ -643,7 +663,7 @@ impl FileSystem {
         first: u64,
         last: u64,
         fetch_end: u64,
-    ) -> Result<Vec<(u64, Vec<u8>, bool)>, VfsError> {
+    ) -> Result<Vec<(u64, Block, bool)>, VfsError> {
         let mut out = Vec::new();
         let mut b = first;
         while b <= last {
@@ -656,17 +676,34 @@ impl FileSystem {
                 run_end += 1;
             }
             let to = if run_end == last { fetch_end } else { run_end };
-            let mut blocks = vec![0u8; ((to - b + 1) * BLOCK) as usize];
-            let mapped = match self.core.engine.read(ino, FileBlock(b), &mut blocks) {
-                Ok(mapped) => mapped,
+            let mut blocks: Vec<Option<(Block, bool)>> = vec![None; (to - b + 1) as usize];
+            let mut deliver = |i: u64, block: Option<&[u8]>| {
+                blocks[i as usize] = Some(match block {
+                    Some(block) => (Block::from(block), true),
+                    None => (zero_block(), false),
+                });
+            };
+            match self
+                .core
+                .engine
+                .read_blocks(ino, FileBlock(b), to - b + 1, &mut deliver)
+            {
+                Ok(()) => {}
                 Err(_) if to > run_end => {
-                    blocks.truncate(((run_end - b + 1) * BLOCK) as usize);
-                    self.core.engine.read(ino, FileBlock(b), &mut blocks)?
+                    // The read-ahead part may have failed: read the wanted blocks alone.
+                    self.core.engine.read_blocks(
+                        ino,
+                        FileBlock(b),
+                        run_end - b + 1,
+                        &mut deliver,
+                    )?;
+                    blocks.truncate((run_end - b + 1) as usize);
                 }
                 Err(e) => return Err(e.into()),
-            };
-            for (i, block) in blocks.chunks(PAGE).enumerate() {
-                out.push((b + i as u64, block.to_vec(), mapped[i]));
+            }
+            for (i, block) in blocks.into_iter().enumerate() {
+                let (block, mapped) = block.expect("every block delivered");
+                out.push((b + i as u64, block, mapped));
             }
             b = run_end + 1;
         }

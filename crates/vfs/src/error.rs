@@ -97,3 +97,16 @@ impl VfsError {
         }
     }
 }
+
+impl VfsError {
+    /// ENOSPC: the device's room (`free_blocks` beyond its live data) cannot hold what
+    /// was asked.
+    pub(crate) fn no_space(free_blocks: u64) -> VfsError {
+        EngineError::from(engine::space::SpaceError::NoSpace {
+            free: (free_blocks / format::constants::BLOCKS_PER_SEGMENT) as u32,
+            reserve: 0,
+            pending: 0,
+        })
+        .into()
+    }
+}

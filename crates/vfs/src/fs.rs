@@ -361,6 +361,7 @@ impl FileSystem {
             create_lanes: Mutex::new(HashMap::new()),
             cache: Arc::new(Cache::new(cache)),
         });
+        core.refresh_room();
         let flusher = cache
             .flush_interval
             .map(|every| crate::data::Flusher::start(core.clone(), every));

@@ -110,14 +110,7 @@ impl FileSystem {
         let needed: u64 = holes.iter().map(|(a, b)| b - a).sum();
         let free = self.statfs().blocks_free;
         if needed > free {
-            return Err(
-                engine::EngineError::from(engine::space::SpaceError::NoSpace {
-                    free: (free / format::constants::BLOCKS_PER_SEGMENT) as u32,
-                    reserve: 0,
-                    pending: 0,
-                })
-                .into(),
-            );
+            return Err(VfsError::no_space(free));
         }
         Ok(())
     }

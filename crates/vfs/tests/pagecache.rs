@@ -326,3 +326,63 @@ fn a_file_write_back_is_atomic_at_every_crash_point() {
         "crash states before and after: {old} {new}"
     );
 }
+
+/// With a dirty limit larger than the device (the default cache on a small image), a
+/// write the device cannot hold fails with ENOSPC when it is made; every write that
+/// succeeded is written back and survives a remount. The next write after freeing
+/// space succeeds.
+#[test]
+fn a_full_device_fails_the_write_not_the_write_back() {
+    let dev = image(96 * MIB, 2);
+    let cache = CacheConfig {
+        max_bytes: 1 << 30,
+        dirty_bytes: 1 << 30,
+        ..CacheConfig::default()
+    };
+    let fs = mount_with(&dev, cache, false);
+    let free_before = fs.statfs().blocks_free;
+    let f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .open(&fs, "/fill")
+        .unwrap();
+    let chunk = |i: u64| vec![(i % 251) as u8 + 1; MIB as usize];
+    let mut written = 0u64;
+    let err = loop {
+        match f.write_at(&chunk(written / MIB), written) {
+            Ok(n) => written += n as u64,
+            Err(e) => break e,
+        }
+        assert!(
+            written <= 2 * free_before * 4096,
+            "writes went on past the device"
+        );
+    };
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    assert!(written > 16 * MIB, "only {written} bytes fit");
+    assert_eq!(
+        f.metadata().unwrap().size,
+        written,
+        "the failed write left nothing"
+    );
+    f.sync_all().unwrap();
+    drop(f);
+    unmount(fs);
+    let fs = mount_with(&dev, cache, false);
+    let f = OpenOptions::new().read(true).open(&fs, "/fill").unwrap();
+    assert_eq!(f.metadata().unwrap().size, written);
+    let mut buf = vec![0u8; MIB as usize];
+    for i in 0..written / MIB {
+        f.read_at(&mut buf, i * MIB).unwrap();
+        assert!(buf == chunk(i), "MiB {i} read back wrong");
+    }
+    drop(f);
+    fs.remove_file("/fill").unwrap();
+    let g = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .open(&fs, "/after")
+        .unwrap();
+    g.write_at(&chunk(7), 0).unwrap();
+    g.sync_all().unwrap();
+}
