@@ -424,7 +424,14 @@ impl FileSystem {
                     pages.durable_size = Some(inode.size);
                     pages.dirty_since = Some(self.core.clock.now_ns());
                 }
+                // Nothing is mapped past the last written record's size (a write-back
+                // records a size covering what it maps; a truncate unmaps past it).
+                let durable_blocks = pages
+                    .durable_size
+                    .expect("dirty pages note the durable size")
+                    .div_ceil(BLOCK);
                 for (b, block, mapped) in blocks {
+                    let mapped = mapped.or((b >= durable_blocks).then_some(false));
                     pages.install(b, block, mapped);
                 }
                 let now = self.now();
@@ -492,17 +499,19 @@ impl FileSystem {
         }
         for b in first..=last {
             let (lo, hi) = (b * BLOCK, (b + 1) * BLOCK);
-            let (mut block, mapped): (Block, Option<bool>) = if offset > lo || end < hi {
-                match cached(b) {
-                    Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
-                    None if lo < size => {
-                        let (block, mapped) = self.core.load_block(ino, b, size)?;
-                        (block.into(), Some(mapped))
-                    }
-                    None => (Block::from(&[0u8; PAGE][..]), None),
+            if offset <= lo && end >= hi {
+                // A whole block: the write's bytes alone.
+                let whole = Block::from(&data[(lo - offset) as usize..(hi - offset) as usize]);
+                out.push((b, whole, None));
+                continue;
+            }
+            let (mut block, mapped): (Block, Option<bool>) = match cached(b) {
+                Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
+                None if lo < size => {
+                    let (block, mapped) = self.core.load_block(ino, b, size)?;
+                    (block.into(), Some(mapped))
                 }
-            } else {
-                (Block::from(&[0u8; PAGE][..]), None)
+                None => (Block::from(&[0u8; PAGE][..]), None),
             };
             let bytes = Arc::get_mut(&mut block).expect("a new block");
             if lo < size && size < hi && end > size {
