@@ -247,7 +247,10 @@ pub struct FileSystem {
     /// fsync of the inode and by sync.
     name_lanes: Mutex<HashMap<InodeNo, Vec<InodeNo>>>,
     /// Who the path-level API and `File` act as.
-    creds: Mutex<Arc<Creds>>,
+    creds: arc_swap::ArcSwap<Creds>,
+    /// The root directory's handle, held for the mount's life: every absolute path
+    /// walk starts there without a table lookup (threads share no lock to find it).
+    root: std::sync::OnceLock<Arc<Handle>>,
     /// POSIX record locks (fcntl, OFD locks) and flock locks of this instance.
     record_locks: crate::locks::LockTable,
     flocks: crate::locks::LockTable,
@@ -371,10 +374,11 @@ impl FileSystem {
             rename_lock: Mutex::new(()),
             name_stripes: (0..NAME_STRIPES).map(|_| Mutex::new(())).collect(),
             name_lanes: Mutex::new(HashMap::new()),
-            creds: Mutex::new(Arc::new(Creds::of_process())),
+            creds: arc_swap::ArcSwap::from_pointee(Creds::of_process()),
             record_locks: crate::locks::LockTable::default(),
             flocks: crate::locks::LockTable::default(),
             flusher: Mutex::new(flusher),
+            root: std::sync::OnceLock::new(),
         };
         if fs
             .core
@@ -391,6 +395,8 @@ impl FileSystem {
                 .engine
                 .put_metadata(ROOT, &batch, Durability::Fsync)?;
         }
+        let root = fs.handle(ROOT)?;
+        fs.root.set(root).expect("the root handle is set once");
         fs.reap_orphans()?;
         Ok(fs)
     }
@@ -442,12 +448,18 @@ impl FileSystem {
     /// Who the path-level API and `File` act as from now on (default: the process that
     /// mounted). Name operations of the inode-level API take their caller's instead.
     pub fn set_creds(&self, creds: Creds) {
-        *self.creds.lock().expect("creds lock") = Arc::new(creds);
+        self.creds.store(Arc::new(creds));
+    }
+
+    /// The root directory's handle (once mounted).
+    pub(crate) fn root(&self) -> Option<&Arc<Handle>> {
+        self.root.get()
     }
 
     /// The identity of the path-level API.
-    pub fn creds(&self) -> Arc<Creds> {
-        self.creds.lock().expect("creds lock").clone()
+    pub fn creds(&self) -> arc_swap::Guard<Arc<Creds>> {
+        // A guard, not a clone: path calls from many threads share no counter.
+        self.creds.load()
     }
 
     /// `access(2)`: Ok if `cx` may access `ino` as `mask` (MAY_* bits) says.
