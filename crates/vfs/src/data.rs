@@ -29,7 +29,8 @@
 
 use crate::error::VfsError;
 use crate::fs::{live, Core, FileSystem, Handle, InodeState, BLOCK, FILE_SIZE_MAX};
-use crate::pagecache::{zero_block, Block, PAGE};
+use crate::pagecache::{zero_block, Block, Pages, PAGE};
+use crate::readahead::{Job, ReadAhead};
 use crate::rangelock::BlockRange;
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
@@ -45,6 +46,8 @@ use std::time::Duration;
 const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// A sequential reader's first read-ahead window, in blocks.
 const READAHEAD_START: u64 = 8;
+/// The most blocks one background read-ahead job reads (512 KiB).
+const READAHEAD_JOB_BLOCKS: u64 = 128;
 /// Lock-free read passes before a reader holds the state lock across its device reads
 /// (a pass is retried when a writer installed blocks it was fetching).
 const READ_PASSES: u32 = 3;
@@ -321,6 +324,28 @@ impl Core {
         Ok((block, mapped))
     }
 
+    /// Blocks `first..first + count` of `ino` read from the device as pages, each with
+    /// whether it is mapped (a hole is the shared zero block).
+    pub(crate) fn read_pages(
+        &self,
+        ino: InodeNo,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<(Block, bool)>, VfsError> {
+        let mut blocks: Vec<Option<(Block, bool)>> = vec![None; count as usize];
+        self.engine
+            .read_blocks(ino, FileBlock(first), count, |i, block| {
+                blocks[i as usize] = Some(match block {
+                    Some(block) => (Block::from(block), true),
+                    None => (zero_block(), false),
+                });
+            })?;
+        Ok(blocks
+            .into_iter()
+            .map(|b| b.expect("every block delivered"))
+            .collect())
+    }
+
     /// Whether block `b` of `ino` is mapped on the device.
     fn is_mapped(&self, ino: InodeNo, b: u64) -> Result<bool, VfsError> {
         Ok(self.engine.next_mapped(ino, FileBlock(b))? == Some(FileBlock(b)))
@@ -487,13 +512,13 @@ impl FileSystem {
             };
             if has_data {
                 let (mut block, mapped): (Block, Option<bool>) = match page {
-                    Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
+                    Some((data, _, mapped)) => (Block::from(&data[..]), mapped),
                     None => {
                         let (block, mapped) = self.core.load_block(ino, b, size)?;
-                        (block.into(), Some(mapped))
+                        (Block::from(&block[..]), Some(mapped))
                     }
                 };
-                Arc::get_mut(&mut block).expect("a new block")[tail..].fill(0);
+                block.get_mut().expect("a new block")[tail..].fill(0);
                 out.push((b, block, mapped));
             }
         }
@@ -506,14 +531,14 @@ impl FileSystem {
                 continue;
             }
             let (mut block, mapped): (Block, Option<bool>) = match cached(b) {
-                Some((data, _, mapped)) => (Arc::from(&data[..]), mapped),
+                Some((data, _, mapped)) => (Block::from(&data[..]), mapped),
                 None if lo < size => {
                     let (block, mapped) = self.core.load_block(ino, b, size)?;
-                    (block.into(), Some(mapped))
+                    (Block::from(&block[..]), Some(mapped))
                 }
                 None => (Block::from(&[0u8; PAGE][..]), None),
             };
-            let bytes = Arc::get_mut(&mut block).expect("a new block");
+            let bytes = block.get_mut().expect("a new block");
             if lo < size && size < hi && end > size {
                 // The block holding the end of the file, which this write grows.
                 bytes[(size - lo) as usize..].fill(0);
@@ -602,23 +627,41 @@ impl FileSystem {
         // install both under it).
         let mut pages = h.pages();
         let held = hold.then_some(st);
-        let mut got: Vec<Option<Block>> = (first..=last)
-            .map(|b| pages.get(b).map(|p| p.data.clone()))
-            .collect();
-        let hits = got.iter().filter(|g| g.is_some()).count() as u64;
         let sequential = first == pages.ra_next;
         pages.ra_next = last + 1;
+        if sequential {
+            // Twice the read, at least, and doubling while the reader goes on.
+            let max = (cache.config.readahead_max / BLOCK).max(1);
+            pages.ra_window = (pages.ra_window * 2)
+                .max(2 * (last - first + 1))
+                .clamp(READAHEAD_START, max);
+        } else {
+            pages.ra_window = 0;
+        }
+        if let (true, Some(ra)) = (sequential, &self.readahead) {
+            read_ahead(ra, h, &mut pages, last, eof_block);
+        }
+        // Blocks another read is fetching are waited for, not read twice.
+        let mut got = loop {
+            let got: Vec<Option<Block>> = (first..=last)
+                .map(|b| pages.get(b).map(|p| p.data.clone()))
+                .collect();
+            let in_flight = got
+                .iter()
+                .enumerate()
+                .any(|(i, g)| g.is_none() && pages.fetching(first + i as u64));
+            if !in_flight {
+                break got;
+            }
+            pages = h.fetched.wait(pages).expect("pages lock");
+        };
+        let hits = got.iter().filter(|g| g.is_some()).count() as u64;
         if let Some(miss) = got.iter().position(Option::is_none) {
             let miss = first + miss as u64;
-            if sequential {
-                let max = (cache.config.readahead_max / BLOCK).max(1);
-                pages.ra_window = (pages.ra_window * 2).clamp(READAHEAD_START, max);
-            } else {
-                pages.ra_window = 0;
-            }
-            let ahead_end = eof_block.min(last + pages.ra_window);
+            // Without background read-ahead the reader reads the window itself.
             let mut fetch_end = last;
-            if got.last().is_some_and(Option::is_none) {
+            if self.readahead.is_none() && got.last().is_some_and(Option::is_none) {
+                let ahead_end = eof_block.min(last + pages.ra_window);
                 while fetch_end < ahead_end && pages.get(fetch_end + 1).is_none() {
                     fetch_end += 1;
                 }
@@ -628,6 +671,7 @@ impl FileSystem {
             let fetched = self.fetch_runs(ino, &got, first, last, fetch_end);
             pages = h.pages();
             let current = pages.end_fetch(fetch);
+            h.fetched.notify_all();
             let fetched = fetched?;
             if !current && held.is_none() {
                 return Ok(None);
@@ -685,33 +729,13 @@ impl FileSystem {
                 run_end += 1;
             }
             let to = if run_end == last { fetch_end } else { run_end };
-            let mut blocks: Vec<Option<(Block, bool)>> = vec![None; (to - b + 1) as usize];
-            let mut deliver = |i: u64, block: Option<&[u8]>| {
-                blocks[i as usize] = Some(match block {
-                    Some(block) => (Block::from(block), true),
-                    None => (zero_block(), false),
-                });
+            let blocks = match self.core.read_pages(ino, b, to - b + 1) {
+                Ok(blocks) => blocks,
+                // The read-ahead part may have failed: read the wanted blocks alone.
+                Err(_) if to > run_end => self.core.read_pages(ino, b, run_end - b + 1)?,
+                Err(e) => return Err(e),
             };
-            match self
-                .core
-                .engine
-                .read_blocks(ino, FileBlock(b), to - b + 1, &mut deliver)
-            {
-                Ok(()) => {}
-                Err(_) if to > run_end => {
-                    // The read-ahead part may have failed: read the wanted blocks alone.
-                    self.core.engine.read_blocks(
-                        ino,
-                        FileBlock(b),
-                        run_end - b + 1,
-                        &mut deliver,
-                    )?;
-                    blocks.truncate((run_end - b + 1) as usize);
-                }
-                Err(e) => return Err(e.into()),
-            }
-            for (i, block) in blocks.into_iter().enumerate() {
-                let (block, mapped) = block.expect("every block delivered");
+            for (i, (block, mapped)) in blocks.into_iter().enumerate() {
                 out.push((b + i as u64, block, mapped));
             }
             b = run_end + 1;
@@ -821,6 +845,47 @@ impl FileSystem {
 
 /// Groups runs (ascending, each at most `max` blocks) into batches of at most `max`
 /// blocks, in order.
+/// Asks the background read-ahead for the blocks up to two windows after block `last`
+/// (within the file's `eof_block`) once less than one window is asked for already, in
+/// jobs of at most [`READAHEAD_JOB_BLOCKS`] (so that the workers read several at once
+/// and the first blocks are cached before the last arrive); cached blocks at the start
+/// are skipped.
+fn read_ahead(ra: &Arc<ReadAhead>, h: &Arc<Handle>, pages: &mut Pages, last: u64, eof_block: u64) {
+    let next = last + 1;
+    let window = pages.ra_window;
+    if next > eof_block || window == 0 {
+        return;
+    }
+    let mut start = pages.ra_async_end;
+    if start < next || start > next + 2 * window {
+        start = next;
+    }
+    if start - next >= window {
+        return;
+    }
+    let end = (next + 2 * window).min(eof_block + 1);
+    while start < end && pages.get(start).is_some() {
+        start += 1;
+    }
+    pages.ra_async_end = end;
+    while start < end {
+        let count = (end - start).min(READAHEAD_JOB_BLOCKS);
+        let fetch = pages.begin_fetch(start, start + count - 1);
+        let job = Job {
+            h: h.clone(),
+            first: start,
+            count,
+            fetch,
+        };
+        if let Err(job) = ra.submit(job) {
+            pages.end_fetch(job.fetch);
+            h.fetched.notify_all();
+            return;
+        }
+        start += count;
+    }
+}
+
 fn group_runs(runs: Vec<(u64, u64)>, max: u64) -> Vec<Vec<(u64, u64)>> {
     let mut batches: Vec<Vec<(u64, u64)>> = Vec::new();
     let mut size = 0;

@@ -70,6 +70,8 @@ pub(crate) struct Handle {
     pub created: Mutex<Option<Inode>>,
     /// Cached blocks of a file.
     pub pages: Mutex<Pages>,
+    /// Notified (with `pages`) whenever a device read of its blocks ends.
+    pub fetched: std::sync::Condvar,
 }
 
 /// The inode's state held for writing its record: excludes write-backs in flight too.
@@ -256,6 +258,8 @@ pub struct FileSystem {
     flocks: crate::locks::LockTable,
     /// The background flusher (stopped by unmount and drop).
     flusher: Mutex<Option<crate::data::Flusher>>,
+    /// The background read-ahead, unless configured off (stopped by unmount and drop).
+    pub(crate) readahead: Option<Arc<crate::readahead::ReadAhead>>,
 }
 
 impl Drop for FileSystem {
@@ -263,6 +267,7 @@ impl Drop for FileSystem {
     /// kept for them released).
     fn drop(&mut self) {
         self.stop_flusher();
+        self.stop_readahead();
         self.core
             .cache
             .dirty_inodes
@@ -368,6 +373,8 @@ impl FileSystem {
         let flusher = cache
             .flush_interval
             .map(|every| crate::data::Flusher::start(core.clone(), every));
+        let readahead = (cache.readahead_workers > 0)
+            .then(|| crate::readahead::ReadAhead::new(core.clone(), cache.readahead_workers));
         let fs = FileSystem {
             core,
             next_ino: Mutex::new((high, high)),
@@ -379,6 +386,7 @@ impl FileSystem {
             flocks: crate::locks::LockTable::default(),
             flusher: Mutex::new(flusher),
             root: std::sync::OnceLock::new(),
+            readahead,
         };
         if fs
             .core
@@ -404,6 +412,7 @@ impl FileSystem {
     /// Makes everything durable and unmounts. An error means something may not be.
     pub fn unmount(self) -> Result<(), VfsError> {
         self.stop_flusher();
+        self.stop_readahead();
         self.core.write_back_all()?;
         let core = self.core.clone();
         drop(self);
@@ -418,6 +427,12 @@ impl FileSystem {
             .clear();
         core.engine.close()?;
         Ok(())
+    }
+
+    fn stop_readahead(&self) {
+        if let Some(r) = &self.readahead {
+            r.stop();
+        }
     }
 
     fn stop_flusher(&self) {
@@ -487,6 +502,7 @@ impl FileSystem {
                 state: RwLock::new(InodeState { inode, open: 0 }),
                 created: Mutex::new(None),
                 pages: Mutex::new(Pages::new(self.core.cache.clone())),
+                fetched: std::sync::Condvar::new(),
             })
         })
     }

@@ -40,6 +40,8 @@ pub mod locks;
 pub mod pagecache;
 pub mod path;
 mod rangelock;
+mod readahead;
+mod slab;
 pub mod records;
 pub mod sparse;
 pub mod tmpfile;

@@ -50,6 +50,9 @@ pub struct CacheConfig {
     pub expire: Duration,
     /// The largest read-ahead, in bytes (a sequential reader's window doubles up to it).
     pub readahead_max: u64,
+    /// Threads that read ahead of sequential readers in the background (started when
+    /// first needed); 0: a reader reads its read-ahead itself, with its own blocks.
+    pub readahead_workers: usize,
 }
 
 impl Default for CacheConfig {
@@ -91,6 +94,7 @@ impl CacheConfig {
             flush_interval: Some(Duration::from_millis(500)),
             expire: Duration::from_secs(3),
             readahead_max: 1 << 20,
+            readahead_workers: 4,
         }
     }
 
@@ -240,9 +244,7 @@ impl Cache {
     }
 }
 
-/// A block's bytes as cached: immutable once made, shared by the cache, readers copying
-/// from it and write-backs sending it.
-pub(crate) type Block = Arc<[u8]>;
+pub(crate) use crate::slab::Block;
 
 /// A block of zeros (a hole), one shared allocation: blocks are immutable.
 pub(crate) fn zero_block() -> Block {
@@ -269,9 +271,11 @@ pub(crate) struct Pages {
     pub durable_size: Option<u64>,
     /// While pages are dirty: when the first of them was dirtied (the clock's ns).
     pub dirty_since: Option<u64>,
-    /// Read-ahead: the block after the last read, and the current window in blocks.
+    /// Read-ahead: the block after the last read, the current window in blocks, and
+    /// the end (exclusive) of the blocks asked of the background read-ahead.
     pub ra_next: u64,
     pub ra_window: u64,
+    pub ra_async_end: u64,
     /// Dirty pages whose mapping is not known yet, and the number of dirty pages over
     /// unmapped blocks (kept as pages change: `st_blocks` needs them on every stat).
     unknown: BTreeSet<u64>,
@@ -291,6 +295,7 @@ impl Pages {
             dirty_since: None,
             ra_next: 0,
             ra_window: 0,
+            ra_async_end: 0,
             unknown: BTreeSet::new(),
             unmapped: 0,
             fetches: Vec::new(),
@@ -340,7 +345,8 @@ impl Pages {
 
     /// Adds a clean page for block `b` unless one is cached (a cached page is newer);
     /// `mapped`: whether the block is mapped on the device, if known.
-    pub fn insert_clean(&mut self, b: u64, data: Block, mapped: Option<bool>) {
+    /// Returns whether it was added.
+    pub fn insert_clean(&mut self, b: u64, data: Block, mapped: Option<bool>) -> bool {
         assert_eq!(data.len(), PAGE);
         if let std::collections::btree_map::Entry::Vacant(v) = self.map.entry(b) {
             v.insert(Page {
@@ -349,7 +355,9 @@ impl Pages {
                 mapped,
             });
             self.cache.pages.fetch_add(1, Ordering::Relaxed);
+            return true;
         }
+        false
     }
 
     /// Makes `data` block `b`'s cached contents, dirty (a data writer's new block).
@@ -419,7 +427,7 @@ impl Pages {
             self.tally(b, before, false);
             let page = self.map.get_mut(&b).expect("cached");
             page.mapped = Some(true);
-            if page.dirty && Arc::ptr_eq(&page.data, data) {
+            if page.dirty && Block::same(&page.data, data) {
                 page.dirty = false;
                 self.dirty -= 1;
                 self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
@@ -448,6 +456,11 @@ impl Pages {
             .position(|f| f.0 == id)
             .expect("a fetch ends once");
         !self.fetches.swap_remove(i).3
+    }
+
+    /// Whether a current (not stale) fetch in flight covers block `b`.
+    pub fn fetching(&self, b: u64) -> bool {
+        self.fetches.iter().any(|f| f.1 <= b && b <= f.2 && !f.3)
     }
 
     fn stale_fetches(&mut self, first: u64, last: u64) {
@@ -534,14 +547,14 @@ mod tests {
     fn dirty_runs_split_at_gaps_and_the_limit() {
         let mut p = pages();
         for b in [3, 4, 5, 9, 10, 11, 12] {
-            p.install(b, vec![b as u8; PAGE].into(), None);
+            p.install(b, Block::from(&vec![b as u8; PAGE][..]), None);
         }
         p.insert_clean(6, Block::from(&[0; PAGE][..]), Some(true));
         assert_eq!(p.dirty_runs(3), vec![(3, 3), (9, 3), (12, 1)]);
         assert_eq!(p.blocks(9, 2)[1][0], 10);
         let sent = p.blocks(3, 3);
         // Block 4 is rewritten while its old bytes are being written back.
-        p.install(4, vec![44; PAGE].into(), None);
+        p.install(4, Block::from(&vec![44; PAGE][..]), None);
         for (i, data) in sent.iter().enumerate() {
             p.written(3 + i as u64, data);
         }
@@ -559,7 +572,7 @@ mod tests {
         let mut p = pages();
         let a = p.begin_fetch(0, 3);
         let b = p.begin_fetch(10, 12);
-        p.install(2, vec![1; PAGE].into(), None);
+        p.install(2, Block::from(&vec![1; PAGE][..]), None);
         assert!(!p.end_fetch(a));
         assert!(p.end_fetch(b));
         let c = p.begin_fetch(5, 5);
@@ -574,7 +587,7 @@ mod tests {
         for b in 0..10 {
             p.insert_clean(b, Block::from(&[0; PAGE][..]), Some(false));
         }
-        p.install(20, vec![0; PAGE].into(), Some(false));
+        p.install(20, Block::from(&vec![0; PAGE][..]), Some(false));
         assert_eq!(p.pending_blocks(), 1);
         assert_eq!(p.evict_clean(4, 0), 4);
         // The farthest from block 0 went first.
