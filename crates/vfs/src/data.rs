@@ -30,8 +30,8 @@
 use crate::error::VfsError;
 use crate::fs::{live, Core, FileSystem, Handle, InodeState, BLOCK, FILE_SIZE_MAX};
 use crate::pagecache::{zero_block, Block, Pages, PAGE};
-use crate::readahead::{Job, ReadAhead};
 use crate::rangelock::BlockRange;
+use crate::readahead::{Job, ReadAhead};
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Extra};
@@ -639,9 +639,10 @@ impl FileSystem {
             pages.ra_window = 0;
         }
         if let (true, Some(ra)) = (sequential, &self.readahead) {
-            read_ahead(ra, h, &mut pages, last, eof_block);
+            read_ahead(ra, h, &mut pages, (last, eof_block), cache.max_pages());
         }
-        // Blocks another read is fetching are waited for, not read twice.
+        // Blocks another read is fetching are waited for, not read twice. Without the
+        // state lock, the size may change meanwhile: then the pass starts again.
         let mut got = loop {
             let got: Vec<Option<Block>> = (first..=last)
                 .map(|b| pages.get(b).map(|p| p.data.clone()))
@@ -654,6 +655,9 @@ impl FileSystem {
                 break got;
             }
             pages = h.fetched.wait(pages).expect("pages lock");
+            if held.is_none() {
+                return Ok(None);
+            }
         };
         let hits = got.iter().filter(|g| g.is_some()).count() as u64;
         if let Some(miss) = got.iter().position(Option::is_none) {
@@ -847,12 +851,18 @@ impl FileSystem {
 /// blocks, in order.
 /// Asks the background read-ahead for the blocks up to two windows after block `last`
 /// (within the file's `eof_block`) once less than one window is asked for already, in
-/// jobs of at most [`READAHEAD_JOB_BLOCKS`] (so that the workers read several at once
-/// and the first blocks are cached before the last arrive); cached blocks at the start
-/// are skipped.
-fn read_ahead(ra: &Arc<ReadAhead>, h: &Arc<Handle>, pages: &mut Pages, last: u64, eof_block: u64) {
+/// jobs of at most [`READAHEAD_JOB_BLOCKS`] blocks not cached now (so that the workers
+/// read several at once and the first blocks are cached before the last arrive).
+fn read_ahead(
+    ra: &Arc<ReadAhead>,
+    h: &Arc<Handle>,
+    pages: &mut Pages,
+    (last, eof_block): (u64, u64),
+    cache_pages: u64,
+) {
     let next = last + 1;
-    let window = pages.ra_window;
+    // Two windows ahead take at most a quarter of the cache (else they evict each other).
+    let window = pages.ra_window.min(cache_pages / 8);
     if next > eof_block || window == 0 {
         return;
     }
@@ -864,12 +874,23 @@ fn read_ahead(ra: &Arc<ReadAhead>, h: &Arc<Handle>, pages: &mut Pages, last: u64
         return;
     }
     let end = (next + 2 * window).min(eof_block + 1);
-    while start < end && pages.get(start).is_some() {
-        start += 1;
-    }
     pages.ra_async_end = end;
     while start < end {
-        let count = (end - start).min(READAHEAD_JOB_BLOCKS);
+        // Only blocks missing now: a cached block could be written back and evicted
+        // while the job reads, and the job would then cache what it read before that.
+        // (A block missing now changes on the device only after an install, which makes
+        // the job stale.)
+        if pages.get(start).is_some() {
+            start += 1;
+            continue;
+        }
+        let mut count = 1;
+        while count < READAHEAD_JOB_BLOCKS
+            && start + count < end
+            && pages.get(start + count).is_none()
+        {
+            count += 1;
+        }
         let fetch = pages.begin_fetch(start, start + count - 1);
         let job = Job {
             h: h.clone(),

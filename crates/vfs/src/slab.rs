@@ -80,7 +80,11 @@ fn map_chunk() -> NonNull<u8> {
             libc::munmap(tail as *mut libc::c_void, start + len - tail);
         }
         // Advice only: without huge pages the chunk faults in 4 KiB at a time.
-        libc::madvise(aligned as *mut libc::c_void, CHUNK_BYTES, libc::MADV_HUGEPAGE);
+        libc::madvise(
+            aligned as *mut libc::c_void,
+            CHUNK_BYTES,
+            libc::MADV_HUGEPAGE,
+        );
     }
     NonNull::new(aligned as *mut u8).expect("a mapping is not at address 0")
 }
@@ -142,7 +146,9 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut st = state();
         let st = &mut *st;
-        let chunk = st.chunks[self.chunk].as_mut().expect("a slot's chunk is mapped");
+        let chunk = st.chunks[self.chunk]
+            .as_mut()
+            .expect("a slot's chunk is mapped");
         chunk.free.push(self.index);
         if chunk.free.len() == 1 {
             st.with_free.push(self.chunk);
