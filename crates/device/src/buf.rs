@@ -31,6 +31,26 @@ struct Recycled {
 
 static RECYCLED: Mutex<Option<Recycled>> = Mutex::new(None);
 
+/// A fresh private anonymous mapping of `len` bytes, readable and writable (zero pages,
+/// materialised on first touch). The caller unmaps it.
+pub fn map_anonymous(len: usize) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping aliases nothing; arguments are valid.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(NonNull::new(ptr.cast::<u8>()).expect("mmap never returns null on success"))
+}
+
 /// The capacity of a buffer of `len` bytes: whole 4 KiB units, at least one.
 fn capacity_for(len: usize) -> usize {
     len.max(1).div_ceil(BUF_ALIGN_BYTES) * BUF_ALIGN_BYTES

@@ -63,18 +63,8 @@ fn page_bytes() -> usize {
 impl Mapping {
     /// A zero-filled private anonymous region (pages are materialised on first touch).
     pub(crate) fn anonymous(len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping aliases nothing; arguments are valid.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        Self::from_mmap(ptr, len)
+        let ptr = device::buf::map_anonymous(len)?;
+        Self::from_mmap(ptr.as_ptr().cast(), len)
     }
 
     /// Maps `len` bytes of `file` shared: first with `MAP_SYNC` (granted only on DAX),

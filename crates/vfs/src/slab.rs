@@ -52,22 +52,12 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 /// Maps a chunk aligned to its size (so that it can be one huge page).
 fn map_chunk() -> NonNull<u8> {
     let len = 2 * CHUNK_BYTES;
-    // SAFETY: an anonymous private mapping; no memory is touched.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        std::alloc::handle_alloc_error(
+    let raw: *mut libc::c_void = match device::buf::map_anonymous(len) {
+        Ok(p) => p.as_ptr().cast(),
+        Err(_) => std::alloc::handle_alloc_error(
             std::alloc::Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES).expect("layout"),
-        );
-    }
+        ),
+    };
     let start = raw as usize;
     let aligned = start.next_multiple_of(CHUNK_BYTES);
     // SAFETY: both trimmed ranges lie inside the mapping just made and hold nothing.
