@@ -246,12 +246,17 @@ impl Core {
         Ok(())
     }
 
-    /// Looks up the device's room for new data (capacity beyond the live blocks, what
-    /// statfs reports free) for the dirty limit.
+    /// Looks up the device's room for new data for the dirty limit: what statfs reports
+    /// free (capacity beyond the live blocks), or the blocks of the free segments data
+    /// may take now if that is more (a tiny image promises no capacity, its log heads
+    /// and reserves taking it all, yet takes writes while it has free segments).
     pub(crate) fn refresh_room(&self) {
         let space = self.engine.space_report();
-        let free = space.capacity_blocks.saturating_sub(space.live_blocks);
-        self.cache.set_room(free * BLOCK);
+        let promised = space.capacity_blocks.saturating_sub(space.live_blocks);
+        let kept = space.gc_reserve + space.metadb_headroom;
+        let free =
+            u64::from(space.free.saturating_sub(kept)) * format::constants::BLOCKS_PER_SEGMENT;
+        self.cache.set_room(promised.max(free) * BLOCK);
     }
 
     /// Writes back every file's dirty pages.
