@@ -241,12 +241,15 @@ impl Core {
                 .written_back
                 .fetch_add(written, Ordering::Relaxed);
             self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
+            // Counted as taken (an overwrite frees as much later): the room errs low
+            // until the next flusher round or full check looks it up.
+            self.cache.take_room(written * BLOCK);
         }
-        self.refresh_room();
         Ok(())
     }
 
-    /// Looks up the device's room for new data for the dirty limit: what statfs reports
+    /// Looks up the device's room for new data for the dirty limit (at mount, in every
+    /// flusher round, and when a write finds itself beyond it): what statfs reports
     /// free (capacity beyond the live blocks), or the blocks of the free segments data
     /// may take now if that is more (a tiny image promises no capacity, its log heads
     /// and reserves taking it all, yet takes writes while it has free segments).
@@ -852,8 +855,6 @@ impl FileSystem {
     }
 }
 
-/// Groups runs (ascending, each at most `max` blocks) into batches of at most `max`
-/// blocks, in order.
 /// Asks the background read-ahead for the blocks up to two windows after block `last`
 /// (within the file's `eof_block`) once less than one window is asked for already, in
 /// jobs of at most [`READAHEAD_JOB_BLOCKS`] blocks not cached now (so that the workers
@@ -912,6 +913,8 @@ fn read_ahead(
     }
 }
 
+/// Groups runs (ascending, each at most `max` blocks) into batches of at most `max`
+/// blocks, in order.
 fn group_runs(runs: Vec<(u64, u64)>, max: u64) -> Vec<Vec<(u64, u64)>> {
     let mut batches: Vec<Vec<(u64, u64)>> = Vec::new();
     let mut size = 0;

@@ -136,9 +136,10 @@ pub(crate) struct Cache {
     pub written_back: AtomicU64,
     pub writebacks: AtomicU64,
     pub evicted: AtomicU64,
-    /// Bytes the device has room for beyond its live data, as last looked up (after
-    /// each write-back and flusher round): the dirty limit never exceeds half of it, so
-    /// that a write the device cannot hold fails when it is made, not at write-back.
+    /// Bytes the device has room for beyond its live data, as last looked up (at mount,
+    /// in flusher rounds, when a write finds itself beyond it) less what write-backs
+    /// took since: the dirty limit never exceeds half of it, so that a write the device
+    /// cannot hold fails when it is made, not at write-back.
     room: AtomicU64,
     /// Handles with dirty pages: kept alive until written back.
     pub dirty_inodes: Mutex<HashMap<InodeNo, Arc<Handle>>>,
@@ -213,6 +214,15 @@ impl Cache {
     /// Notes the device's room for new data (bytes beyond its live data).
     pub fn set_room(&self, bytes: u64) {
         self.room.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Notes that a write-back took `bytes` of the room.
+    pub fn take_room(&self, bytes: u64) {
+        let _ = self
+            .room
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                Some(r.saturating_sub(bytes))
+            });
     }
 
     /// Whether the dirty pages and `more` bytes exceed the device's room.

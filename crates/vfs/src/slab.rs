@@ -35,8 +35,9 @@ unsafe impl Send for Chunk {}
 
 #[derive(Default)]
 struct State {
-    chunks: Vec<Option<Chunk>>,
-    /// Chunks that may have free slots (entries go stale; `take` skips those).
+    chunks: Vec<Chunk>,
+    /// Chunks that may have free slots (an entry goes stale when its chunk fills;
+    /// `take` drops those).
     with_free: Vec<usize>,
 }
 
@@ -95,34 +96,24 @@ impl Slot {
     fn take() -> Slot {
         let mut st = state();
         while let Some(&c) = st.with_free.last() {
-            if let Some(chunk) = st.chunks[c].as_mut() {
-                if let Some(index) = chunk.free.pop() {
-                    // SAFETY: the index is a slot of this chunk.
-                    let ptr = unsafe { chunk.base.add(usize::from(index) * PAGE) };
-                    return Slot {
-                        ptr,
-                        chunk: c,
-                        index,
-                    };
-                }
+            let chunk = &mut st.chunks[c];
+            if let Some(index) = chunk.free.pop() {
+                // SAFETY: the index is a slot of this chunk.
+                let ptr = unsafe { chunk.base.add(usize::from(index) * PAGE) };
+                return Slot {
+                    ptr,
+                    chunk: c,
+                    index,
+                };
             }
             st.with_free.pop();
         }
         let base = map_chunk();
-        let chunk = Chunk {
+        st.chunks.push(Chunk {
             base,
             free: (1..SLOTS as u16).rev().collect(),
-        };
-        let c = match st.chunks.iter().position(Option::is_none) {
-            Some(c) => {
-                st.chunks[c] = Some(chunk);
-                c
-            }
-            None => {
-                st.chunks.push(Some(chunk));
-                st.chunks.len() - 1
-            }
-        };
+        });
+        let c = st.chunks.len() - 1;
         st.with_free.push(c);
         Slot {
             ptr: base,
@@ -136,9 +127,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut st = state();
         let st = &mut *st;
-        let chunk = st.chunks[self.chunk]
-            .as_mut()
-            .expect("a slot's chunk is mapped");
+        let chunk = &mut st.chunks[self.chunk];
         chunk.free.push(self.index);
         if chunk.free.len() == 1 {
             st.with_free.push(self.chunk);
@@ -215,12 +204,10 @@ mod tests {
         let c = b.clone();
         assert!(b.get_mut().is_none(), "shared blocks do not change");
         assert_eq!(c[0], 1);
-        let at = a.0.ptr;
         drop(a);
         // Another thread's block may take the freed slot first; only check it is sane.
         let d = Block::from(&[3u8; PAGE][..]);
         assert!(d.iter().all(|&x| x == 3));
-        let _ = at;
         // More blocks than one chunk holds, then all dropped.
         let many: Vec<Block> = (0..SLOTS + 10)
             .map(|i| Block::from(&[i as u8; PAGE][..]))
