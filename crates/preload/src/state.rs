@@ -313,7 +313,8 @@ pub fn is_owner_process() -> bool {
 /// that is gone); the bridge's threads and the image go with the process (the kernel
 /// ends the FUSE connection and releases the image's lock), and `augefs run` detaches
 /// the dead mount. Everything acknowledged is durable after the sync; an unlinked file
-/// still open is freed by the next mount.
+/// still open is freed by the next mount. With AUGEFS_LOG set, the page cache's
+/// counters go to the log at exit.
 pub fn detach(for_exec: bool) {
     if is_child() || OWNER_PID.load(Ordering::Relaxed) != std::process::id() as i32 {
         return;
@@ -330,6 +331,10 @@ pub fn detach(for_exec: bool) {
     }
     if let Err(e) = p.fs().sync() {
         log::line(&format!("sync: {e}"));
+    }
+    if !for_exec && std::env::var_os("AUGEFS_LOG").is_some() {
+        // For diagnosis: how this process used the page cache.
+        log::line(&format!("exit: page cache {:?}", p.fs().cache_stats()));
     }
 }
 

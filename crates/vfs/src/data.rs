@@ -782,10 +782,13 @@ impl FileSystem {
         }
         self.core.write_back_held(h, st)?;
         inode = *live(st, ino)?;
-        // The blocks change under the cache.
-        h.pages().clear();
-        let now = self.now();
         let old = inode.size;
+        // The blocks from the shorter end's block on change under the cache (a shrink
+        // unmaps them, growth zeroes the old last block's tail); those before stay.
+        if size != old {
+            h.pages().drop_range(size.min(old) / BLOCK, u64::MAX);
+        }
+        let now = self.now();
         inode.size = size;
         inode.mtime_ns = now;
         inode.ctime_ns = now;

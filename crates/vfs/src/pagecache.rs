@@ -516,6 +516,31 @@ impl Pages {
         self.ra_window = 0;
     }
 
+    /// Drops the pages of blocks `first..end`, dirty ones included (those blocks
+    /// changed under the cache: a truncate, a punched hole); the others stay.
+    pub fn drop_range(&mut self, first: u64, end: u64) {
+        if first >= end {
+            return;
+        }
+        let gone: Vec<u64> = self.map.range(first..end).map(|(&b, _)| b).collect();
+        for &b in &gone {
+            let page = self.map.remove(&b).expect("listed");
+            self.tally(b, (page.dirty, page.mapped), false);
+            if page.dirty {
+                self.dirty -= 1;
+                self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.cache
+            .pages
+            .fetch_sub(gone.len() as u64, Ordering::Relaxed);
+        self.stale_fetches(first, end - 1);
+        if self.dirty == 0 {
+            self.durable_size = None;
+            self.dirty_since = None;
+        }
+    }
+
     /// Drops up to `n` clean pages, those farthest from block `near` first; returns how
     /// many were dropped.
     pub fn evict_clean(&mut self, n: u64, near: u64) -> u64 {
@@ -605,5 +630,28 @@ mod tests {
         assert_eq!(cache.stats().pages, 7);
         drop(p);
         assert_eq!((cache.stats().pages, cache.stats().dirty), (0, 0));
+    }
+
+    #[test]
+    fn a_dropped_range_takes_only_its_pages_dirty_or_clean() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()));
+        let mut p = Pages::new(cache.clone());
+        for b in 0..6 {
+            p.insert_clean(b, Block::from(&[0; PAGE][..]), Some(true));
+        }
+        p.install(7, Block::from(&vec![1; PAGE][..]), Some(false));
+        p.install(8, Block::from(&vec![1; PAGE][..]), None);
+        p.durable_size = Some(0);
+        let inside = p.begin_fetch(4, 4);
+        let outside = p.begin_fetch(1, 2);
+        p.drop_range(4, 8);
+        assert!(p.get(3).is_some() && p.get(4).is_none() && p.get(7).is_none());
+        assert!(!p.end_fetch(inside) && p.end_fetch(outside));
+        assert_eq!((p.dirty_count(), p.pending_blocks()), (1, 0));
+        assert_eq!(p.unknown_dirty(), vec![8]);
+        assert_eq!((cache.stats().pages, cache.stats().dirty), (5, 1));
+        p.drop_range(0, u64::MAX);
+        assert_eq!((cache.stats().pages, cache.stats().dirty), (0, 0));
+        assert_eq!((p.durable_size, p.dirty_since), (None, None));
     }
 }

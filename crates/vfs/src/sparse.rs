@@ -93,9 +93,9 @@ impl FileSystem {
             Fallocate::PunchHole => true,
             Fallocate::ZeroRange { keep_size } => keep_size,
         };
-        // The blocks change under the cache: write it back and drop it.
+        // The range's blocks change under the cache: write it back and drop them.
         self.settle(&h, &mut st)?;
-        h.pages().clear();
+        h.pages().drop_range(offset / BLOCK, end.div_ceil(BLOCK));
         self.zero_range(ino, &mut st, offset, end)?;
         if !keep_size && end > live(&st, ino)?.size {
             self.truncate_locked(&h, &mut st, end)?;

@@ -257,6 +257,37 @@ fn growth_after_truncate_reads_zeros_through_the_cache() {
     assert!(b[..50].iter().all(|&x| x == 9) && b[50..5000].iter().all(|&x| x == 0));
 }
 
+/// A truncate or a punched hole drops only the pages it changes: the rest of the file
+/// still reads from the cache (RocksDB truncates each table it finishes, then reads it).
+#[test]
+fn truncate_and_punch_keep_the_other_pages_cached() {
+    let fs = common::mounted(64 * MIB, 1);
+    let f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&fs, "/t")
+        .unwrap();
+    let data: Vec<u8> = (0..64 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
+    f.write_at(&data, 0).unwrap();
+    f.set_len(40 * 4096 + 100).unwrap();
+    f.fallocate(vfs::Fallocate::PunchHole, 8 * 4096 + 10, 4096)
+        .unwrap();
+    let misses = fs.cache_stats().misses;
+    let mut got = vec![0u8; 64 * 4096];
+    assert_eq!(f.read_at(&mut got, 0).unwrap(), 40 * 4096 + 100);
+    // Blocks 8 and 9 (the hole's) and 40 (the new end's) come from the device again.
+    assert_eq!(fs.cache_stats().misses - misses, 3);
+    let mut expect = data[..40 * 4096 + 100].to_vec();
+    expect[8 * 4096 + 10..9 * 4096 + 10].fill(0);
+    assert!(got[..expect.len()] == expect[..]);
+    // Growth again: the old end's block is zero past 100 bytes, the rest a hole.
+    f.set_len(48 * 4096).unwrap();
+    assert_eq!(f.read_at(&mut got, 0).unwrap(), 48 * 4096);
+    expect.resize(48 * 4096, 0);
+    assert!(got[..expect.len()] == expect[..]);
+}
+
 /// Scattered unsynced writes to one file are written back in one batch: at every crash
 /// point the file has all of them or none.
 #[test]
