@@ -43,4 +43,4 @@ pub use db::{DbIterator, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbStats, Snapshot}
 pub use error::MetaDbError;
 pub use hooks::{NoHooks, ReplayRecord, WriteHooks};
 pub use table_store::{SegmentPool, TableStore};
-pub use types::{Durability, Receipt, Seq, ValueKind, WalPos};
+pub use types::{CallerWrites, Durability, Receipt, Seq, ValueKind, WalPos};

@@ -100,6 +100,18 @@ pub enum Durability {
     Buffered,
 }
 
+/// What the hook of `MetaDb::persist_covering` reports about its caller's own device
+/// writes (those the records being persisted refer to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerWrites {
+    /// Some completed without a device flush since: the call's flush must cover them.
+    Unflushed,
+    /// All are durable already (or there are none): the call needs a device flush only
+    /// for its own WAL writes, and none at all if its records are durable already (in
+    /// PMR mode, once their lines are persisted).
+    Durable,
+}
+
 /// Where a write's WAL record lives: enough to persist exactly it (and the earlier
 /// records of its lane, which it may depend on) and nothing else. Within one lane, later
 /// records compare greater.

@@ -19,8 +19,8 @@ use device::{
 use format::constants::MIB;
 use format::Geometry;
 use metadb::{
-    Durability, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbError, Receipt, ReplayRecord, SegmentPool,
-    WriteBatch, WriteHooks,
+    CallerWrites, Durability, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbError, Receipt, ReplayRecord,
+    SegmentPool, WriteBatch, WriteHooks,
 };
 use platform::Rng;
 use pmr::{Pmr, PmrOptions};
@@ -491,7 +491,10 @@ fn persist_with_data(
         setup.data_write(byte);
         point.events_after = setup.handle.events().len();
         point.writes_after = setup.handle.write_count();
-        result.take().expect("the hook runs once")
+        result
+            .take()
+            .expect("the hook runs once")
+            .map(|()| CallerWrites::Unflushed)
     });
     (outcome, point)
 }
@@ -570,7 +573,7 @@ fn ssd_persist_covering_runs_the_hook_while_the_wal_write_is_in_flight() {
             .write_ops;
         at_hook = Some((issued, setup.handle.write_count()));
         setup.data_write(0xD4);
-        Ok(())
+        Ok(CallerWrites::Unflushed)
     })
     .unwrap();
     let (issued, completed) = at_hook.expect("the hook ran");
@@ -607,6 +610,79 @@ fn ssd_persist_covering_flushes_after_the_hook_even_with_nothing_to_write() {
     outcome.unwrap();
     assert_eq!((point.calls, point.wal_writes), (1, 0));
     assert_flush_after_hook(&setup, &point);
+}
+
+/// A caller whose own writes are durable already asks for no flush: none is made when
+/// the records are durable too (persisted PMR lines; ssd WAL records flushed before),
+/// and the flush for the WAL's own write still is in ssd mode.
+#[test]
+fn persist_covering_flushes_nothing_for_a_caller_with_durable_writes_and_durable_records() {
+    for mode in [Mode::Ssd, Mode::Pmr] {
+        let setup = Setup::new(mode);
+        let db = setup.open(config(1, 1), None);
+        let receipt = db
+            .write_pinned(0, &put_batch(b"dir:1", b"entry"), Durability::Buffered)
+            .unwrap();
+        let flushes = |setup: &Setup| {
+            setup
+                .handle
+                .events()
+                .iter()
+                .filter(|e| matches!(e, Event::Flush { .. }))
+                .count()
+        };
+        let before = flushes(&setup);
+        let mut calls = 0;
+        db.persist_covering(&[receipt], &mut || {
+            calls += 1;
+            Ok(CallerWrites::Durable)
+        })
+        .unwrap();
+        let first = flushes(&setup) - before;
+        match mode {
+            Mode::Pmr => assert_eq!(first, 0, "the PMR lines are the records' durability"),
+            Mode::Ssd => assert_eq!(first, 1, "the WAL's own write needs its flush"),
+        }
+        // Durable records, durable caller: nothing at all, but the hook still runs.
+        let before = flushes(&setup);
+        db.persist_covering(&[receipt], &mut || {
+            calls += 1;
+            Ok(CallerWrites::Durable)
+        })
+        .unwrap();
+        assert_eq!((calls, flushes(&setup) - before), (2, 0), "{mode:?}");
+        // The record survives a crash (every unpersisted PMR line lost, the device as
+        // flushed).
+        let flushed = setup
+            .handle
+            .events()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Flush { covers } => Some(*covers),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let device = Arc::new(Device::new(Box::new(MemoryBackend::from_image(
+            setup.handle.image(&CrashState::durable_prefix(flushed)),
+            512,
+        ))));
+        let pmr = setup.pmr.as_ref().map(|p| {
+            Arc::new(
+                Pmr::memory_from_image(&p.crash_image_all_lost(), PmrOptions::default()).unwrap(),
+            )
+        });
+        let env = MetaDbEnv {
+            pmr,
+            ..setup.env(device, None)
+        };
+        let reopened = MetaDb::open(env, config(1, 1)).unwrap();
+        assert_eq!(
+            reopened.get(b"dir:1").unwrap().as_deref(),
+            Some(&b"entry"[..]),
+            "{mode:?}"
+        );
+    }
 }
 
 #[test]
@@ -732,7 +808,7 @@ fn concurrent_persist_covering_callers_each_get_a_flush_after_their_hook() {
                         db.persist_covering(&receipts, &mut || {
                             setup.data_write(thread as u8);
                             writes_after = setup.handle.write_count();
-                            Ok(())
+                            Ok(CallerWrites::Unflushed)
                         })
                         .unwrap();
                         let returned_at = setup.handle.events().len();

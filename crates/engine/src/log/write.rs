@@ -16,7 +16,7 @@ use super::{Domain, Durability, Engine, FsyncPath, BLOCK};
 use crate::error::EngineError;
 use device::{AlignedBuf, IoCause, IoRequest};
 use format::{BlockAddr, DomainId, InodeNo};
-use metadb::{Receipt, WriteBatch};
+use metadb::{CallerWrites, Receipt, WriteBatch};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
@@ -468,12 +468,21 @@ impl Engine {
         let receipts: Vec<Receipt> = parts.iter().map(|p| p.receipt).collect();
         let mut prefixes = vec![0; parts.len()];
         let r = self.db.persist_covering(&receipts, &mut || {
+            // A flush is needed for the data only if some of it was not covered by one
+            // yet (an fsync of a directory, or of a file written back and flushed
+            // before, has none: in PMR mode it then costs no device flush at all).
+            let mut unflushed = false;
             for (p, prefix) in parts.iter().zip(&mut prefixes) {
-                *prefix = self.domains[usize::from(p.domain.0)]
-                    .tracker
-                    .wait_completed(p.seq);
+                let tracker = &self.domains[usize::from(p.domain.0)].tracker;
+                *prefix = tracker.wait_completed(p.seq);
+                unflushed |= tracker.durable() < p.seq;
             }
-            Ok(())
+            if unflushed {
+                return Ok(CallerWrites::Unflushed);
+            }
+            // Perhaps no flush follows: claim nothing beyond what is durable already.
+            prefixes.fill(0);
+            Ok(CallerWrites::Durable)
         });
         self.failing(r.map_err(Into::into))?;
         for (p, prefix) in parts.iter().zip(prefixes) {

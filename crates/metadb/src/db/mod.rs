@@ -29,7 +29,7 @@ use crate::table::cache::BlockCache;
 use crate::table::reader::Table;
 use crate::table::TableId;
 use crate::table_store::TableStore;
-use crate::types::{Durability, InternalKey, Receipt, Seq, ValueKind, WalPos};
+use crate::types::{CallerWrites, Durability, InternalKey, Receipt, Seq, ValueKind, WalPos};
 use crate::version::Version;
 use crate::wal::Wal;
 use arc_swap::ArcSwap;
@@ -387,8 +387,11 @@ impl MetaDb {
     /// device writes: `before_flush` is called exactly once, after this call's WAL writes
     /// were issued (so the caller's waiting overlaps them) and before the device flush that
     /// makes them durable is requested; on Ok, a device flush submitted after
-    /// `before_flush` returned has completed, even if nothing needed writing. The engine
-    /// waits for its data writes in `before_flush`, so the flush covers data and WAL.
+    /// `before_flush` returned has completed, even if nothing needed writing, unless
+    /// `before_flush` answered [`CallerWrites::Durable`] and the records were durable
+    /// already (in PMR mode: once their lines are persisted), which needs no flush. The
+    /// engine waits for its data writes in `before_flush` and tells whether a flush since
+    /// covered them, so one flush covers data and WAL, and none is made for nothing.
     ///
     /// An error of `before_flush` is returned as it is and leaves the database writable
     /// (nothing is flushed). A WAL failure turns the database read-only and is the error
@@ -400,7 +403,7 @@ impl MetaDb {
     pub fn persist_covering(
         &self,
         receipts: &[Receipt],
-        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+        before_flush: &mut dyn FnMut() -> Result<CallerWrites, MetaDbError>,
     ) -> Result<(), MetaDbError> {
         self.inner.check_writable()?;
         let positions: Vec<_> = receipts.iter().map(|r| r.pos).collect();

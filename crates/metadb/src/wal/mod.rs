@@ -39,7 +39,7 @@ pub mod ssd;
 pub use record::{layouts as format_layouts, PAYLOAD_BYTES_MAX};
 
 use crate::error::MetaDbError;
-use crate::types::WalPos;
+use crate::types::{CallerWrites, WalPos};
 
 /// A record found by recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,8 +83,11 @@ pub trait Wal: Send + Sync + std::fmt::Debug {
     /// - `before_flush` is called once, after this call's WAL writes were issued (the
     ///   caller's waiting overlaps them) and before the device flush that makes them
     ///   durable is requested; on Ok, a device flush submitted after `before_flush`
-    ///   returned has completed. With nothing to write (already written or durable, or
-    ///   no positions) it still runs and such a flush still completes.
+    ///   returned has completed, unless `before_flush` answered
+    ///   [`CallerWrites::Durable`] and the records were durable already (persisted PMR
+    ///   lines, or WAL writes a completed flush covered): then no flush is requested.
+    ///   With nothing to write (already written or durable, or no positions)
+    ///   `before_flush` still runs.
     /// - If `before_flush` fails, the call waits for the writes it issued and returns
     ///   that error unchanged, without flushing; the WAL stays healthy. A WAL failure
     ///   takes precedence (and if it happens before the writes were issued,
@@ -95,7 +98,7 @@ pub trait Wal: Send + Sync + std::fmt::Debug {
     fn persist_covering(
         &self,
         positions: &[WalPos],
-        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+        before_flush: &mut dyn FnMut() -> Result<CallerWrites, MetaDbError>,
     ) -> Result<(), MetaDbError>;
 
     /// Ok while the WAL can be written; `ReadOnly` once a WAL write, flush or persist

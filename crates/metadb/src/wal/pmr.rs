@@ -12,7 +12,8 @@
 //! `persist_covering` persists the named lanes' entries, runs its caller's `before_flush`,
 //! then waits for a device flush requested after it, through the backing store's flush
 //! combiner (wal/flush.rs), so concurrent callers and migrations share flushes. The flush
-//! is for the caller's own device writes: the entries are durable on the PMR already.
+//! is for the caller's own device writes: the entries are durable on the PMR already, so
+//! a caller whose writes are all durable (an fsync of a directory) gets no flush.
 //!
 //! Invariants:
 //! - A segment's slot is persisted (valid, active) before any entry is written in it, so
@@ -40,7 +41,7 @@ use super::chunk::ChunkStore;
 use super::record::{encode_entry, entry_bytes, RecordId, Slot};
 use super::Wal;
 use crate::error::MetaDbError;
-use crate::types::WalPos;
+use crate::types::{CallerWrites, WalPos};
 use pmr::{IoCause, Pmr};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -552,16 +553,20 @@ impl Wal for PmrWal {
     fn persist_covering(
         &self,
         positions: &[WalPos],
-        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+        before_flush: &mut dyn FnMut() -> Result<CallerWrites, MetaDbError>,
     ) -> Result<(), MetaDbError> {
         // The records are durable once their lines are persisted; the device flush is
         // for the caller's writes, and goes through the backing store's combiner so
         // concurrent callers (and migrations) share flushes.
         self.persist(positions)?;
         let writing = self.store.begin_write();
-        before_flush()?;
-        let need = writing.done();
-        self.store.flush_covering(need)
+        match before_flush()? {
+            CallerWrites::Unflushed => {
+                let need = writing.done();
+                self.store.flush_covering(need)
+            }
+            CallerWrites::Durable => Ok(()),
+        }
     }
 
     fn check_health(&self) -> Result<(), MetaDbError> {

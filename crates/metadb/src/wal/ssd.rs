@@ -15,7 +15,8 @@
 //!
 //! `persist_covering` issues its lanes' writes, runs its caller's `before_flush` while
 //! they are in flight (the engine waits for its data writes there), then waits for them
-//! and requests a flush, so one device flush covers the WAL and the caller's data.
+//! and requests a flush, so one device flush covers the WAL and the caller's data (none
+//! if the records were durable already and the caller has no unflushed writes).
 //!
 //! Invariants:
 //! - `written_count` records of the lane's generation are in completed writes and
@@ -34,7 +35,7 @@ use super::record::{encode_record, record_bytes, ChunkKind, RecordId, CHUNK_DATA
 use super::recovery::Collector;
 use super::{Wal, WalRecovery};
 use crate::error::MetaDbError;
-use crate::types::WalPos;
+use crate::types::{CallerWrites, WalPos};
 use device::{Device, IoRequest};
 use format::Region;
 use std::collections::VecDeque;
@@ -490,7 +491,7 @@ impl Wal for SsdWal {
     fn persist_covering(
         &self,
         positions: &[WalPos],
-        before_flush: &mut dyn FnMut() -> Result<(), MetaDbError>,
+        before_flush: &mut dyn FnMut() -> Result<CallerWrites, MetaDbError>,
     ) -> Result<(), MetaDbError> {
         self.store.health().check()?;
         let targets = self.furthest_per_lane(positions);
@@ -527,7 +528,7 @@ impl Wal for SsdWal {
         // The caller's work overlaps the WAL writes in flight.
         let hooked = match issuing {
             Ok(()) => before_flush(),
-            Err(_) => Ok(()),
+            Err(_) => Ok(CallerWrites::Unflushed),
         };
         let completed = issuing.and(issued.wait());
         for write in &ours {
@@ -535,12 +536,16 @@ impl Wal for SsdWal {
         }
         completed?;
         written.extend(ours.iter().map(|w| (w.lane, w.generation, w.covers_count)));
-        hooked?;
+        let caller = hooked?;
         for t in &busy {
             let lane = usize::from(t.lane);
             if let Some(w) = self.ensure_written(lane, t.generation, t.lane_seq + 1)? {
                 written.push((lane, t.generation, w));
             }
+        }
+        if written.is_empty() && caller == CallerWrites::Durable {
+            // The records were durable before this call, and so are the caller's writes.
+            return Ok(());
         }
         // Read after the hook returned and every write completed: the flush that
         // covers `need` starts after both.
