@@ -26,6 +26,16 @@ fn mount_with(dev: &Arc<Device>, cache: CacheConfig, real_clock: bool) -> Arc<Fi
     common::mount_cached(dev, EngineConfig::default(), cache, clock)
 }
 
+/// `path` opened for reading and writing, created if missing.
+fn open_rw(fs: &Arc<FileSystem>, path: &str) -> vfs::File {
+    OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(fs, path)
+        .unwrap()
+}
+
 fn unmount(fs: Arc<FileSystem>) {
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 }
@@ -235,12 +245,7 @@ fn sequential_reads_read_ahead_and_a_small_cache_evicts() {
 #[test]
 fn growth_after_truncate_reads_zeros_through_the_cache() {
     let fs = common::mounted(64 * MIB, 1);
-    let f = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .write(true)
-        .open(&fs, "/t")
-        .unwrap();
+    let f = open_rw(&fs, "/t");
     f.write_at(&[9; 8192], 0).unwrap();
     f.sync_all().unwrap();
     f.set_len(100).unwrap();
@@ -262,12 +267,7 @@ fn growth_after_truncate_reads_zeros_through_the_cache() {
 #[test]
 fn truncate_and_punch_keep_the_other_pages_cached() {
     let fs = common::mounted(64 * MIB, 1);
-    let f = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .write(true)
-        .open(&fs, "/t")
-        .unwrap();
+    let f = open_rw(&fs, "/t");
     let data: Vec<u8> = (0..64 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
     f.write_at(&data, 0).unwrap();
     f.set_len(40 * 4096 + 100).unwrap();
