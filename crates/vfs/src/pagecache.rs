@@ -522,9 +522,10 @@ impl Pages {
         if first >= end {
             return;
         }
-        let gone: Vec<u64> = self.map.range(first..end).map(|(&b, _)| b).collect();
-        for &b in &gone {
-            let page = self.map.remove(&b).expect("listed");
+        // Split out the range (no removal per page), then put the tail back.
+        let mut gone = self.map.split_off(&first);
+        self.map.append(&mut gone.split_off(&end));
+        for (&b, page) in &gone {
             self.tally(b, (page.dirty, page.mapped), false);
             if page.dirty {
                 self.dirty -= 1;
