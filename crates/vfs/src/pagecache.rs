@@ -276,7 +276,8 @@ pub(crate) struct Page {
 #[derive(Debug)]
 pub(crate) struct Pages {
     map: BTreeMap<u64, Page>,
-    dirty: u64,
+    /// The dirty pages' blocks (a write-back visits these, not every cached page).
+    dirty: BTreeSet<u64>,
     /// While pages are dirty: the size in the inode's last written record.
     pub durable_size: Option<u64>,
     /// While pages are dirty: when the first of them was dirtied (the clock's ns).
@@ -300,7 +301,7 @@ impl Pages {
     pub fn new(cache: Arc<Cache>) -> Pages {
         Pages {
             map: BTreeMap::new(),
-            dirty: 0,
+            dirty: BTreeSet::new(),
             durable_size: None,
             dirty_since: None,
             ra_next: 0,
@@ -350,7 +351,7 @@ impl Pages {
     }
 
     pub fn dirty_count(&self) -> u64 {
-        self.dirty
+        self.dirty.len() as u64
     }
 
     /// Adds a clean page for block `b` unless one is cached (a cached page is newer);
@@ -388,7 +389,7 @@ impl Pages {
                     mapped,
                 });
                 self.cache.pages.fetch_add(1, Ordering::Relaxed);
-                self.dirty += 1;
+                self.dirty.insert(b);
                 self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 (true, mapped)
             }
@@ -400,7 +401,7 @@ impl Pages {
                 page.mapped = page.mapped.or(mapped);
                 if !page.dirty {
                     page.dirty = true;
-                    self.dirty += 1;
+                    self.dirty.insert(b);
                     self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
                 (true, page.mapped)
@@ -412,8 +413,12 @@ impl Pages {
     /// The dirty blocks in ascending order, as runs of consecutive blocks of at most
     /// `max` blocks.
     pub fn dirty_runs(&self, max: u64) -> Vec<(u64, u64)> {
+        debug_assert_eq!(
+            self.dirty.len(),
+            self.map.values().filter(|p| p.dirty).count()
+        );
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for (&b, _) in self.map.iter().filter(|(_, p)| p.dirty) {
+        for &b in &self.dirty {
             match runs.last_mut() {
                 Some((first, n)) if *first + *n == b && *n < max => *n += 1,
                 _ => runs.push((b, 1)),
@@ -439,11 +444,11 @@ impl Pages {
             page.mapped = Some(true);
             if page.dirty && Block::same(&page.data, data) {
                 page.dirty = false;
-                self.dirty -= 1;
+                self.dirty.remove(&b);
                 self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        if self.dirty == 0 {
+        if self.dirty.is_empty() {
             self.durable_size = None;
             self.dirty_since = None;
         }
@@ -508,8 +513,10 @@ impl Pages {
         self.unmapped = 0;
         self.stale_fetches(0, u64::MAX);
         self.cache.pages.fetch_sub(n, Ordering::Relaxed);
-        self.cache.dirty.fetch_sub(self.dirty, Ordering::Relaxed);
-        self.dirty = 0;
+        self.cache
+            .dirty
+            .fetch_sub(self.dirty.len() as u64, Ordering::Relaxed);
+        self.dirty.clear();
         self.durable_size = None;
         self.dirty_since = None;
         self.ra_next = 0;
@@ -528,7 +535,7 @@ impl Pages {
         for (&b, page) in &gone {
             self.tally(b, (page.dirty, page.mapped), false);
             if page.dirty {
-                self.dirty -= 1;
+                self.dirty.remove(&b);
                 self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -536,7 +543,7 @@ impl Pages {
             .pages
             .fetch_sub(gone.len() as u64, Ordering::Relaxed);
         self.stale_fetches(first, end - 1);
-        if self.dirty == 0 {
+        if self.dirty.is_empty() {
             self.durable_size = None;
             self.dirty_since = None;
         }

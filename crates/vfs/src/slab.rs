@@ -8,36 +8,69 @@
 //! once, faults in as one huge page where the kernel allows, and its slots are reused
 //! as blocks are evicted.
 //!
+//! A [`Block`] is a chunk and a slot index; the slot's reference count lives in the
+//! chunk's own array, so making, cloning and dropping a block allocates nothing. Free
+//! slots pass through a small per-thread magazine before the global free lists, so a
+//! thread that drops (or takes) many blocks in a row, an unlink of a cached file or a
+//! large write, takes the global lock once per [`MAGAZINE`]/2 slots instead of once per
+//! slot.
+//!
 //! Invariants:
-//! - A slot belongs to at most one [`Block`] allocation at a time; it returns to its
-//!   chunk when the last clone of that block drops.
-//! - Chunks stay mapped: when all of a chunk's slots are free its pages are given back
-//!   lazily (MADV_FREE), so the memory returns to the system under pressure, while a
-//!   cache that shrinks and grows again reuses them without faults. The mapped total
-//!   is the high-water mark of cached blocks (bounded by the caches' `max_bytes`).
+//! - A slot belongs to at most one [`Block`] allocation at a time (its count is then
+//!   the number of clones); it returns to a free list when the last clone drops.
+//! - A free slot is in exactly one place: a thread's magazine or its chunk's free list.
+//!   A magazine holds at most [`MAGAZINE`] slots and is emptied into the free lists
+//!   when its thread exits.
+//! - Chunks stay mapped (and their headers allocated): when all of a chunk's slots are
+//!   on its free list its pages are given back lazily (MADV_FREE), so the memory returns
+//!   to the system under pressure, while a cache that shrinks and grows again reuses
+//!   them without faults. The mapped total is the high-water mark of cached blocks
+//!   (bounded by the caches' `max_bytes`) plus the magazines' slots.
 
 use crate::pagecache::PAGE;
+use std::cell::RefCell;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Mutex;
 
 /// Bytes per chunk (a huge page on x86-64).
 pub const CHUNK_BYTES: usize = 2 << 20;
 const SLOTS: usize = CHUNK_BYTES / PAGE;
+/// Free slots a thread keeps before handing half of them back to the free lists.
+const MAGAZINE: usize = 64;
 
+/// A chunk's header: where its bytes are and how many blocks hold each slot (0 when
+/// free). Allocated once and never freed, like the mapping.
 struct Chunk {
     base: NonNull<u8>,
-    /// Free slot indexes.
-    free: Vec<u16>,
+    id: u32,
+    refs: [AtomicU32; SLOTS],
 }
 
-// SAFETY: the chunk's memory is owned by the slab; slots are handed to one block each.
+// SAFETY: the chunk's memory is owned by the slab; a slot's bytes are written only by
+// the one holder of its only reference (`Block::get_mut`) and read once shared.
 unsafe impl Send for Chunk {}
+// SAFETY: as above; the counts are atomic.
+unsafe impl Sync for Chunk {}
+
+/// A free slot.
+#[derive(Clone, Copy)]
+struct Free {
+    chunk: &'static Chunk,
+    index: u16,
+}
+
+struct ChunkFree {
+    chunk: &'static Chunk,
+    /// Free slot indexes.
+    slots: Vec<u16>,
+}
 
 #[derive(Default)]
 struct State {
-    chunks: Vec<Chunk>,
+    chunks: Vec<ChunkFree>,
     /// Chunks that may have free slots (an entry goes stale when its chunk fills;
-    /// `take` drops those).
+    /// `refill` drops those).
     with_free: Vec<usize>,
 }
 
@@ -80,93 +113,176 @@ fn map_chunk() -> NonNull<u8> {
     NonNull::new(aligned as *mut u8).expect("a mapping is not at address 0")
 }
 
-/// One slot of a chunk, owned by a block.
-struct Slot {
-    ptr: NonNull<u8>,
-    chunk: usize,
-    index: u16,
-}
-
-// SAFETY: a slot's 4 KiB are owned by it alone (and only read once shared).
-unsafe impl Send for Slot {}
-// SAFETY: shared references only read.
-unsafe impl Sync for Slot {}
-
-impl Slot {
-    fn take() -> Slot {
-        let mut st = state();
-        while let Some(&c) = st.with_free.last() {
-            let chunk = &mut st.chunks[c];
-            if let Some(index) = chunk.free.pop() {
-                // SAFETY: the index is a slot of this chunk.
-                let ptr = unsafe { chunk.base.add(usize::from(index) * PAGE) };
-                return Slot {
-                    ptr,
-                    chunk: c,
-                    index,
-                };
+impl State {
+    /// Moves up to `want` free slots into `out`, mapping a new chunk if none is free.
+    fn refill(&mut self, out: &mut Vec<Free>, want: usize) {
+        while out.len() < want {
+            let Some(&c) = self.with_free.last() else {
+                self.add_chunk();
+                continue;
+            };
+            let chunk = &mut self.chunks[c];
+            let n = (want - out.len()).min(chunk.slots.len());
+            let at = chunk.slots.len() - n;
+            out.extend(chunk.slots.drain(at..).map(|index| Free {
+                chunk: chunk.chunk,
+                index,
+            }));
+            if chunk.slots.is_empty() {
+                self.with_free.pop();
             }
-            st.with_free.pop();
         }
-        let base = map_chunk();
-        st.chunks.push(Chunk {
-            base,
-            free: (1..SLOTS as u16).rev().collect(),
+    }
+
+    fn add_chunk(&mut self) {
+        let id = u32::try_from(self.chunks.len()).expect("fewer than 2^32 chunks");
+        let chunk: &'static Chunk = Box::leak(Box::new(Chunk {
+            base: map_chunk(),
+            id,
+            refs: std::array::from_fn(|_| AtomicU32::new(0)),
+        }));
+        self.chunks.push(ChunkFree {
+            chunk,
+            slots: (0..SLOTS as u16).rev().collect(),
         });
-        let c = st.chunks.len() - 1;
-        st.with_free.push(c);
-        Slot {
-            ptr: base,
-            chunk: c,
-            index: 0,
+        self.with_free.push(id as usize);
+    }
+
+    /// Puts free slots back on their chunks' lists.
+    fn give_back(&mut self, slots: impl Iterator<Item = Free>) {
+        for Free { chunk, index } in slots {
+            let id = chunk.id as usize;
+            let list = &mut self.chunks[id].slots;
+            list.push(index);
+            if list.len() == 1 {
+                self.with_free.push(id);
+            }
+            if list.len() == SLOTS {
+                // Handed back lazily: the kernel takes the pages only under memory
+                // pressure, and until then a new block reuses them without a fault or a
+                // zeroing (a remount's cold cache then costs what the kernel's own cache
+                // does).
+                // SAFETY: every slot is free: nothing refers to the chunk's bytes.
+                unsafe { libc::madvise(chunk.base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_FREE) };
+            }
         }
     }
 }
 
-impl Drop for Slot {
+/// A thread's free slots, given back to the free lists when the thread exits.
+struct Magazine(Vec<Free>);
+
+impl Drop for Magazine {
     fn drop(&mut self) {
-        let mut st = state();
-        let st = &mut *st;
-        let chunk = &mut st.chunks[self.chunk];
-        chunk.free.push(self.index);
-        if chunk.free.len() == 1 {
-            st.with_free.push(self.chunk);
+        state().give_back(self.0.drain(..));
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Magazine> = const { RefCell::new(Magazine(Vec::new())) };
+}
+
+/// A free slot for a new block.
+fn take() -> Free {
+    let local = LOCAL.try_with(|m| {
+        let mut m = m.borrow_mut();
+        if m.0.is_empty() {
+            state().refill(&mut m.0, MAGAZINE / 2);
         }
-        if chunk.free.len() == SLOTS {
-            // Handed back lazily: the kernel takes the pages only under memory pressure,
-            // and until then a new block reuses them without a fault or a zeroing (a
-            // remount's cold cache then costs what the kernel's own cache does).
-            // SAFETY: every slot is free: nothing refers to the chunk's bytes.
-            unsafe { libc::madvise(chunk.base.as_ptr().cast(), CHUNK_BYTES, libc::MADV_FREE) };
+        m.0.pop().expect("refilled")
+    });
+    // A block made while the thread's locals are being destroyed comes from the lists.
+    local.unwrap_or_else(|_| {
+        let mut one = Vec::with_capacity(1);
+        state().refill(&mut one, 1);
+        one[0]
+    })
+}
+
+/// Returns a slot whose last block dropped.
+fn free(slot: Free) {
+    let kept = LOCAL.try_with(|m| {
+        let mut m = m.borrow_mut();
+        m.0.push(slot);
+        if m.0.len() >= MAGAZINE {
+            let half = m.0.len() - MAGAZINE / 2;
+            state().give_back(m.0.drain(half..));
         }
+    });
+    if kept.is_err() {
+        state().give_back(std::iter::once(slot));
     }
 }
 
 /// A block's bytes as cached: 4 KiB, immutable once shared (clones share them); the
 /// cache, readers copying from it and write-backs sending it hold it alike.
-#[derive(Clone)]
-pub(crate) struct Block(Arc<Slot>);
+pub(crate) struct Block {
+    chunk: &'static Chunk,
+    index: u16,
+}
 
 impl Block {
     /// A block of `bytes` (4 KiB).
     pub fn copy_of(bytes: &[u8]) -> Block {
         assert_eq!(bytes.len(), PAGE, "a block is one page");
-        let slot = Slot::take();
+        let Free { chunk, index } = take();
+        let refs = &chunk.refs[usize::from(index)];
+        assert_eq!(refs.load(Ordering::Relaxed), 0, "a free slot has no holder");
+        refs.store(1, Ordering::Relaxed);
+        let block = Block { chunk, index };
         // SAFETY: the slot's 4 KiB are ours alone and do not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), slot.ptr.as_ptr(), PAGE) };
-        Block(Arc::new(slot))
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), block.ptr(), PAGE) };
+        block
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        // SAFETY: the index is a slot of the chunk.
+        unsafe { self.chunk.base.as_ptr().add(usize::from(self.index) * PAGE) }
+    }
+
+    fn refs(&self) -> &AtomicU32 {
+        &self.chunk.refs[usize::from(self.index)]
     }
 
     /// Whether `a` and `b` are clones of one block (not merely equal bytes).
     pub fn same(a: &Block, b: &Block) -> bool {
-        Arc::ptr_eq(&a.0, &b.0)
+        std::ptr::eq(a.chunk, b.chunk) && a.index == b.index
     }
 
     /// The bytes for changing, while this is the block's only holder.
     pub fn get_mut(&mut self) -> Option<&mut [u8]> {
-        let slot = Arc::get_mut(&mut self.0)?;
-        // SAFETY: the only holder of the slot; its 4 KiB are initialised (copy_of).
-        Some(unsafe { std::slice::from_raw_parts_mut(slot.ptr.as_ptr(), PAGE) })
+        // Acquire: another holder's last reads happen before our writes (as Arc).
+        if self.refs().load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        // SAFETY: the only holder of the slot (and `&mut self` keeps it so); its 4 KiB
+        // are initialised (copy_of).
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr(), PAGE) })
+    }
+}
+
+impl Clone for Block {
+    fn clone(&self) -> Block {
+        let before = self.refs().fetch_add(1, Ordering::Relaxed);
+        assert!(before > 0 && before < u32::MAX / 2, "a held block's count");
+        Block {
+            chunk: self.chunk,
+            index: self.index,
+        }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if self.refs().fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Every other holder's use happens before the slot is reused (as Arc).
+        fence(Ordering::Acquire);
+        free(Free {
+            chunk: self.chunk,
+            index: self.index,
+        });
     }
 }
 
@@ -181,13 +297,13 @@ impl std::ops::Deref for Block {
 
     fn deref(&self) -> &[u8] {
         // SAFETY: the slot's 4 KiB are initialised and not changed while shared.
-        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr(), PAGE) }
+        unsafe { std::slice::from_raw_parts(self.ptr(), PAGE) }
     }
 }
 
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Block(chunk {}, slot {})", self.0.chunk, self.0.index)
+        write!(f, "Block(chunk {}, slot {})", self.chunk.id, self.index)
     }
 }
 
@@ -217,5 +333,39 @@ mod tests {
         }
         drop(many);
         assert!(c.iter().skip(1).all(|&x| x == 9));
+    }
+
+    #[test]
+    fn blocks_made_on_one_thread_drop_on_another_while_threads_come_and_go() {
+        // Blocks made on one thread and dropped on another, while threads come and go.
+        let made: Vec<Vec<Block>> = std::thread::scope(|s| {
+            let hands: Vec<_> = (0..4u8)
+                .map(|t| {
+                    s.spawn(move || {
+                        (0..3 * MAGAZINE)
+                            .map(|i| Block::from(&[t ^ i as u8; PAGE][..]))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hands
+                .into_iter()
+                .map(|h| h.join().expect("maker"))
+                .collect()
+        });
+        std::thread::scope(|s| {
+            for (t, blocks) in made.into_iter().enumerate() {
+                s.spawn(move || {
+                    for (i, b) in blocks.iter().enumerate() {
+                        assert!(b.iter().all(|&x| x == t as u8 ^ i as u8));
+                    }
+                    let again: Vec<Block> = blocks.iter().map(|b| Block::from(&b[..])).collect();
+                    drop(blocks);
+                    for (i, b) in again.iter().enumerate() {
+                        assert_eq!(b[0], t as u8 ^ i as u8);
+                    }
+                });
+            }
+        });
     }
 }
