@@ -90,26 +90,30 @@ impl Core {
         data: &[u8],
     ) -> Result<(), VfsError> {
         let count = (data.len() as u64) / BLOCK;
-        self.write_ranges(ino, inode, &[(first, count)], data)
+        self.write_ranges(ino, inode, &[(first, count)], data, None)
     }
 
     /// [`Core::write_blocks`] for several ranges (ascending) in one batch.
+    /// `fsync`: the write is an fsync of these inodes' domains (`ino`'s included).
     fn write_ranges(
         &self,
         ino: InodeNo,
         inode: &mut Inode,
         ranges: &[(FileBlock, u64)],
         data: &[u8],
+        fsync: Option<&[InodeNo]>,
     ) -> Result<(), VfsError> {
         self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
-        self.engine.write_ranges(
-            ino,
-            ranges,
-            data,
-            Extra::Counted(&|delta| counted.batch(delta)),
-            Durability::Buffered,
-        )?;
+        let extra = Extra::Counted(&|delta| counted.batch(delta));
+        match fsync {
+            Some(also) => self
+                .engine
+                .write_ranges_fsync(ino, ranges, data, extra, also)?,
+            None => self
+                .engine
+                .write_ranges(ino, ranges, data, extra, Durability::Buffered)?,
+        }
         *inode = counted.done();
         Ok(())
     }
@@ -139,13 +143,14 @@ impl Core {
     /// Writes back `h`'s dirty pages, for a caller that holds its record lock
     /// ([`Handle::write`]) as `st` (an operation about to write the record).
     pub(crate) fn write_back_held(&self, h: &Handle, st: &mut InodeState) -> Result<(), VfsError> {
-        self.write_back_with(h, StateAccess::Held(st))
+        self.write_back_with(h, StateAccess::Held(st), None)
+            .map(drop)
     }
 
     /// Writes back `h`'s dirty pages while its readers and writers go on.
     pub(crate) fn write_back(&self, h: &Handle) -> Result<(), VfsError> {
         let _writeback = h.writeback.lock().expect("write-back lock");
-        self.write_back_with(h, StateAccess::Own(h))
+        self.write_back_with(h, StateAccess::Own(h), None).map(drop)
     }
 
     /// The dirty pages as they are now go to the engine: all in one batch with the
@@ -154,7 +159,16 @@ impl Core {
     /// ascending order, each but the last recording a size no larger than what is
     /// written so far. Pages rewritten meanwhile stay dirty. A deleted inode's pages are
     /// dropped.
-    fn write_back_with(&self, h: &Handle, mut access: StateAccess<'_>) -> Result<(), VfsError> {
+    ///
+    /// With `fsync` (inodes whose domains an fsync makes durable, `h`'s among them) the
+    /// last batch is written as that fsync (its data and WAL writes in flight together,
+    /// one flush); returns whether it was (not when nothing was dirty).
+    fn write_back_with(
+        &self,
+        h: &Handle,
+        mut access: StateAccess<'_>,
+        fsync: Option<&[InodeNo]>,
+    ) -> Result<bool, VfsError> {
         // The snapshot: the inode and its dirty blocks, consistent (writers install both
         // under the state lock).
         let (inode, batches, mut durable) = {
@@ -168,12 +182,12 @@ impl Core {
             };
             let mut pages = h.pages();
             if pages.dirty_count() == 0 {
-                return Ok(());
+                return Ok(false);
             }
             let Some(inode) = st.inode else {
                 pages.clear();
                 self.cache.note_clean(h.ino);
-                return Ok(());
+                return Ok(false);
             };
             let batches: Vec<Vec<(u64, Vec<Block>)>> =
                 group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS)
@@ -209,7 +223,8 @@ impl Core {
                 .iter()
                 .map(|(first, run)| (FileBlock(*first), run.len() as u64))
                 .collect();
-            self.write_ranges(h.ino, &mut record, &ranges, &data)?;
+            let also = fsync.filter(|_| i + 1 == count);
+            self.write_ranges(h.ino, &mut record, &ranges, &data, also)?;
             blocks = record.blocks;
             durable = record.size;
             // The result: the block count, and pages not rewritten meanwhile clean.
@@ -245,7 +260,7 @@ impl Core {
             // until the next flusher round or full check looks it up.
             self.cache.take_room(written * BLOCK);
         }
-        Ok(())
+        Ok(fsync.is_some())
     }
 
     /// Looks up the device's room for new data for the dirty limit (at mount, in every
@@ -838,14 +853,29 @@ impl FileSystem {
     pub fn fsync_ino(&self, ino: InodeNo, data_only: bool) -> Result<(), VfsError> {
         let _ = data_only;
         let h = self.handle(ino)?;
-        self.core.write_back(&h)?;
         // The file's lane and the lanes of the names it gained, in one device flush (a
         // crash before it returns keeps any combination of them, as without an fsync; a
         // new file's contents never survive without its create, which they require).
+        // Names noted from here on are made after the fsync began: it need not cover them.
         let mut lanes = self.take_lanes(ino);
         lanes.push(ino);
-        self.core.engine.fsync_all(&lanes)?;
-        Ok(())
+        let synced = {
+            let _writeback = h.writeback.lock().expect("write-back lock");
+            self.core
+                .write_back_with(&h, StateAccess::Own(&h), Some(&lanes))
+        };
+        let synced = match synced {
+            Ok(true) => Ok(()),
+            Ok(false) => self.core.engine.fsync_all(&lanes).map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        if synced.is_err() {
+            // A later fsync (after ENOSPC, say) must still cover them.
+            for &lane in &lanes[..lanes.len() - 1] {
+                self.note_lane(ino, lane);
+            }
+        }
+        synced
     }
 
     /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).

@@ -547,7 +547,7 @@ impl FileSystem {
 
     /// Notes that `lane`'s domain lane holds a name operation an fsync of `ino` must
     /// reach (one entry per domain: each list stays as short as the domain count).
-    fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
+    pub(crate) fn note_lane(&self, ino: InodeNo, lane: InodeNo) {
         let d = self.core.engine.domain_of(lane);
         if d == self.core.engine.domain_of(ino) {
             return;

@@ -137,6 +137,15 @@ impl Domain {
     fn lock(&self) -> MutexGuard<'_, DomainState> {
         self.state.lock().expect("domain lock")
     }
+
+    /// The domain's lock if no one holds it.
+    fn try_lock(&self) -> Option<MutexGuard<'_, DomainState>> {
+        match self.state.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("domain lock poisoned"),
+        }
+    }
 }
 
 /// A mounted engine.

@@ -94,6 +94,33 @@ impl Engine {
         extra: Extra<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
+        self.write_ranges_also(ino, ranges, data, extra, durability, &[])
+    }
+
+    /// [`Engine::write_ranges`] that is an fsync of `ino` and of the inodes `also`
+    /// (their domains' batches so far) when it returns: one MetaDB persist and one
+    /// device flush, the WAL writes in flight together with the data's (an fsync of a
+    /// file with dirty pages costs one write latency and one flush, not two writes).
+    pub fn write_ranges_fsync(
+        &self,
+        ino: InodeNo,
+        ranges: &[(FileBlock, u64)],
+        data: &[u8],
+        extra: Extra<'_>,
+        also: &[InodeNo],
+    ) -> Result<(), EngineError> {
+        self.write_ranges_also(ino, ranges, data, extra, Durability::Fsync, also)
+    }
+
+    fn write_ranges_also(
+        &self,
+        ino: InodeNo,
+        ranges: &[(FileBlock, u64)],
+        data: &[u8],
+        extra: Extra<'_>,
+        durability: Durability,
+        also: &[InodeNo],
+    ) -> Result<(), EngineError> {
         assert!(ino.0 != 0, "inode 0");
         assert!(
             !data.is_empty() && data.len() % BLOCK == 0,
@@ -129,8 +156,11 @@ impl Engine {
         };
         let domain = self.domain(ino);
         match self.config.fsync_path {
-            FsyncPath::Async => self.write_async(domain, &blocks, durability),
-            FsyncPath::Ordered => self.write_ordered(domain, &blocks, durability),
+            FsyncPath::Async => self.write_async(domain, &blocks, durability, also),
+            FsyncPath::Ordered => {
+                self.write_ordered(domain, &blocks, durability)?;
+                self.fsync_all(also)
+            }
         }
     }
 
@@ -217,32 +247,77 @@ impl Engine {
         Ok((queue, state, runs, seq))
     }
 
+    /// The data and its index batch are issued together; with `Durability::Fsync` the
+    /// data's device writes are still in flight while MetaDB issues the WAL writes, and
+    /// are reaped (the write's number completed) in the persist's hook, before the one
+    /// flush (so `also`'s domains are made durable too).
     fn write_async(
         &self,
         domain: &Domain,
         blocks: &Blocks<'_>,
         durability: Durability,
+        also: &[InodeNo],
     ) -> Result<(), EngineError> {
+        assert!(
+            also.is_empty() || durability == Durability::Fsync,
+            "inodes to persist only with an fsync"
+        );
         let count = blocks.count();
-        let (mut queue, mut state, runs, seq) = self.start_write(domain, count)?;
-        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
-        // From here the write's number must complete whatever happens.
+        // What `also` needs, read before this write's number is issued: a domain lock
+        // may be held by a writer waiting (through a WAL rotation) for a persist that
+        // waits for this number.
+        let mut also_parts = Vec::new();
+        self.parts_of(also, &mut also_parts);
+        let (queue, mut state, runs, seq) = self.start_write(domain, count)?;
+        // From here the write's number must complete whatever happens: `inflight`
+        // completes it when reaped, at the latest when dropped.
+        let mut inflight = InFlight {
+            queue: Some(queue),
+            tracker: &domain.tracker,
+            seq,
+        };
+        let queue = inflight.queue.as_mut().expect("not reaped yet");
+        let submitted = submit_runs(queue, &runs, blocks.data, IoCause::UserData);
         let made = submitted.and_then(|()| {
             let batch = self.index_batch(&mut state, domain, blocks, &runs, seq)?;
             self.put_batch(domain, &mut state, Some(blocks.ino), &batch)
         });
+        let own_required = match (&made, durability) {
+            (Ok(_), Durability::Fsync) => state.required.clone(),
+            _ => Vec::new(),
+        };
         drop(state);
-        let reaped = reap(&mut queue);
-        domain.tracker.complete(seq);
+        let receipt = match made {
+            Ok(receipt) if durability == Durability::Fsync => receipt,
+            // Buffered, or the batch failed: the data is reaped now.
+            made => {
+                self.failing(inflight.reap())?;
+                self.failing(made)?;
+                self.counted_written(count);
+                return Ok(());
+            }
+        };
+        let mut parts = vec![Required {
+            domain: domain.id,
+            receipt,
+            seq,
+        }];
+        for r in own_required.iter().chain(&also_parts) {
+            merge_part(&mut parts, r);
+        }
+        let persisted = self.persist_domains_after(parts, 1, &mut || self.failing(inflight.reap()));
+        // A persist that failed before its hook still completes the write's number.
+        let reaped = inflight.reap();
+        persisted?;
         self.failing(reaped)?;
-        let receipt = self.failing(made)?;
+        self.counted_written(count);
+        Ok(())
+    }
+
+    fn counted_written(&self, count: u32) {
         self.counters
             .blocks_written
             .fetch_add(u64::from(count), Ordering::Relaxed);
-        if durability == Durability::Fsync {
-            self.persist_domain(domain, receipt, seq)?;
-        }
-        Ok(())
     }
 
     fn write_ordered(
@@ -269,9 +344,7 @@ impl Engine {
             .and_then(|batch| self.put_batch(domain, &mut state, Some(blocks.ino), &batch));
         drop(state);
         let receipt = self.failing(made)?;
-        self.counters
-            .blocks_written
-            .fetch_add(u64::from(count), Ordering::Relaxed);
+        self.counted_written(count);
         if durability == Durability::Fsync {
             // The data is durable already; the persist also covers what the batch requires.
             self.persist_domain(domain, receipt, seq)?;
@@ -450,24 +523,51 @@ impl Engine {
     /// durable can be dropped at recovery for data that never arrived (which would drop
     /// the rest of its lane and, through a requirement, an acknowledged batch of another
     /// lane). Called holding no domain lock.
-    fn persist_domains(&self, mut parts: Vec<Required>) -> Result<(), EngineError> {
-        let mut i = 0;
+    fn persist_domains(&self, parts: Vec<Required>) -> Result<(), EngineError> {
+        self.persist_domains_after(parts, 0, &mut || Ok(()))
+    }
+
+    /// [`Engine::persist_domains`] that runs `first` in MetaDB's hook, while the WAL
+    /// writes are in flight and before waiting for the included domains' writes (the
+    /// caller reaps its own there), or earlier: before waiting for a domain's lock (its
+    /// holder may wait, through a WAL rotation, for a persist that waits for the
+    /// caller's writes). `first` must do nothing when called again, and may not run if
+    /// the persist fails before. The requirements of `parts[..expanded]` are merged in
+    /// already.
+    fn persist_domains_after(
+        &self,
+        mut parts: Vec<Required>,
+        expanded: usize,
+        first: &mut dyn FnMut() -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let mut i = expanded;
         while i < parts.len() {
-            let required = self.domains[usize::from(parts[i].domain.0)]
-                .lock()
-                .required
-                .clone();
-            for r in required {
-                match parts.iter_mut().find(|p| p.domain == r.domain) {
-                    Some(p) => p.merge(&r),
-                    None => parts.push(r),
+            let domain = &self.domains[usize::from(parts[i].domain.0)];
+            let state = match domain.try_lock() {
+                Some(state) => state,
+                None => {
+                    first()?;
+                    domain.lock()
                 }
+            };
+            let required = state.required.clone();
+            drop(state);
+            for r in &required {
+                merge_part(&mut parts, r);
             }
             i += 1;
         }
         let receipts: Vec<Receipt> = parts.iter().map(|p| p.receipt).collect();
         let mut prefixes = vec![0; parts.len()];
+        let mut failed_first = None;
         let r = self.db.persist_covering(&receipts, &mut || {
+            if let Err(e) = first() {
+                // Reported as is below; MetaDB only needs to know not to flush.
+                failed_first = Some(e);
+                return Err(metadb::MetaDbError::ReadOnly(
+                    "the caller's device writes failed".into(),
+                ));
+            }
             // A flush is needed for the data only if some of it was not covered by one
             // yet (an fsync of a directory, or of a file written back and flushed
             // before, has none: in PMR mode it then costs no device flush at all).
@@ -484,6 +584,9 @@ impl Engine {
             prefixes.fill(0);
             Ok(CallerWrites::Durable)
         });
+        if let Some(e) = failed_first {
+            return Err(e);
+        }
         self.failing(r.map_err(Into::into))?;
         for (p, prefix) in parts.iter().zip(prefixes) {
             let domain = &self.domains[usize::from(p.domain.0)];
@@ -511,6 +614,16 @@ impl Engine {
         }
         self.check_writable()?;
         let mut parts: Vec<Required> = Vec::with_capacity(inos.len());
+        self.parts_of(inos, &mut parts);
+        if parts.is_empty() {
+            return Ok(());
+        }
+        self.persist_domains(parts)
+    }
+
+    /// Adds to `parts` what an fsync of `inos` persists: each domain's batches and
+    /// writes so far (a domain in `parts` already is left as it is).
+    fn parts_of(&self, inos: &[InodeNo], parts: &mut Vec<Required>) {
         for &ino in inos {
             let domain = self.domain(ino);
             if parts.iter().any(|p| p.domain == domain.id) {
@@ -525,10 +638,6 @@ impl Engine {
                 });
             }
         }
-        if parts.is_empty() {
-            return Ok(());
-        }
-        self.persist_domains(parts)
     }
 
     /// Applies `batch` (the caller's metadata: inodes, directory entries) atomically in
@@ -713,6 +822,41 @@ pub(super) fn submit_runs(
     assert_eq!(at, data.len(), "runs cover the data");
     queue.submit(0)?;
     Ok(())
+}
+
+/// Merges `r` into the part of its domain, or adds it.
+fn merge_part(parts: &mut Vec<Required>, r: &Required) {
+    match parts.iter_mut().find(|p| p.domain == r.domain) {
+        Some(p) => p.merge(r),
+        None => parts.push(*r),
+    }
+}
+
+/// A data write's device requests in flight and its number, completed once reaped.
+struct InFlight<'a> {
+    queue: Option<device::Queue<'a>>,
+    tracker: &'a super::tracker::SeqTracker,
+    seq: u64,
+}
+
+impl InFlight<'_> {
+    /// Waits for the requests (once) and completes the number; the first failure.
+    fn reap(&mut self) -> Result<(), EngineError> {
+        let Some(mut queue) = self.queue.take() else {
+            return Ok(());
+        };
+        let reaped = reap(&mut queue);
+        self.tracker.complete(self.seq);
+        reaped
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // Unwinding: the buffers must not be freed under the device, and the number
+        // must complete (persists and memtable flushes wait for it).
+        let _ = self.reap();
+    }
 }
 
 /// Waits for every request of `queue`; the first failure, after all have finished.
