@@ -37,6 +37,12 @@ use engine::log::keys::FileBlock;
 use engine::log::{Durability, Extra};
 use format::InodeNo;
 use metadb::WriteBatch;
+
+/// Segments the room for dirty pages leaves for MetaDB's tables to grow into between
+/// look-ups of the room (a flush or compaction writes a table before it frees the old
+/// ones). Not a bound MetaDB keeps: writes let in against the room hold no reservation in
+/// the segment pool (docs/DESIGN.md, the page cache).
+const METADB_GROWTH: u32 = 2;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -239,13 +245,15 @@ impl Core {
             if let Some(current) = st.inode.as_mut() {
                 current.blocks = blocks;
             }
+            // Counted as taken (an overwrite frees as much later) before the pages
+            // count clean: the room errs low until the next look-up.
+            let written: u64 = runs.iter().map(|(_, run)| run.len() as u64).sum();
+            self.cache.take_room(written * BLOCK);
             let mut pages = h.pages();
-            let mut written = 0;
             for (first, run) in &runs {
                 for (j, block) in run.iter().enumerate() {
                     pages.written(first + j as u64, block);
                 }
-                written += run.len() as u64;
             }
             if pages.dirty_count() > 0 {
                 pages.durable_size = Some(durable);
@@ -256,9 +264,6 @@ impl Core {
                 .written_back
                 .fetch_add(written, Ordering::Relaxed);
             self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
-            // Counted as taken (an overwrite frees as much later): the room errs low
-            // until the next flusher round or full check looks it up.
-            self.cache.take_room(written * BLOCK);
         }
         Ok(fsync.is_some())
     }
@@ -268,13 +273,25 @@ impl Core {
     /// free (capacity beyond the live blocks), or the blocks of the free segments data
     /// may take now if that is more (a tiny image promises no capacity, its log heads
     /// and reserves taking it all, yet takes writes while it has free segments).
+    /// Less [`METADB_GROWTH`] segments: MetaDB's tables come out of the same free
+    /// segments, and a table written after a write was let in must not leave its
+    /// write-back without room. A look-up a write-back overtook is not stored (it could give back room that
+    /// write-back took) and is made again.
     pub(crate) fn refresh_room(&self) {
-        let space = self.engine.space_report();
-        let promised = space.capacity_blocks.saturating_sub(space.live_blocks);
-        let kept = space.gc_reserve + space.metadb_headroom;
-        let free =
-            u64::from(space.free.saturating_sub(kept)) * format::constants::BLOCKS_PER_SEGMENT;
-        self.cache.set_room(promised.max(free) * BLOCK);
+        loop {
+            let epoch = self.cache.room_epoch();
+            let space = self.engine.space_report();
+            let promised = space.capacity_blocks.saturating_sub(space.live_blocks);
+            let kept = space.gc_reserve + space.metadb_headroom;
+            let free =
+                u64::from(space.free.saturating_sub(kept)) * format::constants::BLOCKS_PER_SEGMENT;
+            let room = promised
+                .max(free)
+                .saturating_sub(u64::from(METADB_GROWTH) * format::constants::BLOCKS_PER_SEGMENT);
+            if self.cache.set_room(epoch, room * BLOCK) {
+                return;
+            }
+        }
     }
 
     /// Writes back every file's dirty pages.
@@ -441,13 +458,17 @@ impl FileSystem {
         // new blocks before the old ones are freed.)
         self.core.engine.check_writable()?;
         let pages_bytes = (data.len() as u64).div_ceil(BLOCK).saturating_add(1) * BLOCK;
-        if self.core.cache.beyond_room(pages_bytes) {
-            self.core.write_back_all()?;
-            self.core.refresh_room();
-            if self.core.cache.beyond_room(pages_bytes) {
-                return Err(VfsError::no_space(0));
+        let claim = match self.core.cache.claim_room(pages_bytes) {
+            Some(claim) => claim,
+            None => {
+                self.core.write_back_all()?;
+                self.core.refresh_room();
+                self.core
+                    .cache
+                    .claim_room(pages_bytes)
+                    .ok_or_else(|| VfsError::no_space(0))?
             }
-        }
+        };
         loop {
             // The range this write needs given the size seen last: its blocks, and for
             // a write past the end everything from the old last block on (which it
@@ -489,6 +510,8 @@ impl FileSystem {
                 st.inode = Some(inode);
                 self.core.cache.note_dirty(h);
             }
+            // The pages count dirty now.
+            drop(claim);
             if self.core.cache.over_dirty_limit() {
                 self.core.write_back(h)?;
             } else if self.core.cache.over_background_limit() {

@@ -141,11 +141,35 @@ pub(crate) struct Cache {
     /// took since: the dirty limit never exceeds half of it, so that a write the device
     /// cannot hold fails when it is made, not at write-back.
     room: AtomicU64,
+    /// Bytes writes claimed of the room for pages not yet counted dirty.
+    claimed: AtomicU64,
+    /// The write-backs that took room so far: a look-up of the room that began before
+    /// one of them ended is stale and not stored (it would give back what it took).
+    room_takes: Mutex<u64>,
     /// Handles with dirty pages: kept alive until written back.
     pub dirty_inodes: Mutex<HashMap<InodeNo, Arc<Handle>>>,
     /// The flusher's wake-up: (stop, urgent).
     pub signal: Mutex<(bool, bool)>,
     pub wake: Condvar,
+}
+
+/// A write's claim on the device's room ([`Cache::claim_room`]).
+#[must_use]
+pub struct RoomClaim<'a> {
+    cache: &'a Cache,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for RoomClaim<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RoomClaim({} bytes)", self.bytes)
+    }
+}
+
+impl Drop for RoomClaim<'_> {
+    fn drop(&mut self) {
+        self.cache.claimed.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 impl Cache {
@@ -162,6 +186,8 @@ impl Cache {
             writebacks: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             room: AtomicU64::new(u64::MAX),
+            claimed: AtomicU64::new(0),
+            room_takes: Mutex::new(0),
             dirty_inodes: Mutex::new(HashMap::new()),
             signal: Mutex::new((false, false)),
             wake: Condvar::new(),
@@ -211,13 +237,29 @@ impl Cache {
             .min(self.room.load(Ordering::Relaxed) / 2)
     }
 
-    /// Notes the device's room for new data (bytes beyond its live data).
-    pub fn set_room(&self, bytes: u64) {
-        self.room.store(bytes, Ordering::Relaxed);
+    /// Where the room's accounting stands, for a look-up about to begin
+    /// ([`Cache::set_room`]).
+    pub fn room_epoch(&self) -> u64 {
+        *self.room_takes.lock().expect("room lock")
     }
 
-    /// Notes that a write-back took `bytes` of the room.
+    /// Notes the device's room for new data (bytes beyond its live data) as looked up
+    /// since `epoch`; false, and nothing changes, if a write-back took room meanwhile
+    /// (the look-up may have missed it).
+    pub fn set_room(&self, epoch: u64, bytes: u64) -> bool {
+        let takes = self.room_takes.lock().expect("room lock");
+        if *takes != epoch {
+            return false;
+        }
+        self.room.store(bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// Notes that a write-back took `bytes` of the room (before its pages are counted
+    /// clean, so the room never counts them twice the generous way).
     pub fn take_room(&self, bytes: u64) {
+        let mut takes = self.room_takes.lock().expect("room lock");
+        *takes += 1;
         let _ = self
             .room
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
@@ -225,9 +267,20 @@ impl Cache {
             });
     }
 
-    /// Whether the dirty pages and `more` bytes exceed the device's room.
-    pub fn beyond_room(&self, more: u64) -> bool {
-        self.dirty_bytes().saturating_add(more) > self.room.load(Ordering::Relaxed)
+    /// Claims `more` bytes of the room for a write's pages, if the dirty pages, other
+    /// writes' claims and these fit; the claim ends when dropped (after the pages are
+    /// counted dirty).
+    pub fn claim_room(&self, more: u64) -> Option<RoomClaim<'_>> {
+        self.claimed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                let total = self.dirty_bytes().saturating_add(c).saturating_add(more);
+                (total <= self.room.load(Ordering::Acquire)).then_some(c + more)
+            })
+            .ok()
+            .map(|_| RoomClaim {
+                cache: self,
+                bytes: more,
+            })
     }
 
     /// Wakes the flusher now (`urgent`: write back regardless of age).
@@ -608,6 +661,39 @@ mod tests {
         );
         assert_eq!(p.cache.stats().dirty, 5);
         assert_eq!(p.cache.stats().pages, 8);
+    }
+
+    #[test]
+    fn room_claims_count_until_their_pages_are_dirty() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()));
+        let epoch = cache.room_epoch();
+        assert!(cache.set_room(epoch, 4 * PAGE as u64));
+        let a = cache.claim_room(2 * PAGE as u64).expect("fits");
+        let b = cache.claim_room(2 * PAGE as u64).expect("fits");
+        assert!(cache.claim_room(1).is_none(), "claims add up");
+        drop(b);
+        let mut p = Pages::new(cache.clone());
+        p.install(0, Block::from(&vec![1; PAGE][..]), None);
+        p.install(1, Block::from(&vec![1; PAGE][..]), None);
+        drop(a);
+        // The claim's bytes are dirty pages now.
+        assert!(cache.claim_room(3 * PAGE as u64).is_none());
+        let c = cache.claim_room(2 * PAGE as u64).expect("fits");
+        drop(c);
+    }
+
+    #[test]
+    fn a_room_look_up_a_write_back_overtook_is_not_stored() {
+        let cache = Cache::new(CacheConfig::default());
+        let epoch = cache.room_epoch();
+        assert!(cache.set_room(epoch, 8 * PAGE as u64));
+        let looking = cache.room_epoch();
+        // A write-back takes room while the look-up reads the engine's figures.
+        cache.take_room(8 * PAGE as u64);
+        assert!(!cache.set_room(looking, 8 * PAGE as u64));
+        assert!(cache.claim_room(1).is_none(), "the room stays taken");
+        assert!(cache.set_room(cache.room_epoch(), PAGE as u64));
+        assert!(cache.claim_room(PAGE as u64).is_some());
     }
 
     #[test]
