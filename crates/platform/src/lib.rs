@@ -13,7 +13,9 @@
 pub mod accounting;
 pub mod clock;
 pub mod rng;
+pub mod signal;
 
 pub use accounting::{CauseCounts, IoCause, IoCounters, IoSnapshot};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use rng::Rng;
+pub use signal::Signal;

@@ -7,7 +7,8 @@
 //!   waiting), so a whole-file request (truncate) is not starved by a stream of small
 //!   writers, and no request overtakes an earlier overlapping one.
 
-use std::sync::{Condvar, Mutex};
+use platform::Signal;
+use std::sync::Mutex;
 
 /// A range of blocks, both ends included; `u64::MAX` as the end: to the end of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ struct Requests {
 #[derive(Debug, Default)]
 pub(crate) struct RangeLock {
     requests: Mutex<Requests>,
-    changed: Condvar,
+    changed: Signal,
 }
 
 /// A held range; released on drop.

@@ -10,8 +10,9 @@
 //!   [`SeqTracker::durable_after_flush`] with a prefix read *before* a device flush was
 //!   submitted and a flush that then completed.
 
+use platform::Signal;
 use std::collections::BTreeSet;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 #[derive(Debug)]
 struct State {
@@ -27,7 +28,7 @@ struct State {
 #[derive(Debug)]
 pub struct SeqTracker {
     state: Mutex<State>,
-    progress: Condvar,
+    progress: Signal,
 }
 
 impl SeqTracker {
@@ -40,7 +41,7 @@ impl SeqTracker {
                 ahead: BTreeSet::new(),
                 durable: start,
             }),
-            progress: Condvar::new(),
+            progress: Signal::new(),
         }
     }
 

@@ -23,7 +23,8 @@
 
 use crate::error::MetaDbError;
 use device::{Device, IoCause};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use platform::Signal;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Whether the WAL may still be written; once broken, it stays broken until reopened.
 #[derive(Debug, Default)]
@@ -113,7 +114,7 @@ impl Drop for Writing<'_> {
 #[derive(Debug)]
 pub(super) struct FlushCombiner {
     state: Mutex<FlushState>,
-    finished: Condvar,
+    finished: Signal,
     /// [`LINGER`] (tests lengthen it to make sharing deterministic).
     linger: std::time::Duration,
 }
@@ -122,7 +123,7 @@ impl Default for FlushCombiner {
     fn default() -> Self {
         FlushCombiner {
             state: Mutex::default(),
-            finished: Condvar::new(),
+            finished: Signal::new(),
             linger: LINGER,
         }
     }
@@ -218,7 +219,7 @@ mod tests {
     use super::*;
     use device::memory::MemoryBackend;
     use device::{Backend, BackendQueue, DeviceError, DeviceInfo, IoCompletion, IoOp, IoRequest};
-    use std::sync::Arc;
+    use std::sync::{Arc, Condvar};
 
     /// Holds flushes while closed.
     #[derive(Debug, Default)]

@@ -38,9 +38,10 @@ use crate::error::MetaDbError;
 use crate::types::{CallerWrites, WalPos};
 use device::{Device, IoRequest};
 use format::Region;
+use platform::Signal;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A chunk of the lane whose bytes are not all written yet (or the lane's current chunk).
 #[derive(Debug)]
@@ -135,7 +136,7 @@ struct LaneWrite {
 struct Lane {
     state: Mutex<LaneState>,
     /// Signalled when the lane's write in flight completes.
-    written: Condvar,
+    written: Signal,
 }
 
 impl Lane {
@@ -401,7 +402,7 @@ impl SsdWalRecovered {
         let lanes = (0..self.lanes)
             .map(|_| Lane {
                 state: Mutex::new(LaneState::new(next_generation)),
-                written: Condvar::new(),
+                written: Signal::new(),
             })
             .collect();
         Ok(SsdWal {
