@@ -59,7 +59,29 @@ pub struct UringBackend {
     file: File,
     info: DeviceInfo,
     queue_depth: u32,
-    rings: Mutex<Vec<IoUring>>,
+    rings: Mutex<Vec<Parts>>,
+}
+
+/// A queue's ring and bookkeeping, pooled together (a queue is taken per fsync: making
+/// its slot table and completion queue anew was 5% of an append + fsync's CPU).
+struct Parts {
+    ring: IoUring,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    deferred: Vec<u32>,
+    completed: VecDeque<IoCompletion>,
+}
+
+impl Parts {
+    fn new(ring: IoUring, depth: usize) -> Parts {
+        Parts {
+            ring,
+            slots: (0..depth).map(|_| None).collect(),
+            free: (0..depth as u32).rev().collect(),
+            deferred: Vec::with_capacity(depth),
+            completed: VecDeque::with_capacity(depth),
+        }
+    }
 }
 
 impl UringBackend {
@@ -81,7 +103,7 @@ impl UringBackend {
             file,
             info,
             queue_depth,
-            rings: Mutex::new(vec![ring]),
+            rings: Mutex::new(vec![Parts::new(ring, queue_depth as usize)]),
         })
     }
 }
@@ -140,11 +162,11 @@ impl Backend for UringBackend {
 
     fn queue(&self) -> Result<Box<dyn BackendQueue + '_>, DeviceError> {
         let pooled = self.rings.lock().expect("ring pool lock").pop();
-        let ring = match pooled {
-            Some(ring) => ring,
-            None => setup_ring(self.queue_depth)?,
+        let parts = match pooled {
+            Some(parts) => parts,
+            None => Parts::new(setup_ring(self.queue_depth)?, self.queue_depth as usize),
         };
-        Ok(Box::new(UringQueue::new(self, ring)))
+        Ok(Box::new(UringQueue::new(self, parts)))
     }
 }
 
@@ -171,16 +193,24 @@ struct UringQueue<'b> {
 }
 
 impl<'b> UringQueue<'b> {
-    fn new(backend: &'b UringBackend, ring: IoUring) -> UringQueue<'b> {
+    fn new(backend: &'b UringBackend, parts: Parts) -> UringQueue<'b> {
         let depth = backend.queue_depth as usize;
+        assert!(
+            parts.slots.len() == depth
+                && parts.free.len() == depth
+                && parts.deferred.is_empty()
+                && parts.completed.is_empty(),
+            "a pooled queue is idle"
+        );
+        debug_assert!(parts.slots.iter().all(Option::is_none));
         UringQueue {
             backend,
-            ring: Some(ring),
+            ring: Some(parts.ring),
             depth,
-            slots: (0..depth).map(|_| None).collect(),
-            free: (0..depth as u32).rev().collect(),
-            deferred: Vec::with_capacity(depth),
-            completed: VecDeque::with_capacity(depth),
+            slots: parts.slots,
+            free: parts.free,
+            deferred: parts.deferred,
+            completed: parts.completed,
         }
     }
 
@@ -430,10 +460,17 @@ impl Drop for UringQueue<'_> {
             return;
         }
         assert_eq!(self.in_flight(), 0);
-        let ring = self.ring.take().expect("queue has its ring until dropped");
+        self.completed.clear();
+        let parts = Parts {
+            ring: self.ring.take().expect("queue has its ring until dropped"),
+            slots: std::mem::take(&mut self.slots),
+            free: std::mem::take(&mut self.free),
+            deferred: std::mem::take(&mut self.deferred),
+            completed: std::mem::take(&mut self.completed),
+        };
         let mut pool = self.backend.rings.lock().expect("ring pool lock");
         if pool.len() < RING_POOL_MAX {
-            pool.push(ring);
+            pool.push(parts);
         }
     }
 }
