@@ -125,12 +125,21 @@ pub(crate) struct Domain {
     state: Mutex<DomainState>,
     /// One cleaning pass of this domain at a time.
     gc_lock: Mutex<()>,
-    /// Checkpoint slot sequence of this domain.
-    checkpoint_seq: AtomicU64,
+    /// This domain's newest checkpoint slot: its sequence and the watermarks it holds
+    /// (held across a checkpoint's decision and slot write).
+    slot: Mutex<SlotState>,
     /// Where the domain's newest batch is in its WAL lane (also `last_receipt`, but
     /// readable without the domain's lock: a leaf lock, taken by holders of another
     /// domain's lock).
     last_logged: Mutex<Option<domain::Required>>,
+}
+
+/// What a domain's newest checkpoint slot says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotState {
+    sequence: u64,
+    durable_seq: u64,
+    issued_seq: u64,
 }
 
 impl Domain {

@@ -238,7 +238,11 @@ fn rebuild_domain(
         )),
         state: Mutex::new(state),
         gc_lock: Mutex::new(()),
-        checkpoint_seq: AtomicU64::new(slot_seq),
+        slot: Mutex::new(super::SlotState {
+            sequence: slot_seq,
+            durable_seq: slot_record.durable_seq,
+            issued_seq: slot_record.issued_seq,
+        }),
         last_logged: Mutex::new(None),
     };
     Ok((domain, segments))

@@ -420,6 +420,13 @@ impl SpacePool {
         }
     }
 
+    /// Whether `cut`'s domain released segments before it (its checkpoint frees them).
+    pub fn releases_before(&self, cut: &CheckpointCut) -> bool {
+        self.lock().pending[cut.domain.0 as usize]
+            .front()
+            .is_some_and(|&(release_no, _)| release_no < cut.release_no)
+    }
+
     /// The checkpoint taken after `cut` is durable: the segments its domain released
     /// before the cut are free (after their discard, when discards are in use). Returns
     /// every segment now waiting for a discard, MetaDB's included.
