@@ -37,12 +37,6 @@ use engine::log::keys::FileBlock;
 use engine::log::{Durability, Extra};
 use format::InodeNo;
 use metadb::WriteBatch;
-
-/// Segments the room for dirty pages leaves for MetaDB's tables to grow into between
-/// look-ups of the room (a flush or compaction writes a table before it frees the old
-/// ones). Not a bound MetaDB keeps: writes let in against the room hold no reservation in
-/// the segment pool (docs/DESIGN.md, the page cache).
-const METADB_GROWTH: u32 = 2;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -50,6 +44,11 @@ use std::time::Duration;
 
 /// Blocks per engine write (keeps each batch well under MetaDB's record limit).
 const WRITE_CHUNK_BLOCKS: u64 = 256;
+/// Segments the room for dirty pages leaves for MetaDB's tables to grow into between
+/// look-ups of the room (a flush or compaction writes a table before it frees the old
+/// ones). Not a bound MetaDB keeps: writes let in against the room hold no reservation in
+/// the segment pool (docs/DESIGN.md, the page cache).
+const METADB_GROWTH: u32 = 2;
 /// A sequential reader's first read-ahead window, in blocks.
 const READAHEAD_START: u64 = 8;
 /// The most blocks one background read-ahead job reads (512 KiB).
@@ -275,8 +274,8 @@ impl Core {
     /// and reserves taking it all, yet takes writes while it has free segments).
     /// Less [`METADB_GROWTH`] segments: MetaDB's tables come out of the same free
     /// segments, and a table written after a write was let in must not leave its
-    /// write-back without room. A look-up a write-back overtook is not stored (it could give back room that
-    /// write-back took) and is made again.
+    /// write-back without room. A look-up a write-back overtook is not stored (it could
+    /// give back room that write-back took) and is made again.
     pub(crate) fn refresh_room(&self) {
         loop {
             let epoch = self.cache.room_epoch();
