@@ -28,13 +28,13 @@ use crate::bench::kernelfs::{self, KERNEL_FS};
 use crate::bench::loopdev::{have_program, LoopDevice};
 use crate::bench::options::Common;
 use crate::bench::scratch::Scratch;
-use crate::size::human;
+use crate::size::{human, parse_size};
 use device::BackendChoice;
 use kernel::Kernel;
 use report::{Cell, Column, Report};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use workload::{Sizes, Subject, Workload};
+use workload::{Sizes, Subject, Workload, BLOCK_BYTES};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -48,10 +48,16 @@ pub struct Args {
         default_value = "augefs,ext2,ext4,xfs,btrfs"
     )]
     pub fs: Vec<String>,
-    /// Counted operations per workload and run (cold reads: a tenth of it); default
-    /// 200, 20 with --quick.
+    /// Counted operations per namespace workload (create, mkdir, rename) and per warm-read
+    /// run (cold reads: a tenth of it); default 200, 20 with --quick.
     #[arg(long)]
     pub ops: Option<u64>,
+    /// Bytes the overwrite and append workloads write per run, 4 KiB at a time, each
+    /// write followed by fsync (a multiple of 4 KiB); default 10 MiB as in the paper
+    /// (2,560 writes, about half a minute per run with the writes spaced 10 ms), 80 KiB
+    /// with --quick.
+    #[arg(long, value_parser = parse_size)]
+    pub data_bytes: Option<u64>,
     /// Small files and few operations (for tests): numbers are indicative only.
     #[arg(long)]
     pub quick: bool,
@@ -68,11 +74,25 @@ fn ops(args: &Args) -> u64 {
     args.ops.unwrap_or(if args.quick { 20 } else { 200 })
 }
 
+/// The paper's volume of overwrites and appends: 10 MB.
+const DATA_BYTES: u64 = 10 << 20;
+const QUICK_DATA_BYTES: u64 = 80 << 10;
+
+fn data_writes(args: &Args) -> u64 {
+    let bytes = args.data_bytes.unwrap_or(match args.quick {
+        true => QUICK_DATA_BYTES,
+        false => DATA_BYTES,
+    });
+    bytes / BLOCK_BYTES
+}
+
 fn sizes(args: &Args) -> Sizes {
     let ops = ops(args);
+    let data_writes = data_writes(args);
     if args.quick {
         Sizes {
             ops,
+            data_writes,
             cold_reads: (ops / 10).max(1),
             overwrite_file_bytes: 8 << 20,
             read_file_bytes: 1 << 20,
@@ -81,6 +101,7 @@ fn sizes(args: &Args) -> Sizes {
     } else {
         Sizes {
             ops,
+            data_writes,
             cold_reads: (ops / 10).max(1),
             overwrite_file_bytes: 100 << 20,
             read_file_bytes: 10 << 20,
@@ -92,6 +113,14 @@ fn sizes(args: &Args) -> Sizes {
 fn check(args: &Args) -> Result<(), String> {
     if args.common.runs == 0 || !(1..=100_000).contains(&ops(args)) {
         return Err("--runs must be at least 1 and --ops in 1..=100000".to_string());
+    }
+    let bad_data =
+        |bytes: u64| bytes % BLOCK_BYTES != 0 || !(1..=100_000).contains(&(bytes / BLOCK_BYTES));
+    if args.data_bytes.is_some_and(bad_data) {
+        return Err(format!(
+            "--data-bytes must be a multiple of 4 KiB, from 4 KiB to 100,000 writes ({})",
+            human(100_000 * BLOCK_BYTES)
+        ));
     }
     for fs in &args.fs {
         if fs != "augefs" && !KERNEL_FS.contains(&fs.as_str()) {
@@ -158,7 +187,8 @@ fn measure(
     let backend: BackendChoice = args.common.backend.into();
     let mut report = Report::default();
     report.header.push(format!(
-        "augefs amplify: {runs} run(s); {} ops per workload, {} cold reads; overwrite file {}, read file {}; images in {} ({})",
+        "augefs amplify: {runs} run(s); {} of 4 KiB writes + fsync per data workload, {} ops per namespace workload and warm reads, {} cold reads; overwrite file {}, read file {}; images in {} ({})",
+        human(sizes.data_writes * BLOCK_BYTES),
         sizes.ops,
         sizes.cold_reads,
         human(sizes.overwrite_file_bytes),
@@ -312,5 +342,18 @@ mod tests {
         let err = check(&parse(&["--fs", "augefs,zfs"])).unwrap_err();
         assert!(err.contains("zfs"), "{err}");
         assert!(check(&parse(&["--runs", "0"])).is_err());
+    }
+
+    #[test]
+    fn data_workloads_write_the_papers_10_mb_unless_told() {
+        let parse = |argv: &[&str]| parse_args::<Args, _>(argv).unwrap();
+        assert_eq!(sizes(&parse(&[])).data_writes, 2560);
+        assert_eq!(sizes(&parse(&["--quick"])).data_writes, 20);
+        assert_eq!(sizes(&parse(&["--data-bytes", "1M"])).data_writes, 256);
+        assert_eq!(sizes(&parse(&["--ops", "7"])).data_writes, 2560);
+        for bad in ["5000", "0", "1G"] {
+            let err = check(&parse(&["--data-bytes", bad])).unwrap_err();
+            assert!(err.contains("--data-bytes"), "{bad}: {err}");
+        }
     }
 }
