@@ -245,3 +245,42 @@ fn extended_attributes_by_namespace() {
     assert_eq!(fs.list_xattr("/tmp/f").unwrap(), vec![b"user.a".to_vec()]);
     assert_eq!(errno(fs.get_xattr("/tmp/f", b"trusted.t")), libc::EPERM);
 }
+
+#[test]
+fn root_searches_every_directory_and_its_walk_keeps_the_errors() {
+    let fs = mounted();
+    fs.create_dir("/a", 0o755).unwrap();
+    fs.create_dir("/a/b", 0o755).unwrap();
+    assert_eq!(write_file(&fs, "/a/b/f", 0o644), 0);
+    fs.symlink("/a/b", "/l").unwrap();
+    fs.set_permissions("/a", 0).unwrap();
+    fs.set_permissions("/a/b", 0).unwrap();
+    let f = fs.resolve("/a/b/f", true).unwrap();
+    for path in ["/a/./b/f", "/a/b/../b/f", "/l/f", "/a/b/./f", "//a//b//f"] {
+        assert_eq!(fs.resolve(path, true).unwrap(), f, "{path}");
+    }
+    for (path, err) in [
+        ("/a/b/f/x", libc::ENOTDIR),
+        ("/a/b/f/.", libc::ENOTDIR),
+        ("/a/b/f/..", libc::ENOTDIR),
+        ("/a/b/g", libc::ENOENT),
+        ("/a/c/f", libc::ENOENT),
+    ] {
+        assert_eq!(errno(fs.resolve(path, true)), err, "{path}");
+    }
+    // Others need search permission on each directory passed.
+    fs.set_creds(alice());
+    assert_eq!(errno(fs.resolve("/a/b/f", true)), libc::EACCES);
+    fs.set_creds(Creds::root());
+
+    // From a directory removed meanwhile (an open directory's descriptor).
+    let b = fs.resolve("/a/b", true).unwrap();
+    assert_eq!(fs.resolve_at(&Creds::root(), b, b"f", true).unwrap(), f);
+    fs.remove_file("/a/b/f").unwrap();
+    fs.remove_dir("/a/b").unwrap();
+    for path in [&b"f"[..], b".", b"./f", b"../b"] {
+        let r = fs.resolve_at(&Creds::root(), b, path, true);
+        assert_eq!(errno(r), libc::ENOENT, "{}", String::from_utf8_lossy(path));
+    }
+    assert_eq!(errno(fs.resolve("/l/f", true)), libc::ENOENT);
+}
