@@ -456,6 +456,52 @@ fn the_second_read_of_a_block_comes_from_the_cache() {
 }
 
 #[test]
+fn a_table_opened_from_its_written_bytes_reads_nothing_and_serves_from_the_cache() {
+    let env = Env::new(512);
+    let mut rng = Rng::from_seed(61);
+    let (builder, model) = random_table(&mut rng, TableId(61), 3000);
+    let (meta, bytes) = env.write(builder);
+    let reads = || {
+        env.device
+            .counters()
+            .snapshot()
+            .cause(IoCause::Table)
+            .read_ops
+    };
+    let before = reads();
+    let offset = env.pool.offset(meta.segment);
+    let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
+    let table = Table::open_written(device, offset, meta.clone(), cache, &bytes, true).unwrap();
+    let table = Arc::new(table);
+    assert!(table.block_count() > 10);
+    assert_eq!(env.cache.stats().blocks, table.block_count());
+    check_against_model(&table, &model, &mut rng);
+    assert_eq!(
+        reads(),
+        before,
+        "everything came from the bytes and the cache"
+    );
+    assert_eq!(table.stats().block_reads, 0);
+    // Without filling, blocks are read from the device as after `Table::open`.
+    env.cache.invalidate_table(meta.id);
+    let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
+    let plain = Table::open_written(device, offset, meta.clone(), cache, &bytes, false).unwrap();
+    assert_eq!(reads(), before);
+    assert_eq!(env.cache.stats().blocks, 0);
+    let key = model.keys().nth(model.len() / 3).unwrap();
+    assert!(plain.get(&key.user_key, Seq::MAX).unwrap().is_some());
+    assert_eq!(reads(), before + 1);
+    // A damaged buffer is reported like a damaged table on the device.
+    let mut bad = bytes.clone();
+    bad[10] ^= 0x40;
+    let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
+    let Err(err) = Table::open_written(device, offset, meta.clone(), cache, &bad, true) else {
+        panic!("a flipped byte in a data block was served");
+    };
+    assert!(is_table_corruption(&err, meta.id, "data block"), "{err}");
+}
+
+#[test]
 fn compaction_reads_bypass_the_cache() {
     use metadb::table::reader::ReadOptions;
     let env = Env::new(512);

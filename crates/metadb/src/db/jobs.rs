@@ -15,7 +15,7 @@ use crate::table::builder::TableBuilder;
 use crate::table::reader::{ReadOptions, Table};
 use crate::table::{TableId, TableMeta};
 use crate::types::{Seq, ValueKind};
-use device::{DeviceError, IoCause, IoRequest, Queue};
+use device::{AlignedBuf, DeviceError, IoCause, IoRequest, Queue};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,6 +29,10 @@ struct TableSink<'d> {
     queue: Queue<'d>,
     /// The first failed write; later completions are still collected.
     failed: Option<DeviceError>,
+    /// Whether to keep the written buffers (a flush's: the tables then open from them).
+    keep: bool,
+    /// The written tables' buffers by table id, with `keep`.
+    written: HashMap<u64, AlignedBuf>,
 }
 
 impl TableSink<'_> {
@@ -47,8 +51,14 @@ impl TableSink<'_> {
 
     fn collect(&mut self) {
         while let Some(c) = self.queue.pop() {
-            if let Err(e) = c.result {
-                self.failed.get_or_insert(e);
+            match c.result {
+                Err(e) => drop(self.failed.get_or_insert(e)),
+                Ok(()) if self.keep => {
+                    let tag = c.request.tag;
+                    let buf = c.request.into_buf().expect("a table write has its buffer");
+                    self.written.insert(tag, buf);
+                }
+                Ok(()) => {}
             }
         }
     }
@@ -90,11 +100,17 @@ impl Inner {
         rule: Option<DropRule>,
         cause: IoCause,
     ) -> Result<Vec<Arc<TableHandle>>, MetaDbError> {
+        // A flush's tables are small (a memtable's worth) and hold the newest keys: they
+        // open from what was written and fill the block cache. A compaction's may be
+        // many segments of colder keys: they are read back as usual.
+        let keep = cause == IoCause::Table;
         let mut out = TableSink {
             builder: None,
             outputs: Vec::new(),
             queue: self.env.device.queue()?,
             failed: None,
+            keep,
+            written: HashMap::new(),
         };
         let result = self.write_tables_into(&mut out, input, rule, cause);
         // Every submitted write completes before its segment can be given back.
@@ -117,7 +133,11 @@ impl Inner {
             .map(|meta| {
                 let offset = self.env.table_store.offset(meta.segment);
                 let segment = meta.segment;
-                let table = Table::open(self.env.device.clone(), offset, meta, self.cache.clone())?;
+                let (device, cache) = (self.env.device.clone(), self.cache.clone());
+                let table = match out.written.remove(&meta.id.0) {
+                    Some(buf) => Table::open_written(device, offset, meta, cache, &buf, true)?,
+                    None => Table::open(device, offset, meta, cache)?,
+                };
                 Ok(Arc::new(TableHandle {
                     table: Arc::new(table),
                     segment,
@@ -233,7 +253,9 @@ impl Inner {
         let segment = self.env.table_store.allocate()?;
         let offset = self.env.table_store.offset(segment);
         out.outputs.push(built.meta(segment));
-        out.write(IoRequest::write(offset, buf, cause))?;
+        let mut request = IoRequest::write(offset, buf, cause);
+        request.tag = built.id.0;
+        out.write(request)?;
         Ok(())
     }
 

@@ -174,11 +174,56 @@ impl Table {
             AlignedBuf::zeroed(TABLE_ALIGN_BYTES),
             IoCause::Table,
         )?;
-        let footer = Footer::decode(
-            &tail[TABLE_ALIGN_BYTES - FOOTER_BYTES..],
-            id,
-            meta.len_bytes,
-        )?;
+        Table::open_from_tail(device, offset, meta, cache, &tail, tail_at)
+    }
+
+    /// Opens the table `meta` describes from `bytes`, the whole table as it was just
+    /// written at `offset` (a flush keeps its buffers): no device read. With `fill_cache`
+    /// its data blocks go to the block cache too, as a lookup reading them would put
+    /// them: the keys a flush writes are the ones written last, and an overwrite's
+    /// lookup of the mapping it replaces would otherwise read them straight back.
+    pub fn open_written(
+        device: Arc<Device>,
+        offset: u64,
+        meta: TableMeta,
+        cache: Arc<BlockCache>,
+        bytes: &[u8],
+        fill_cache: bool,
+    ) -> Result<Table, MetaDbError> {
+        assert_eq!(
+            bytes.len(),
+            meta.len_bytes as usize,
+            "table {}: the written buffer is the table",
+            meta.id.0
+        );
+        let table = Table::open_from_tail(device, offset, meta, cache, bytes, 0)?;
+        if fill_cache {
+            for i in 0..table.index.len() {
+                let handle = table.index.handle(i);
+                let sealed = &bytes[handle.offset as usize..handle.end() as usize];
+                let body = unseal(table.id(), handle.offset, sealed, &|| {
+                    format!("data block at offset {}", handle.offset)
+                })?;
+                table
+                    .cache
+                    .insert(table.id(), handle.offset, Arc::from(body));
+            }
+        }
+        Ok(table)
+    }
+
+    /// The rest of [`Table::open`]: `tail` holds the table's bytes from `tail_at` to its
+    /// end (the footer, and the index and bloom when they lie there).
+    fn open_from_tail(
+        device: Arc<Device>,
+        offset: u64,
+        meta: TableMeta,
+        cache: Arc<BlockCache>,
+        tail: &[u8],
+        tail_at: u64,
+    ) -> Result<Table, MetaDbError> {
+        let id = meta.id;
+        let footer = Footer::decode(&tail[tail.len() - FOOTER_BYTES..], id, meta.len_bytes)?;
         if footer.entry_count != meta.entries {
             let detail = format!(
                 "entry count expected {} (manifest), got {}",
@@ -186,7 +231,7 @@ impl Table {
             );
             return Err(corrupt(id, "footer", detail));
         }
-        let (index, bloom) = read_index_and_bloom(&device, offset, &footer, &tail, tail_at)?;
+        let (index, bloom) = read_index_and_bloom(&device, offset, &footer, tail, tail_at)?;
         let (k, s, t) = index.last_key(index.len() - 1);
         let largest = &meta.largest;
         if compare_internal(k, s, t, &largest.user_key, largest.seq, largest.kind)
