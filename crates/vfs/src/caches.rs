@@ -32,8 +32,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Shards per cache (a power of two): threads on different inodes or names rarely meet.
 const SHARDS: usize = 64;
 
-/// Multiplicative hashing of one integer (inode numbers are dense: the multiply spreads
-/// them over the shards and buckets). Only for keys the file system makes itself.
+/// Hashing by folded multiplies: each word is mixed into the state by a 64 x 64 -> 128
+/// bit multiply whose halves are xored together, so every bit of the word reaches every
+/// bit of the state. (A plain 64-bit multiply leaves each product bit depending only
+/// on the bits below it: names differing in a chunk's last byte and in their length,
+/// `o0-1018` and `o0-10188`, hashed alike one time in 256, and buckets picked by the
+/// low bits saw a directory's names in a few of them.) Only for keys the file system
+/// makes itself: no defence against chosen collisions is needed.
 #[derive(Default, Clone, Copy)]
 struct MixHasher(u64);
 
@@ -49,9 +54,13 @@ impl Hasher for MixHasher {
     }
 
     fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let product = u128::from(self.0 ^ v) * u128::from(MIX_FACTOR);
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
     }
 }
+
+/// An odd constant with well-spread bits (2^64 / the golden ratio).
+const MIX_FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 
 type MixMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 
@@ -72,21 +81,7 @@ pub(crate) fn name_hash(dir: InodeNo, name: &[u8]) -> u64 {
         h.write_u64(u64::from_le_bytes(word));
     }
     h.write_u64(name.len() as u64);
-    avalanche(h.finish())
-}
-
-/// Every bit of `h` made to depend on every other (murmur3's final mix). The
-/// multiplicative steps of `MixHasher` leave each output bit depending only on the bits
-/// below it of the last word written: names alike but for a few digits then differ in a
-/// few middle bits only. The name map picks buckets by the low bits and the shards and
-/// name stripes by the high ones: without this, a directory's names `o0-0`..`o0-9999`
-/// had 32 distinct home buckets among 16,384.
-fn avalanche(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    h.finish()
 }
 
 fn shard_of(hash: u64) -> usize {
@@ -161,8 +156,39 @@ impl InodeTable {
 /// A name's cached answer: the entry, or `None` for "no such name".
 struct Slot {
     dir: InodeNo,
-    name: Box<[u8]>,
+    name: SlotName,
     entry: Option<Dentry>,
+}
+
+/// Names of up to this many bytes are kept in their slot.
+const INLINE_NAME: usize = 30;
+
+/// A cached name: most are short and kept in the slot itself, so a hit reads no other
+/// cache line for its comparison (a stat of many files is bound by such misses).
+enum SlotName {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<[u8]>),
+}
+
+impl SlotName {
+    fn new(name: &[u8]) -> SlotName {
+        if name.len() > INLINE_NAME {
+            return SlotName::Heap(name.into());
+        }
+        let mut bytes = [0; INLINE_NAME];
+        bytes[..name.len()].copy_from_slice(name);
+        SlotName::Inline {
+            len: name.len() as u8,
+            bytes,
+        }
+    }
+
+    fn is(&self, name: &[u8]) -> bool {
+        match self {
+            SlotName::Inline { len, bytes } => bytes[..usize::from(*len)] == *name,
+            SlotName::Heap(heap) => **heap == *name,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -218,7 +244,7 @@ impl NameCache {
         let hash = name_hash(dir, name);
         let shard = lock(&self.shards[shard_of(hash)]);
         match shard.slots.get(&hash) {
-            Some(s) if s.dir == dir && *s.name == *name => Cached::Hit(s.entry),
+            Some(s) if s.dir == dir && s.name.is(name) => Cached::Hit(s.entry),
             _ => Cached::Miss(NameTicket {
                 hash,
                 generation: shard.generation,
@@ -247,7 +273,7 @@ impl NameCache {
             ticket.hash,
             Slot {
                 dir,
-                name: name.into(),
+                name: SlotName::new(name),
                 entry,
             },
         );
@@ -261,7 +287,7 @@ impl NameCache {
         if shard
             .slots
             .get(&hash)
-            .is_some_and(|s| s.dir == dir && *s.name == *name)
+            .is_some_and(|s| s.dir == dir && s.name.is(name))
         {
             shard.slots.remove(&hash);
         }
@@ -291,6 +317,20 @@ mod tests {
             ino: InodeNo(ino),
             kind: Kind::File,
         })
+    }
+
+    #[test]
+    fn names_alike_hash_apart() {
+        let mut seen = std::collections::HashMap::new();
+        for dir in 1..3 {
+            for i in 0..100_000u64 {
+                let name = format!("o0-{i}");
+                let h = name_hash(InodeNo(dir), name.as_bytes());
+                if let Some(other) = seen.insert(h, (dir, name.clone())) {
+                    panic!("{dir}/{name} and {other:?} hash alike: {h:x}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -325,6 +365,30 @@ mod tests {
         assert!(matches!(c.get(InodeNo(2), b"a"), Cached::Miss(_)));
         c.changed(InodeNo(1), b"a");
         assert!(matches!(c.get(InodeNo(1), b"a"), Cached::Miss(_)));
+    }
+
+    #[test]
+    fn short_and_long_names_are_told_apart() {
+        let c = NameCache::new(1024);
+        let long = [b'n'; INLINE_NAME + 1];
+        let names: [&[u8]; 5] = [b"a", b"a\0", b"b", &long[..INLINE_NAME], &long];
+        for (i, name) in names.iter().enumerate() {
+            let Cached::Miss(t) = c.get(InodeNo(1), name) else {
+                panic!("{name:?} hit before its fill")
+            };
+            c.fill(t, InodeNo(1), name, entry(i as u64 + 10));
+        }
+        for (i, name) in names.iter().enumerate() {
+            let want = entry(i as u64 + 10);
+            assert!(matches!(c.get(InodeNo(1), name), Cached::Hit(e) if e == want));
+            assert!(matches!(c.get(InodeNo(2), name), Cached::Miss(_)));
+        }
+        c.changed(InodeNo(1), &long);
+        assert!(matches!(c.get(InodeNo(1), &long), Cached::Miss(_)));
+        assert!(matches!(
+            c.get(InodeNo(1), &long[..INLINE_NAME]),
+            Cached::Hit(_)
+        ));
     }
 
     #[test]
