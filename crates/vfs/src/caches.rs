@@ -37,8 +37,9 @@ const SHARDS: usize = 64;
 /// bit of the state. (A plain 64-bit multiply leaves each product bit depending only
 /// on the bits below it: names differing in a chunk's last byte and in their length,
 /// `o0-1018` and `o0-10188`, hashed alike one time in 256, and buckets picked by the
-/// low bits saw a directory's names in a few of them.) Only for keys the file system
-/// makes itself: no defence against chosen collisions is needed.
+/// low bits saw a directory's names in a few of them.) Unseeded: names chosen to
+/// collide cost their lookups a MetaDB read (a colliding name replaces the slot), never
+/// a wrong answer (a hit compares the directory and the name).
 #[derive(Default, Clone, Copy)]
 struct MixHasher(u64);
 
