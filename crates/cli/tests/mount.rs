@@ -257,10 +257,11 @@ fn sigterm_unmounts_cleanly_and_the_image_remounts() {
         .stdin(std::process::Stdio::piped())
         .spawn()
         .expect("holder");
+    // Its fd 3 must be the file: bash holds other descriptors while it sets up the
+    // redirection, and a holder still opening when the mount detaches opens nothing.
+    let held = fx.mnt.join("d/1");
     wait_until("the holder opens its file", || {
-        fs::read_dir(format!("/proc/{}/fd", holder.id()))
-            .map(|d| d.count() >= 4)
-            .unwrap_or(false)
+        fs::read_link(format!("/proc/{}/fd/3", holder.id())).is_ok_and(|p| p == held)
     });
     let pids = daemons(&fx.mnt);
     assert_eq!(pids.len(), 1);
