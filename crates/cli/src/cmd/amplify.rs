@@ -79,9 +79,10 @@ const DATA_BYTES: u64 = 10 << 20;
 const QUICK_DATA_BYTES: u64 = 80 << 10;
 
 fn data_writes(args: &Args) -> u64 {
-    let bytes = args.data_bytes.unwrap_or(match args.quick {
-        true => QUICK_DATA_BYTES,
-        false => DATA_BYTES,
+    let bytes = (args.data_bytes).unwrap_or(if args.quick {
+        QUICK_DATA_BYTES
+    } else {
+        DATA_BYTES
     });
     bytes / BLOCK_BYTES
 }

@@ -52,7 +52,9 @@ impl TableSink<'_> {
     fn collect(&mut self) {
         while let Some(c) = self.queue.pop() {
             match c.result {
-                Err(e) => drop(self.failed.get_or_insert(e)),
+                Err(e) => {
+                    self.failed.get_or_insert(e);
+                }
                 Ok(()) if self.keep => {
                     let tag = c.request.tag;
                     let buf = c.request.into_buf().expect("a table write has its buffer");

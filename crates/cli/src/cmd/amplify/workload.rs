@@ -167,9 +167,10 @@ pub trait Subject {
 impl Sizes {
     /// Counted operations per run of write workload `workload`.
     pub fn writes_of(&self, workload: Workload) -> u64 {
-        match workload.is_data() {
-            true => self.data_writes,
-            false => self.ops,
+        if workload.is_data() {
+            self.data_writes
+        } else {
+            self.ops
         }
     }
 }
