@@ -9,26 +9,38 @@
 //! as blocks are evicted.
 //!
 //! A [`Block`] is a chunk and a slot index; the slot's reference count lives in the
-//! chunk's own array, so making, cloning and dropping a block allocates nothing. Free
-//! slots pass through a small per-thread magazine before the global free lists, so a
-//! thread that drops (or takes) many blocks in a row, an unlink of a cached file or a
-//! large write, takes the global lock once per [`MAGAZINE`]/2 slots instead of once per
-//! slot.
+//! chunk's own array, so making, cloning and dropping a block allocates nothing.
+//!
+//! Free slots are handed out lowest address first (each chunk keeps a bitmap of its free
+//! slots): a file written block by block gets ascending, mostly consecutive slots, and
+//! the slots a deleted file freed are the next ones taken, still in the CPU's caches.
+//! Copying 4 KiB blocks into scattered slots ran at 10-13 GB/s on the development
+//! machine, into consecutive ones at 28-31 GB/s (a single large copy's speed): the
+//! hardware prefetchers follow ascending pages. With last-in-first-out reuse, a 2 MiB
+//! write into the slots of a file just deleted went descending and scattered, and
+//! Filebench's fileserver spent 60% of its time in those copies.
+//!
+//! Each thread takes slots in batches of [`BATCH`] (ascending) and gives freed slots
+//! back in batches of [`BATCH`], so a thread that makes or drops many blocks in a row,
+//! a large write or an unlink of a cached file, takes the global lock once per batch.
 //!
 //! Invariants:
 //! - A slot belongs to at most one [`Block`] allocation at a time (its count is then
-//!   the number of clones); it returns to a free list when the last clone drops.
-//! - A free slot is in exactly one place: a thread's magazine or its chunk's free list.
-//!   A magazine holds at most [`MAGAZINE`] slots and is emptied into the free lists
-//!   when its thread exits.
+//!   the number of clones); it becomes free when the last clone drops.
+//! - A free slot is in exactly one place: a thread's batch to take from, a thread's
+//!   batch to give back, or its chunk's bitmap. Batches hold fewer than [`BATCH`] slots
+//!   between calls and are emptied into the bitmaps when their thread exits.
+//! - A thread's batch to take from is in ascending order of address (it pops the
+//!   lowest).
 //! - Chunks stay mapped (and their headers allocated): when all of a chunk's slots are
-//!   on its free list its pages are given back lazily (MADV_FREE), so the memory returns
-//!   to the system under pressure, while a cache that shrinks and grows again reuses
-//!   them without faults. The mapped total is the high-water mark of cached blocks
-//!   (bounded by the caches' `max_bytes`) plus the magazines' slots.
+//!   free its pages are given back lazily (MADV_FREE), so the memory returns to the
+//!   system under pressure, while a cache that shrinks and grows again reuses them
+//!   without faults. The mapped total is the high-water mark of cached blocks (bounded
+//!   by the caches' `max_bytes`) plus the batches' slots.
 
 use crate::pagecache::PAGE;
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -36,8 +48,9 @@ use std::sync::Mutex;
 /// Bytes per chunk (a huge page on x86-64).
 pub const CHUNK_BYTES: usize = 2 << 20;
 const SLOTS: usize = CHUNK_BYTES / PAGE;
-/// Free slots a thread keeps before handing half of them back to the free lists.
-const MAGAZINE: usize = 64;
+const WORDS: usize = SLOTS / 64;
+/// Slots a thread takes from, or gives back to, the bitmaps at a time.
+const BATCH: usize = 32;
 
 /// A chunk's header: where its bytes are and how many blocks hold each slot (0 when
 /// free). Allocated once and never freed, like the mapping.
@@ -62,21 +75,23 @@ struct Free {
 
 struct ChunkFree {
     chunk: &'static Chunk,
-    /// Free slot indexes.
-    slots: Vec<u16>,
+    /// Bit `i` set: slot `i` is free (and in no thread's batch).
+    bits: [u64; WORDS],
+    free: usize,
 }
 
 #[derive(Default)]
 struct State {
     chunks: Vec<ChunkFree>,
-    /// Chunks that may have free slots (an entry goes stale when its chunk fills;
-    /// `refill` drops those).
-    with_free: Vec<usize>,
+    /// The chunks with a free slot in their bitmap, by id: the lowest id is taken from
+    /// first, which keeps the blocks in use packed into the oldest chunks, so the
+    /// newest empty out and are given back.
+    with_free: BTreeSet<usize>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     chunks: Vec::new(),
-    with_free: Vec::new(),
+    with_free: BTreeSet::new(),
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
@@ -114,22 +129,28 @@ fn map_chunk() -> NonNull<u8> {
 }
 
 impl State {
-    /// Moves up to `want` free slots into `out`, mapping a new chunk if none is free.
+    /// Appends up to `want` free slots to `out`, lowest first, mapping a new chunk if
+    /// none is free.
     fn refill(&mut self, out: &mut Vec<Free>, want: usize) {
         while out.len() < want {
-            let Some(&c) = self.with_free.last() else {
+            let Some(&c) = self.with_free.first() else {
                 self.add_chunk();
                 continue;
             };
             let chunk = &mut self.chunks[c];
-            let n = (want - out.len()).min(chunk.slots.len());
-            let at = chunk.slots.len() - n;
-            out.extend(chunk.slots.drain(at..).map(|index| Free {
-                chunk: chunk.chunk,
-                index,
-            }));
-            if chunk.slots.is_empty() {
-                self.with_free.pop();
+            for word in 0..WORDS {
+                while chunk.bits[word] != 0 && out.len() < want {
+                    let bit = chunk.bits[word].trailing_zeros() as usize;
+                    chunk.bits[word] &= chunk.bits[word] - 1;
+                    chunk.free -= 1;
+                    out.push(Free {
+                        chunk: chunk.chunk,
+                        index: (word * 64 + bit) as u16,
+                    });
+                }
+            }
+            if chunk.free == 0 {
+                self.with_free.remove(&c);
             }
         }
     }
@@ -143,21 +164,25 @@ impl State {
         }));
         self.chunks.push(ChunkFree {
             chunk,
-            slots: (0..SLOTS as u16).rev().collect(),
+            bits: [u64::MAX; WORDS],
+            free: SLOTS,
         });
-        self.with_free.push(id as usize);
+        self.with_free.insert(id as usize);
     }
 
-    /// Puts free slots back on their chunks' lists.
+    /// Puts free slots back in their chunks' bitmaps.
     fn give_back(&mut self, slots: impl Iterator<Item = Free>) {
         for Free { chunk, index } in slots {
             let id = chunk.id as usize;
-            let list = &mut self.chunks[id].slots;
-            list.push(index);
-            if list.len() == 1 {
-                self.with_free.push(id);
+            let entry = &mut self.chunks[id];
+            let (word, bit) = (usize::from(index) / 64, usize::from(index) % 64);
+            assert_eq!(entry.bits[word] >> bit & 1, 0, "a slot is freed once");
+            entry.bits[word] |= 1 << bit;
+            entry.free += 1;
+            if entry.free == 1 {
+                self.with_free.insert(id);
             }
-            if list.len() == SLOTS {
+            if entry.free == SLOTS {
                 // Handed back lazily: the kernel takes the pages only under memory
                 // pressure, and until then a new block reuses them without a fault or a
                 // zeroing (a remount's cold cache then costs what the kernel's own cache
@@ -169,29 +194,39 @@ impl State {
     }
 }
 
-/// A thread's free slots, given back to the free lists when the thread exits.
-struct Magazine(Vec<Free>);
+/// A thread's batches: slots to take (highest first, so popping takes the lowest) and
+/// freed slots to give back, both given back when the thread exits.
+struct Magazine {
+    take: Vec<Free>,
+    freed: Vec<Free>,
+}
 
 impl Drop for Magazine {
     fn drop(&mut self) {
-        state().give_back(self.0.drain(..));
+        state().give_back(self.take.drain(..).chain(self.freed.drain(..)));
     }
 }
 
 thread_local! {
-    static LOCAL: RefCell<Magazine> = const { RefCell::new(Magazine(Vec::new())) };
+    static LOCAL: RefCell<Magazine> = const {
+        RefCell::new(Magazine {
+            take: Vec::new(),
+            freed: Vec::new(),
+        })
+    };
 }
 
 /// A free slot for a new block.
 fn take() -> Free {
     let local = LOCAL.try_with(|m| {
         let mut m = m.borrow_mut();
-        if m.0.is_empty() {
-            state().refill(&mut m.0, MAGAZINE / 2);
+        if m.take.is_empty() {
+            state().refill(&mut m.take, BATCH);
+            m.take.reverse();
         }
-        m.0.pop().expect("refilled")
+        m.take.pop().expect("refilled")
     });
-    // A block made while the thread's locals are being destroyed comes from the lists.
+    // A block made while the thread's locals are being destroyed comes from the bitmaps.
     local.unwrap_or_else(|_| {
         let mut one = Vec::with_capacity(1);
         state().refill(&mut one, 1);
@@ -203,10 +238,9 @@ fn take() -> Free {
 fn free(slot: Free) {
     let kept = LOCAL.try_with(|m| {
         let mut m = m.borrow_mut();
-        m.0.push(slot);
-        if m.0.len() >= MAGAZINE {
-            let half = m.0.len() - MAGAZINE / 2;
-            state().give_back(m.0.drain(half..));
+        m.freed.push(slot);
+        if m.freed.len() >= BATCH {
+            state().give_back(m.freed.drain(..));
         }
     });
     if kept.is_err() {
@@ -336,13 +370,39 @@ mod tests {
     }
 
     #[test]
+    fn blocks_made_in_a_row_take_ascending_slots() {
+        // A fresh thread's first batch: within each chunk, slots ascend in the order
+        // the blocks were made (other tests' threads may free slots meanwhile, so the
+        // slots need not be consecutive).
+        let made = std::thread::spawn(|| {
+            (0..BATCH)
+                .map(|i| Block::from(&[i as u8; PAGE][..]))
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .expect("maker");
+        for pair in made.windows(2) {
+            if std::ptr::eq(pair[0].chunk, pair[1].chunk) {
+                assert!(
+                    pair[0].index < pair[1].index,
+                    "{:?} then {:?}",
+                    pair[0],
+                    pair[1]
+                );
+            } else {
+                assert!(pair[0].chunk.id < pair[1].chunk.id);
+            }
+        }
+    }
+
+    #[test]
     fn blocks_made_on_one_thread_drop_on_another_while_threads_come_and_go() {
         // Blocks made on one thread and dropped on another, while threads come and go.
         let made: Vec<Vec<Block>> = std::thread::scope(|s| {
             let hands: Vec<_> = (0..4u8)
                 .map(|t| {
                     s.spawn(move || {
-                        (0..3 * MAGAZINE)
+                        (0..3 * BATCH)
                             .map(|i| Block::from(&[t ^ i as u8; PAGE][..]))
                             .collect::<Vec<_>>()
                     })
