@@ -689,9 +689,7 @@ impl FileSystem {
         // Blocks another read is fetching are waited for, not read twice. Without the
         // state lock, the size may change meanwhile: then the pass starts again.
         let mut got = loop {
-            let got: Vec<Option<Block>> = (first..=last)
-                .map(|b| pages.get(b).map(|p| p.data.clone()))
-                .collect();
+            let got = pages.cached(first, last - first + 1);
             let in_flight = got
                 .iter()
                 .enumerate()

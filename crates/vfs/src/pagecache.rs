@@ -315,22 +315,124 @@ pub(crate) fn zero_block() -> Block {
     ZERO.get_or_init(|| Block::from(&[0u8; PAGE][..])).clone()
 }
 
-/// One cached block.
-#[derive(Debug)]
-pub(crate) struct Page {
-    pub data: Block,
+/// One cached block, as [`Pages::get`] shows it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Page<'a> {
+    pub data: &'a Block,
     pub dirty: bool,
     /// Whether the block is mapped on the device (`None`: not known yet). A dirty page
     /// over an unmapped block counts in `st_blocks` before it is written back.
     pub mapped: Option<bool>,
 }
 
-/// An inode's cached blocks.
+/// Blocks per [`Group`].
+const GROUP: u64 = 64;
+
+/// The cached pages of `GROUP` consecutive blocks: bitmaps of their states and the
+/// present ones' blocks in order (a sparse group holds only what it caches).
+///
+/// Bit `i` stands for block `group * GROUP + i`; `known` and `mapped` are meaningful
+/// for present blocks only, `mapped` only where `known`.
+#[derive(Debug, Default)]
+struct Group {
+    present: u64,
+    dirty: u64,
+    known: u64,
+    mapped: u64,
+    blocks: Vec<Block>,
+}
+
+impl Group {
+    /// Where block bit `i` is (or goes) in `blocks`.
+    fn slot(&self, i: u32) -> usize {
+        (self.present & ((1u64 << i) - 1)).count_ones() as usize
+    }
+
+    fn get(&self, i: u32) -> Option<&Block> {
+        (self.present >> i & 1 == 1).then(|| &self.blocks[self.slot(i)])
+    }
+
+    fn page(&self, i: u32) -> Option<Page<'_>> {
+        self.get(i).map(|data| Page {
+            data,
+            dirty: self.dirty >> i & 1 == 1,
+            mapped: (self.known >> i & 1 == 1).then_some(self.mapped >> i & 1 == 1),
+        })
+    }
+
+    /// The page's contribution to the `unknown` and `unmapped` tallies (dirty pages of
+    /// unknown mapping, dirty pages over unmapped blocks).
+    fn tally(&self, i: u32) -> (u64, u64) {
+        if self.dirty >> i & 1 == 0 {
+            return (0, 0);
+        }
+        if self.known >> i & 1 == 0 {
+            (1, 0)
+        } else {
+            (0, u64::from(self.mapped >> i & 1 == 0))
+        }
+    }
+
+    fn set_mapped(&mut self, i: u32, mapped: Option<bool>) {
+        let bit = 1u64 << i;
+        match mapped {
+            None => self.known &= !bit,
+            Some(m) => {
+                self.known |= bit;
+                self.mapped = if m {
+                    self.mapped | bit
+                } else {
+                    self.mapped & !bit
+                };
+            }
+        }
+    }
+
+    /// Removes block bit `i`'s page if present; returns whether it was dirty.
+    fn remove(&mut self, i: u32) -> Option<bool> {
+        let bit = 1u64 << i;
+        if self.present & bit == 0 {
+            return None;
+        }
+        let at = self.slot(i);
+        self.blocks.remove(at);
+        let dirty = self.dirty & bit != 0;
+        self.present &= !bit;
+        self.dirty &= !bit;
+        self.known &= !bit;
+        self.mapped &= !bit;
+        Some(dirty)
+    }
+}
+
+/// The set bits of `bits`, lowest first.
+fn bits_of(mut bits: u64) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            i
+        })
+    })
+}
+
+/// The mask of bits `lo..hi` (`hi` at most 64).
+fn mask(lo: u64, hi: u64) -> u64 {
+    debug_assert!(lo <= hi && hi <= GROUP);
+    let upto = |n: u64| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    upto(hi) & !upto(lo)
+}
+
+/// An inode's cached blocks, in groups of [`GROUP`] consecutive blocks (a large write
+/// or read touches one map entry per 64 blocks, not one per block).
 #[derive(Debug)]
 pub(crate) struct Pages {
-    map: BTreeMap<u64, Page>,
-    /// The dirty pages' blocks (a write-back visits these, not every cached page).
-    dirty: BTreeSet<u64>,
+    groups: BTreeMap<u64, Group>,
+    /// The groups with dirty pages (a write-back visits these, not every cached page).
+    dirty_groups: BTreeSet<u64>,
+    /// Cached and dirty pages.
+    count: u64,
+    dirty: u64,
     /// While pages are dirty: the size in the inode's last written record.
     pub durable_size: Option<u64>,
     /// While pages are dirty: when the first of them was dirtied (the clock's ns).
@@ -340,9 +442,9 @@ pub(crate) struct Pages {
     pub ra_next: u64,
     pub ra_window: u64,
     pub ra_async_end: u64,
-    /// Dirty pages whose mapping is not known yet, and the number of dirty pages over
-    /// unmapped blocks (kept as pages change: `st_blocks` needs them on every stat).
-    unknown: BTreeSet<u64>,
+    /// Dirty pages whose mapping is not known yet, and dirty pages over unmapped
+    /// blocks (kept as pages change: `st_blocks` needs them on every stat).
+    unknown: u64,
     unmapped: u64,
     /// Readers' device reads in flight: (id, first block, last block, stale).
     fetches: Vec<(u64, u64, u64, bool)>,
@@ -350,17 +452,24 @@ pub(crate) struct Pages {
     cache: Arc<Cache>,
 }
 
+/// Block `b`'s group and bit.
+fn split(b: u64) -> (u64, u32) {
+    (b / GROUP, (b % GROUP) as u32)
+}
+
 impl Pages {
     pub fn new(cache: Arc<Cache>) -> Pages {
         Pages {
-            map: BTreeMap::new(),
-            dirty: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            dirty_groups: BTreeSet::new(),
+            count: 0,
+            dirty: 0,
             durable_size: None,
             dirty_since: None,
             ra_next: 0,
             ra_window: 0,
             ra_async_end: 0,
-            unknown: BTreeSet::new(),
+            unknown: 0,
             unmapped: 0,
             fetches: Vec::new(),
             next_fetch: 0,
@@ -368,43 +477,43 @@ impl Pages {
         }
     }
 
-    pub fn get(&self, b: u64) -> Option<&Page> {
-        self.map.get(&b)
+    pub fn get(&self, b: u64) -> Option<Page<'_>> {
+        let (g, i) = split(b);
+        self.groups.get(&g)?.page(i)
+    }
+
+    /// Changes block `b`'s page with `change` (the group exists), keeping the tallies.
+    fn change<R>(&mut self, b: u64, change: impl FnOnce(&mut Group, u32) -> R) -> R {
+        let (g, i) = split(b);
+        let group = self.groups.get_mut(&g).expect("the block's group");
+        let (unknown, unmapped) = group.tally(i);
+        let was_dirty = group.dirty;
+        let out = change(group, i);
+        let (unknown_after, unmapped_after) = group.tally(i);
+        let now_dirty = group.dirty;
+        let empty = group.present == 0;
+        self.unknown = self.unknown - unknown + unknown_after;
+        self.unmapped = self.unmapped - unmapped + unmapped_after;
+        if was_dirty == 0 && now_dirty != 0 {
+            self.dirty_groups.insert(g);
+        } else if was_dirty != 0 && now_dirty == 0 {
+            self.dirty_groups.remove(&g);
+        }
+        if empty {
+            self.groups.remove(&g);
+        }
+        out
     }
 
     /// Notes whether block `b` is mapped on the device, unless its page knows already.
     pub fn learn_mapped(&mut self, b: u64, mapped: bool) {
-        if let Some(page) = self.map.get(&b) {
-            let before = (page.dirty, page.mapped);
-            if before.1.is_none() {
-                self.tally(b, before, false);
-                self.map.get_mut(&b).expect("cached").mapped = Some(mapped);
-                self.tally(b, (before.0, Some(mapped)), true);
-            }
-        }
-    }
-
-    /// Adds (`add`) or removes a page in state (dirty, mapped) to or from the
-    /// `unknown` and `unmapped` tallies.
-    fn tally(&mut self, b: u64, (dirty, mapped): (bool, Option<bool>), add: bool) {
-        if !dirty {
-            return;
-        }
-        match mapped {
-            None if add => {
-                self.unknown.insert(b);
-            }
-            None => {
-                self.unknown.remove(&b);
-            }
-            Some(false) if add => self.unmapped += 1,
-            Some(false) => self.unmapped -= 1,
-            Some(true) => {}
+        if self.get(b).is_some_and(|p| p.mapped.is_none()) {
+            self.change(b, |group, i| group.set_mapped(i, Some(mapped)));
         }
     }
 
     pub fn dirty_count(&self) -> u64 {
-        self.dirty.len() as u64
+        self.dirty
     }
 
     /// Adds a clean page for block `b` unless one is cached (a cached page is newer);
@@ -412,16 +521,18 @@ impl Pages {
     /// Returns whether it was added.
     pub fn insert_clean(&mut self, b: u64, data: Block, mapped: Option<bool>) -> bool {
         assert_eq!(data.len(), PAGE);
-        if let std::collections::btree_map::Entry::Vacant(v) = self.map.entry(b) {
-            v.insert(Page {
-                data,
-                dirty: false,
-                mapped,
-            });
-            self.cache.pages.fetch_add(1, Ordering::Relaxed);
-            return true;
+        let (g, i) = split(b);
+        let group = self.groups.entry(g).or_default();
+        if group.present >> i & 1 == 1 {
+            return false;
         }
-        false
+        let at = group.slot(i);
+        group.blocks.insert(at, data);
+        group.present |= 1 << i;
+        group.set_mapped(i, mapped);
+        self.count += 1;
+        self.cache.pages.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Makes `data` block `b`'s cached contents, dirty (a data writer's new block).
@@ -430,78 +541,108 @@ impl Pages {
     pub fn install(&mut self, b: u64, data: Block, mapped: Option<bool>) {
         assert_eq!(data.len(), PAGE);
         self.stale_fetches(b, b);
-        let before = self.map.get(&b).map(|p| (p.dirty, p.mapped));
-        if let Some(before) = before {
-            self.tally(b, before, false);
-        }
-        let after = match self.map.entry(b) {
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(Page {
-                    data,
-                    dirty: true,
-                    mapped,
-                });
-                self.cache.pages.fetch_add(1, Ordering::Relaxed);
-                self.dirty.insert(b);
-                self.cache.dirty.fetch_add(1, Ordering::Relaxed);
-                (true, mapped)
-            }
-            std::collections::btree_map::Entry::Occupied(mut o) => {
-                let page = o.get_mut();
-                page.data = data;
+        self.groups.entry(split(b).0).or_default();
+        let (added, dirtied) = self.change(b, |group, i| {
+            let bit = 1u64 << i;
+            let at = group.slot(i);
+            let added = group.present & bit == 0;
+            if added {
+                group.blocks.insert(at, data);
+                group.present |= bit;
+                group.set_mapped(i, mapped);
+            } else {
+                // The old block drops here (a reader or write-back may still hold it).
+                group.blocks[at] = data;
                 // The page's knowledge is at least as new as the writer's (a write-back
                 // may have mapped the block since the writer looked).
-                page.mapped = page.mapped.or(mapped);
-                if !page.dirty {
-                    page.dirty = true;
-                    self.dirty.insert(b);
-                    self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                if group.known & bit == 0 {
+                    group.set_mapped(i, mapped);
                 }
-                (true, page.mapped)
             }
-        };
-        self.tally(b, after, true);
+            let dirtied = group.dirty & bit == 0;
+            group.dirty |= bit;
+            (added, dirtied)
+        });
+        if added {
+            self.count += 1;
+            self.cache.pages.fetch_add(1, Ordering::Relaxed);
+        }
+        if dirtied {
+            self.dirty += 1;
+            self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The dirty blocks in ascending order, as runs of consecutive blocks of at most
     /// `max` blocks.
     pub fn dirty_runs(&self, max: u64) -> Vec<(u64, u64)> {
         debug_assert_eq!(
-            self.dirty.len(),
-            self.map.values().filter(|p| p.dirty).count()
+            self.dirty,
+            self.groups
+                .values()
+                .map(|g| u64::from(g.dirty.count_ones()))
+                .sum::<u64>()
         );
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &b in &self.dirty {
-            match runs.last_mut() {
-                Some((first, n)) if *first + *n == b && *n < max => *n += 1,
-                _ => runs.push((b, 1)),
+        for &g in &self.dirty_groups {
+            for i in bits_of(self.groups[&g].dirty) {
+                let b = g * GROUP + u64::from(i);
+                match runs.last_mut() {
+                    Some((first, n)) if *first + *n == b && *n < max => *n += 1,
+                    _ => runs.push((b, 1)),
+                }
             }
         }
         runs
     }
 
+    /// The cached blocks `first..first + n` in order, `None` where not cached.
+    pub fn cached(&self, first: u64, n: u64) -> Vec<Option<Block>> {
+        let mut out = Vec::with_capacity(n as usize);
+        let end = first + n;
+        let mut b = first;
+        while b < end {
+            let (g, i) = split(b);
+            let upto = (end - g * GROUP).min(GROUP);
+            match self.groups.get(&g) {
+                Some(group) => {
+                    out.extend((u64::from(i)..upto).map(|i| group.get(i as u32).cloned()))
+                }
+                None => out.resize(out.len() + (upto - u64::from(i)) as usize, None),
+            }
+            b = g * GROUP + upto;
+        }
+        out
+    }
+
     /// The blocks `first..first + n` (all cached), in order.
     pub fn blocks(&self, first: u64, n: u64) -> Vec<Block> {
-        (first..first + n)
-            .map(|b| self.map[&b].data.clone())
+        self.cached(first, n)
+            .into_iter()
+            .map(|b| b.expect("a cached block"))
             .collect()
     }
 
     /// Block `b` was written back as `data`: it is mapped now, and clean unless a
     /// writer installed newer bytes meanwhile.
     pub fn written(&mut self, b: u64, data: &Block) {
-        if let Some(page) = self.map.get(&b) {
-            let before = (page.dirty, page.mapped);
-            self.tally(b, before, false);
-            let page = self.map.get_mut(&b).expect("cached");
-            page.mapped = Some(true);
-            if page.dirty && Block::same(&page.data, data) {
-                page.dirty = false;
-                self.dirty.remove(&b);
+        if self.get(b).is_some() {
+            let cleaned = self.change(b, |group, i| {
+                group.set_mapped(i, Some(true));
+                let bit = 1u64 << i;
+                let same = group.get(i).is_some_and(|d| Block::same(d, data));
+                let cleaned = group.dirty & bit != 0 && same;
+                if cleaned {
+                    group.dirty &= !bit;
+                }
+                cleaned
+            });
+            if cleaned {
+                self.dirty -= 1;
                 self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        if self.dirty.is_empty() {
+        if self.dirty == 0 {
             self.durable_size = None;
             self.dirty_since = None;
         }
@@ -541,7 +682,15 @@ impl Pages {
 
     /// Dirty pages whose mapping is not known yet.
     pub fn unknown_dirty(&self) -> Vec<u64> {
-        self.unknown.iter().copied().collect()
+        let mut out = Vec::with_capacity(self.unknown as usize);
+        if self.unknown > 0 {
+            for &g in &self.dirty_groups {
+                let group = &self.groups[&g];
+                out.extend(bits_of(group.dirty & !group.known).map(|i| g * GROUP + u64::from(i)));
+            }
+        }
+        debug_assert_eq!(out.len() as u64, self.unknown);
+        out
     }
 
     /// Dirty pages over unmapped blocks (each becomes an allocated block when written
@@ -549,10 +698,10 @@ impl Pages {
     pub fn pending_blocks(&self) -> u64 {
         debug_assert_eq!(
             self.unmapped,
-            self.map
+            self.groups
                 .values()
-                .filter(|p| p.dirty && p.mapped == Some(false))
-                .count() as u64
+                .map(|g| u64::from((g.dirty & g.known & !g.mapped).count_ones()))
+                .sum::<u64>()
         );
         self.unmapped
     }
@@ -560,20 +709,46 @@ impl Pages {
     /// Drops every page, dirty ones included (the file's data changed under the cache,
     /// or the file is gone).
     pub fn clear(&mut self) {
-        let n = self.map.len() as u64;
-        self.map.clear();
-        self.unknown.clear();
+        self.groups.clear();
+        self.dirty_groups.clear();
+        self.unknown = 0;
         self.unmapped = 0;
         self.stale_fetches(0, u64::MAX);
-        self.cache.pages.fetch_sub(n, Ordering::Relaxed);
-        self.cache
-            .dirty
-            .fetch_sub(self.dirty.len() as u64, Ordering::Relaxed);
-        self.dirty.clear();
+        self.cache.pages.fetch_sub(self.count, Ordering::Relaxed);
+        self.cache.dirty.fetch_sub(self.dirty, Ordering::Relaxed);
+        self.count = 0;
+        self.dirty = 0;
         self.durable_size = None;
         self.dirty_since = None;
         self.ra_next = 0;
         self.ra_window = 0;
+    }
+
+    /// Removes the pages of block bits `bits` of group `g` (present ones); returns how
+    /// many pages and how many dirty ones went.
+    fn remove_bits(&mut self, g: u64, bits: u64) -> (u64, u64) {
+        let Some(group) = self.groups.get(&g) else {
+            return (0, 0);
+        };
+        let present = group.present & bits;
+        if present == group.present {
+            // The whole group goes: no per-page upkeep.
+            let group = self.groups.remove(&g).expect("looked up");
+            self.dirty_groups.remove(&g);
+            self.unknown -= u64::from((group.dirty & !group.known).count_ones());
+            self.unmapped -= u64::from((group.dirty & group.known & !group.mapped).count_ones());
+            return (
+                u64::from(group.present.count_ones()),
+                u64::from(group.dirty.count_ones()),
+            );
+        }
+        let (mut pages, mut dirty) = (0, 0);
+        for i in bits_of(present) {
+            let was_dirty = self.change(g * GROUP + u64::from(i), |group, i| group.remove(i));
+            pages += 1;
+            dirty += u64::from(was_dirty == Some(true));
+        }
+        (pages, dirty)
     }
 
     /// Drops the pages of blocks `first..end`, dirty ones included (those blocks
@@ -582,21 +757,22 @@ impl Pages {
         if first >= end {
             return;
         }
-        // Split out the range (no removal per page), then put the tail back.
-        let mut gone = self.map.split_off(&first);
-        self.map.append(&mut gone.split_off(&end));
-        for (&b, page) in &gone {
-            self.tally(b, (page.dirty, page.mapped), false);
-            if page.dirty {
-                self.dirty.remove(&b);
-                self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
-            }
+        let (lo, hi) = (first / GROUP, (end - 1) / GROUP);
+        let touched: Vec<u64> = self.groups.range(lo..=hi).map(|(&g, _)| g).collect();
+        let (mut pages, mut dirty) = (0, 0);
+        for g in touched {
+            let from = first.max(g * GROUP) - g * GROUP;
+            let to = end.min((g + 1) * GROUP) - g * GROUP;
+            let (p, d) = self.remove_bits(g, mask(from, to));
+            pages += p;
+            dirty += d;
         }
-        self.cache
-            .pages
-            .fetch_sub(gone.len() as u64, Ordering::Relaxed);
+        self.count -= pages;
+        self.dirty -= dirty;
+        self.cache.pages.fetch_sub(pages, Ordering::Relaxed);
+        self.cache.dirty.fetch_sub(dirty, Ordering::Relaxed);
         self.stale_fetches(first, end - 1);
-        if self.dirty.is_empty() {
+        if self.dirty == 0 {
             self.durable_size = None;
             self.dirty_since = None;
         }
@@ -606,17 +782,20 @@ impl Pages {
     /// many were dropped.
     pub fn evict_clean(&mut self, n: u64, near: u64) -> u64 {
         let mut clean: Vec<u64> = self
-            .map
+            .groups
             .iter()
-            .filter(|(_, p)| !p.dirty)
-            .map(|(&b, _)| b)
+            .flat_map(|(&g, group)| {
+                bits_of(group.present & !group.dirty).map(move |i| g * GROUP + u64::from(i))
+            })
             .collect();
         clean.sort_by_key(|&b| std::cmp::Reverse(b.abs_diff(near)));
         clean.truncate(n as usize);
-        for b in &clean {
-            self.map.remove(b);
+        for &b in &clean {
+            let (g, i) = split(b);
+            self.remove_bits(g, 1 << i);
         }
         let dropped = clean.len() as u64;
+        self.count -= dropped;
         self.cache.pages.fetch_sub(dropped, Ordering::Relaxed);
         self.cache.evicted.fetch_add(dropped, Ordering::Relaxed);
         dropped
@@ -724,6 +903,65 @@ mod tests {
         assert_eq!(cache.stats().pages, 7);
         drop(p);
         assert_eq!((cache.stats().pages, cache.stats().dirty), (0, 0));
+    }
+
+    #[test]
+    fn pages_across_groups_keep_their_states_and_tallies() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()));
+        let mut p = Pages::new(cache.clone());
+        let block = |x: u8| Block::from(&vec![x; PAGE][..]);
+        // Out of order, across the boundaries of groups 0, 1 and 2.
+        for b in [130, 63, 64, 0, 65, 127, 128] {
+            p.install(b, block(b as u8), None);
+        }
+        p.insert_clean(62, block(62), Some(true));
+        p.insert_clean(129, block(129), Some(false));
+        assert!(
+            !p.insert_clean(64, block(0), Some(true)),
+            "a cached page is newer"
+        );
+        assert_eq!(p.unknown_dirty(), vec![0, 63, 64, 65, 127, 128, 130]);
+        p.learn_mapped(64, false);
+        p.learn_mapped(65, true);
+        p.learn_mapped(62, false);
+        assert_eq!(
+            p.get(62).map(|pg| pg.mapped),
+            Some(Some(true)),
+            "known stays"
+        );
+        assert_eq!((p.unknown_dirty().len(), p.pending_blocks()), (5, 1));
+        assert_eq!(p.dirty_runs(64), vec![(0, 1), (63, 3), (127, 2), (130, 1)]);
+        let got = p.cached(61, 6);
+        let firsts: Vec<Option<u8>> = got.iter().map(|b| b.as_ref().map(|b| b[0])).collect();
+        assert_eq!(
+            firsts,
+            vec![None, Some(62), Some(63), Some(64), Some(65), None]
+        );
+        // A rewrite keeps what the page knew; a write-back of the old bytes leaves it dirty.
+        let old = p.blocks(64, 1);
+        p.install(64, block(99), Some(true));
+        assert_eq!(
+            p.get(64).map(|pg| (pg.dirty, pg.mapped)),
+            Some((true, Some(false)))
+        );
+        p.written(64, &old[0]);
+        assert!(p.get(64).is_some_and(|pg| pg.dirty && pg.data[0] == 99));
+        let new = p.blocks(64, 1);
+        p.written(64, &new[0]);
+        assert_eq!(
+            p.get(64).map(|pg| (pg.dirty, pg.mapped)),
+            Some((false, Some(true)))
+        );
+        assert_eq!((p.dirty_count(), p.pending_blocks()), (6, 0));
+        // A range over parts of three groups, then the rest.
+        p.drop_range(63, 129);
+        assert_eq!(p.dirty_runs(64), vec![(0, 1), (130, 1)]);
+        assert_eq!((cache.stats().pages, cache.stats().dirty), (4, 2));
+        assert_eq!(p.evict_clean(10, 0), 2);
+        assert_eq!((cache.stats().pages, cache.stats().dirty), (2, 2));
+        p.drop_range(0, u64::MAX);
+        assert_eq!((cache.stats().pages, cache.stats().dirty), (0, 0));
+        assert!(p.unknown_dirty().is_empty() && p.dirty_runs(1).is_empty());
     }
 
     #[test]
