@@ -122,6 +122,7 @@ fn main() -> ExitCode {
             BenchCommand::Report(args) => cmd::report::run(args),
         },
     };
+    bench::interrupt::wait_if_interrupted();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -296,3 +296,66 @@ fn fuse_and_interposer_where_available() {
     );
     scratch.assert_cleaned_up();
 }
+
+/// Loop devices whose backing file is in `dir` (`losetup -a`; a deleted image too).
+fn loop_devices_in(dir: &Path) -> Vec<String> {
+    let out = Command::new("losetup").arg("-a").output().expect("losetup");
+    let dir = dir.to_string_lossy().into_owned();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&dir))
+        .map(str::to_string)
+        .collect()
+}
+
+fn mounts_in(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|t| Path::new(t).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
+    if !common::can_make("ext4") {
+        eprintln!("skipped: not root or no mkfs.ext4");
+        return;
+    }
+    let scratch = BenchScratch::new();
+    let child = Command::new(common::BIN)
+        .args(["bench", "fs", "--quick", "--runs", "1", "--seconds", "60"])
+        .args([
+            "--target",
+            "ext4",
+            "--workload",
+            "fileserver",
+            "--threads",
+            "1",
+        ])
+        .arg("--dir")
+        .arg(scratch.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run augefs");
+    common::wait_until("the ext4 mount", || !mounts_in(scratch.path()).is_empty());
+    // SAFETY: kill(2) of our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(mounts_in(scratch.path()).is_empty(), "unmounted");
+    // A lazily unmounted file system lets its loop device go once released.
+    common::wait_until("the loop device detached", || {
+        loop_devices_in(scratch.path()).is_empty()
+    });
+    let left: Vec<_> = std::fs::read_dir(scratch.path())
+        .expect("scratch")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "bench files removed: {left:?}");
+}

@@ -4,10 +4,12 @@
 //!
 //! Invariants:
 //! - A [`LoopDevice`] is detached and a [`KernelMount`] unmounted by `Drop` too, after
-//!   an error or a panic; a failing step is reported on stderr and the rest still runs.
+//!   an error or a panic, and by [`crate::bench::interrupt`] after SIGINT, SIGTERM or
+//!   SIGHUP; a failing step is reported on stderr and the rest still runs.
 //! - Counters are the device's own, journal and metadata included; the host's page
 //!   cache sits under neither side when the loop device does direct IO.
 
+use crate::bench::interrupt::{on_interrupt, Registered, Undo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -91,6 +93,8 @@ pub struct LoopDevice {
     device: String,
     /// Whether the loop device does direct IO to the image, if the kernel says.
     pub direct_io: Option<bool>,
+    /// Detaches it if a signal interrupts the process.
+    _on_interrupt: Registered,
 }
 
 impl LoopDevice {
@@ -103,6 +107,7 @@ impl LoopDevice {
             return Err(format!("losetup printed {attached:?}, not a device"));
         }
         let mut dev = LoopDevice {
+            _on_interrupt: on_interrupt(Undo::Detach(device.clone())),
             device,
             direct_io: None,
         };
@@ -142,6 +147,8 @@ impl Drop for LoopDevice {
 pub struct KernelMount {
     dir: PathBuf,
     mounted: bool,
+    /// Unmounts it (lazily) if a signal interrupts the process.
+    _on_interrupt: Registered,
 }
 
 impl KernelMount {
@@ -158,10 +165,12 @@ impl KernelMount {
             args.extend(["-o", options]);
         }
         args.extend([device, target]);
+        let undo = on_interrupt(Undo::Unmount(dir.to_path_buf()));
         command("mount", &args)?;
         Ok(KernelMount {
             dir: dir.to_path_buf(),
             mounted: true,
+            _on_interrupt: undo,
         })
     }
 

@@ -10,6 +10,7 @@ pub mod augefs;
 pub mod cpu;
 pub mod goal;
 pub mod image;
+pub mod interrupt;
 pub mod kernelfs;
 pub mod loopdev;
 pub mod options;

@@ -33,8 +33,10 @@ impl Common {
     }
 
     /// Writes `json` to `--json-file` if given, then prints it (`--json`) or calls
-    /// `table`, which prints the text report.
+    /// `table`, which prints the text report (neither if a signal interrupted the run).
     pub fn emit(&self, json: &str, table: impl FnOnce()) -> Result<(), String> {
+        // Figures an interrupt cut short are not reported.
+        crate::bench::interrupt::wait_if_interrupted();
         if let Some(file) = &self.json_file {
             std::fs::write(file, json).map_err(|e| format!("{}: {e}", file.display()))?;
         }

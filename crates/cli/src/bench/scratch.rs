@@ -8,6 +8,7 @@
 //! - Removal reports what it could not remove on stderr and goes on: cleaning up never
 //!   hides the result or the error of the measurement.
 
+use crate::bench::interrupt::{on_interrupt, Registered, Undo};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
@@ -18,6 +19,8 @@ pub struct Scratch {
     /// `dir` did not exist before: remove it at the end too.
     created_dir: bool,
     pid: u32,
+    /// Removes this invocation's files if a signal interrupts it.
+    on_interrupt: Option<Registered>,
 }
 
 impl Scratch {
@@ -25,12 +28,27 @@ impl Scratch {
     pub fn create(dir: &Path) -> Result<Scratch, String> {
         let created_dir = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let pid = std::process::id();
         Ok(Scratch {
             dir: dir.to_path_buf(),
             dir_fs: fs_type(dir),
             created_dir,
-            pid: std::process::id(),
+            pid,
+            on_interrupt: Some(on_interrupt(Undo::ScratchFiles {
+                dir: dir.to_path_buf(),
+                pid,
+                created_dir,
+            })),
         })
+    }
+
+    /// With `keep` (`--keep`), leaves this invocation's files in place also when a
+    /// signal interrupts it.
+    pub fn keeping(mut self, keep: bool) -> Scratch {
+        if keep {
+            self.on_interrupt = None;
+        }
+        self
     }
 
     /// `<dir>/<stem>-<pid><rest>`, e.g. `named("metadb", ".img")`.

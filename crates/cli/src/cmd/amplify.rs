@@ -142,7 +142,7 @@ pub fn run(args: Args) -> Result<(), String> {
 /// Measures, then removes the image files (unless `--keep`).
 fn execute(args: &Args) -> Result<Report, String> {
     check(args)?;
-    let scratch = Scratch::create(&args.dir)?;
+    let scratch = Scratch::create(&args.dir)?.keeping(args.common.keep);
     let augefs_image = scratch.named("amplify-augefs", ".img");
     let kernel_image = scratch.named("amplify-kernel", ".img");
     let measured = measure(args, &scratch, &augefs_image, &kernel_image);

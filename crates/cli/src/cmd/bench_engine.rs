@@ -156,7 +156,7 @@ impl Environment {
 
 pub fn run(args: Args) -> Result<(), String> {
     validate(&args)?;
-    let scratch = Scratch::create(&args.dir)?;
+    let scratch = Scratch::create(&args.dir)?.keeping(args.common.keep);
     let paths = Paths {
         image: scratch.named("engine", ".img"),
         scratch,

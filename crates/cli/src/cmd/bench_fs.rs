@@ -310,7 +310,7 @@ pub fn measure_json(args: &Args) -> Result<serde_json::Value, String> {
 /// Measures, removes the bench files (unless `--keep`), writes the plots.
 fn execute(args: &Args) -> Result<Report, String> {
     let plan = plan(args)?;
-    let scratch = Scratch::create(&args.dir)?;
+    let scratch = Scratch::create(&args.dir)?.keeping(args.common.keep);
     let augefs_image = scratch.named("bench-fs-augefs", ".img");
     let kernel_image = scratch.named("bench-fs-kernel", ".img");
     let pmr = args

@@ -229,7 +229,7 @@ struct Paths {
 impl Paths {
     fn create(args: &Args, clock: Arc<dyn Clock>) -> Result<Paths, String> {
         let pmr = args.pmr.emulated("bench-metadb", clock)?;
-        let scratch = Scratch::create(&args.dir)?;
+        let scratch = Scratch::create(&args.dir)?.keeping(args.common.keep);
         Ok(Paths {
             image: scratch.named("metadb", ".img"),
             fjall: scratch.named("fjall", ""),

@@ -25,6 +25,7 @@ use super::ops::{ApiFs, Fs, PosixFs};
 use crate::bench::augefs as bench_augefs;
 use crate::bench::cpu;
 use crate::bench::image::open_device_released;
+use crate::bench::interrupt::{is_mount_point, on_interrupt, Registered, Undo};
 use crate::bench::kernelfs::{self, MOUNT_OPTIONS};
 use crate::bench::loopdev::{command, have_program, KernelMount, LoopDevice};
 use crate::bench::scratch::{self, MountPoint};
@@ -307,19 +308,14 @@ impl InProcess for Kernel {
     }
 }
 
-/// Whether `dir` is a mount point now (`/proc/self/mountinfo`, field 5).
-fn is_mounted(dir: &Path) -> bool {
-    let dir = dir.to_string_lossy();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(&*dir)))
-        .unwrap_or(false)
-}
-
 /// An `augefs mount -f` child serving the image on a directory.
 struct FuseDaemon {
     child: Child,
     mnt: PathBuf,
     mounted: bool,
+    /// End the daemon, then unmount lazily, if a signal interrupts the process
+    /// (dropped after `Drop` has reaped the child).
+    _on_interrupt: [Registered; 2],
 }
 
 impl FuseDaemon {
@@ -335,13 +331,18 @@ impl FuseDaemon {
             .stdout(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start augefs mount: {e}"))?;
+        let undo = [
+            on_interrupt(Undo::Unmount(mnt.to_path_buf())),
+            on_interrupt(Undo::Terminate(child.id())),
+        ];
         let mut daemon = FuseDaemon {
             child,
             mnt: mnt.to_path_buf(),
             mounted: true,
+            _on_interrupt: undo,
         };
         let started = Instant::now();
-        while !is_mounted(mnt) {
+        while !is_mount_point(mnt) {
             if let Ok(Some(status)) = daemon.child.try_wait() {
                 daemon.mounted = false;
                 return Err(format!("augefs mount exited ({status}) before mounting"));
@@ -388,7 +389,7 @@ impl FuseDaemon {
 
 impl Drop for FuseDaemon {
     fn drop(&mut self) {
-        if self.mounted && is_mounted(&self.mnt) {
+        if self.mounted && is_mount_point(&self.mnt) {
             let mnt = self.mnt.to_string_lossy().into_owned();
             if let Err(e) = command("fusermount3", &["-u", "-z", &mnt]) {
                 eprintln!("augefs bench fs: unmounting {mnt}: {e}");
