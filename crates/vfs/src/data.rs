@@ -498,10 +498,9 @@ impl FileSystem {
                     .durable_size
                     .expect("dirty pages note the durable size")
                     .div_ceil(BLOCK);
-                for (b, block, mapped) in blocks {
-                    let mapped = mapped.or((b >= durable_blocks).then_some(false));
-                    pages.install(b, block, mapped);
-                }
+                pages.install_all(blocks.into_iter().map(|(b, block, mapped)| {
+                    (b, block, mapped.or((b >= durable_blocks).then_some(false)))
+                }));
                 let now = self.now();
                 inode.size = inode.size.max(end);
                 inode.mtime_ns = now;
