@@ -308,16 +308,6 @@ fn loop_devices_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn mounts_in(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|t| Path::new(t).starts_with(dir))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
     if !common::can_make("ext4") {
@@ -341,14 +331,16 @@ fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run augefs");
-    common::wait_until("the ext4 mount", || !mounts_in(scratch.path()).is_empty());
+    common::wait_until("the ext4 mount", || {
+        !common::mounts_in(scratch.path()).is_empty()
+    });
     // SAFETY: kill(2) of our own child, not yet reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let out = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(mounts_in(scratch.path()).is_empty(), "unmounted");
+    assert!(common::mounts_in(scratch.path()).is_empty(), "unmounted");
     // A lazily unmounted file system lets its loop device go once released.
     common::wait_until("the loop device detached", || {
         loop_devices_in(scratch.path()).is_empty()

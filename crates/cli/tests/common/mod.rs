@@ -231,11 +231,8 @@ impl BenchScratch {
 impl Drop for BenchScratch {
     fn drop(&mut self) {
         let dir = self.path().to_path_buf();
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        for target in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
-            if Path::new(target).starts_with(&dir) {
-                let _ = Command::new("umount").args(["-l", target]).status();
-            }
+        for target in mounts_in(&dir) {
+            let _ = Command::new("umount").args(["-l", &target]).status();
         }
         for image in images(&dir) {
             for device in loop_devices(&image) {
@@ -243,6 +240,17 @@ impl Drop for BenchScratch {
             }
         }
     }
+}
+
+/// The mount points at or under `dir` (`/proc/self/mountinfo`).
+pub fn mounts_in(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|t| Path::new(t).starts_with(dir))
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn images(dir: &Path) -> Vec<PathBuf> {
