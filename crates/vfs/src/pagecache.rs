@@ -482,10 +482,11 @@ impl Pages {
         self.groups.get(&g)?.page(i)
     }
 
-    /// Changes block `b`'s page with `change` (the group exists), keeping the tallies.
+    /// Changes block `b`'s group with `change` (made empty if missing, and dropped if
+    /// left empty), keeping the tallies: one map look-up.
     fn change<R>(&mut self, b: u64, change: impl FnOnce(&mut Group, u32) -> R) -> R {
         let (g, i) = split(b);
-        let group = self.groups.get_mut(&g).expect("the block's group");
+        let group = self.groups.entry(g).or_default();
         let (unknown, unmapped) = group.tally(i);
         let was_dirty = group.dirty;
         let out = change(group, i);
@@ -507,9 +508,12 @@ impl Pages {
 
     /// Notes whether block `b` is mapped on the device, unless its page knows already.
     pub fn learn_mapped(&mut self, b: u64, mapped: bool) {
-        if self.get(b).is_some_and(|p| p.mapped.is_none()) {
-            self.change(b, |group, i| group.set_mapped(i, Some(mapped)));
-        }
+        self.change(b, |group, i| {
+            let bit = 1u64 << i;
+            if group.present & bit != 0 && group.known & bit == 0 {
+                group.set_mapped(i, Some(mapped));
+            }
+        });
     }
 
     pub fn dirty_count(&self) -> u64 {
@@ -568,7 +572,6 @@ impl Pages {
     fn install_one(&mut self, b: u64, data: Block, mapped: Option<bool>) -> (bool, bool) {
         assert_eq!(data.len(), PAGE);
         self.stale_fetches(b, b);
-        self.groups.entry(split(b).0).or_default();
         self.change(b, |group, i| {
             let bit = 1u64 << i;
             let at = group.slot(i);
@@ -645,21 +648,21 @@ impl Pages {
     /// Block `b` was written back as `data`: it is mapped now, and clean unless a
     /// writer installed newer bytes meanwhile.
     pub fn written(&mut self, b: u64, data: &Block) {
-        if self.get(b).is_some() {
-            let cleaned = self.change(b, |group, i| {
-                group.set_mapped(i, Some(true));
-                let bit = 1u64 << i;
-                let same = group.get(i).is_some_and(|d| Block::same(d, data));
-                let cleaned = group.dirty & bit != 0 && same;
-                if cleaned {
-                    group.dirty &= !bit;
-                }
-                cleaned
-            });
+        let cleaned = self.change(b, |group, i| {
+            let bit = 1u64 << i;
+            let Some(cached) = group.get(i) else {
+                return false;
+            };
+            let cleaned = group.dirty & bit != 0 && Block::same(cached, data);
+            group.set_mapped(i, Some(true));
             if cleaned {
-                self.dirty -= 1;
-                self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
+                group.dirty &= !bit;
             }
+            cleaned
+        });
+        if cleaned {
+            self.dirty -= 1;
+            self.cache.dirty.fetch_sub(1, Ordering::Relaxed);
         }
         if self.dirty == 0 {
             self.durable_size = None;
