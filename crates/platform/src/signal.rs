@@ -54,6 +54,13 @@ impl Signal {
             self.cv.notify_all();
         }
     }
+
+    /// Wakes one waiter, if any.
+    pub fn notify_one(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_one();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
 use format::InodeNo;
 use metadb::WriteBatch;
-use platform::Clock;
+use platform::{Clock, Signal};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -53,11 +53,14 @@ pub(crate) struct InodeState {
 
 /// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages` (and no
 /// other inode's locks while holding `writeback` without `state`).
+///
+/// Laid out in declaration order, what a stat or an open reads first: `writeback`,
+/// `state`, `created` and the head of `pages` (its dirty counts) follow the reference
+/// count, so a stat of a file not in the CPU's caches misses the handle's first four
+/// adjacent lines (three of them for a file) rather than five lines spread over eight.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Handle {
-    pub ino: InodeNo,
-    /// Block ranges being written (data writers, truncate, fallocate).
-    pub ranges: RangeLock,
     /// Held by a write-back of the inode's dirty pages for its whole device IO, and by
     /// every writer of the inode's record (see [`Handle::write`]).
     pub writeback: Mutex<()>,
@@ -70,8 +73,11 @@ pub(crate) struct Handle {
     pub created: Mutex<Option<Inode>>,
     /// Cached blocks of a file.
     pub pages: Mutex<Pages>,
+    pub ino: InodeNo,
+    /// Block ranges being written (data writers, truncate, fallocate).
+    pub ranges: RangeLock,
     /// Notified (with `pages`) whenever a device read of its blocks ends.
-    pub fetched: std::sync::Condvar,
+    pub fetched: Signal,
 }
 
 /// The inode's state held for writing its record: excludes write-backs in flight too.
@@ -502,7 +508,7 @@ impl FileSystem {
                 state: RwLock::new(InodeState { inode, open: 0 }),
                 created: Mutex::new(None),
                 pages: Mutex::new(Pages::new(self.core.cache.clone())),
-                fetched: std::sync::Condvar::new(),
+                fetched: Signal::new(),
             })
         })
     }

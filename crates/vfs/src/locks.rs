@@ -21,8 +21,9 @@
 
 use crate::error::VfsError;
 use format::InodeNo;
+use platform::Signal;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// Who holds a lock: a process (classic fcntl locks) or an open file description (OFD
 /// locks and flock), as the front end numbers them.
@@ -72,7 +73,7 @@ struct Table {
 #[derive(Debug, Default)]
 pub struct LockTable {
     table: Mutex<Table>,
-    changed: Condvar,
+    changed: Signal,
 }
 
 /// The byte range of `start` and `len` (0: to infinity); EINVAL if it overflows.
@@ -165,14 +166,19 @@ impl LockTable {
     /// locks on a file when it closes any descriptor of it).
     pub fn release(&self, ino: InodeNo, owner: LockOwner) {
         let mut t = self.lock();
-        if let Some(held) = t.held.get_mut(&ino) {
-            held.retain(|l| l.owner != owner);
-            if held.is_empty() {
-                t.held.remove(&ino);
-            }
+        let Some(held) = t.held.get_mut(&ino) else {
+            return; // The common close: no locks on the file.
+        };
+        let before = held.len();
+        held.retain(|l| l.owner != owner);
+        let released = held.len() < before;
+        if held.is_empty() {
+            t.held.remove(&ino);
         }
         drop(t);
-        self.changed.notify_all();
+        if released {
+            self.changed.notify_all();
+        }
     }
 
     /// Locks held on `ino` (tests, diagnostics), sorted by owner and start.

@@ -27,9 +27,10 @@
 
 use crate::fs::Handle;
 use format::InodeNo;
+use platform::Signal;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Bytes per page (the file-system block).
@@ -150,7 +151,7 @@ pub(crate) struct Cache {
     pub dirty_inodes: Mutex<HashMap<InodeNo, Arc<Handle>>>,
     /// The flusher's wake-up: (stop, urgent).
     pub signal: Mutex<(bool, bool)>,
-    pub wake: Condvar,
+    pub wake: Signal,
 }
 
 /// A write's claim on the device's room ([`Cache::claim_room`]).
@@ -190,7 +191,7 @@ impl Cache {
             room_takes: Mutex::new(0),
             dirty_inodes: Mutex::new(HashMap::new()),
             signal: Mutex::new((false, false)),
-            wake: Condvar::new(),
+            wake: Signal::new(),
         }
     }
 
@@ -424,15 +425,22 @@ fn mask(lo: u64, hi: u64) -> u64 {
 }
 
 /// An inode's cached blocks, in groups of [`GROUP`] consecutive blocks (a large write
-/// or read touches one map entry per 64 blocks, not one per block).
+/// or read touches one map entry per 64 blocks, not one per block). Laid out in
+/// declaration order: the counts a stat reads come first, beside the lock
+/// (`Handle::pages`).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Pages {
+    /// Cached and dirty pages.
+    dirty: u64,
+    /// Dirty pages whose mapping is not known yet, and dirty pages over unmapped
+    /// blocks (kept as pages change: `st_blocks` needs them on every stat).
+    unknown: u64,
+    unmapped: u64,
+    count: u64,
     groups: BTreeMap<u64, Group>,
     /// The groups with dirty pages (a write-back visits these, not every cached page).
     dirty_groups: BTreeSet<u64>,
-    /// Cached and dirty pages.
-    count: u64,
-    dirty: u64,
     /// While pages are dirty: the size in the inode's last written record.
     pub durable_size: Option<u64>,
     /// While pages are dirty: when the first of them was dirtied (the clock's ns).
@@ -442,10 +450,6 @@ pub(crate) struct Pages {
     pub ra_next: u64,
     pub ra_window: u64,
     pub ra_async_end: u64,
-    /// Dirty pages whose mapping is not known yet, and dirty pages over unmapped
-    /// blocks (kept as pages change: `st_blocks` needs them on every stat).
-    unknown: u64,
-    unmapped: u64,
     /// Readers' device reads in flight: (id, first block, last block, stale).
     fetches: Vec<(u64, u64, u64, bool)>,
     next_fetch: u64,
@@ -835,6 +839,21 @@ impl Drop for Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_reads_no_more_than_the_handles_first_four_cache_lines() {
+        use crate::fs::Handle;
+        use std::mem::{offset_of, size_of};
+        // Arc's two counts precede the handle; the pages' counts follow their lock.
+        let counts_end = 2 * size_of::<usize>()
+            + offset_of!(Handle, pages)
+            + size_of::<Mutex<()>>()
+            + offset_of!(Pages, count)
+            + size_of::<u64>();
+        assert!(offset_of!(Handle, writeback) < offset_of!(Handle, state));
+        assert!(offset_of!(Handle, state) < offset_of!(Handle, created));
+        assert!(counts_end <= 4 * 64, "{counts_end} bytes");
+    }
 
     fn pages() -> Pages {
         Pages::new(Arc::new(Cache::new(CacheConfig::default())))

@@ -16,9 +16,10 @@
 //!   jobs ended unread) before the file system unmounts or drops.
 
 use crate::fs::{Core, Handle};
+use platform::Signal;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Blocks `first..first + count` of `h`'s file, registered as fetch `fetch`.
@@ -41,7 +42,7 @@ pub(crate) struct ReadAhead {
     core: Arc<Core>,
     workers_max: usize,
     queue: Mutex<Queue>,
-    wake: Condvar,
+    wake: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -52,7 +53,7 @@ impl ReadAhead {
             core,
             workers_max,
             queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
+            wake: Signal::new(),
             threads: Mutex::new(Vec::new()),
         })
     }
