@@ -23,6 +23,7 @@ use crate::error::VfsError;
 use format::InodeNo;
 use platform::Signal;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Who holds a lock: a process (classic fcntl locks) or an open file description (OFD
@@ -74,6 +75,9 @@ struct Table {
 pub struct LockTable {
     table: Mutex<Table>,
     changed: Signal,
+    /// How many inodes have locks (`held`'s length, stored under the table's lock): a
+    /// close with none anywhere skips the table (every close asks to release).
+    locked_files: AtomicUsize,
 }
 
 /// The byte range of `start` and `len` (0: to infinity); EINVAL if it overflows.
@@ -157,14 +161,21 @@ impl LockTable {
         if held.is_empty() {
             t.held.remove(&ino);
         }
+        self.locked_files.store(t.held.len(), Ordering::Release);
         drop(t);
         self.changed.notify_all();
         Ok(())
     }
 
     /// Drops every lock `owner` holds on `ino` (a close: POSIX drops a process's record
-    /// locks on a file when it closes any descriptor of it).
+    /// locks on a file when it closes any descriptor of it). A lock another thread of
+    /// the owner takes while the close runs may outlive the close, as it could before
+    /// this count was kept (Linux rechecks the descriptor after taking a lock; the
+    /// front ends do not).
     pub fn release(&self, ino: InodeNo, owner: LockOwner) {
+        if self.locked_files.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut t = self.lock();
         let Some(held) = t.held.get_mut(&ino) else {
             return; // The common close: no locks on the file.
@@ -175,6 +186,7 @@ impl LockTable {
         if held.is_empty() {
             t.held.remove(&ino);
         }
+        self.locked_files.store(t.held.len(), Ordering::Release);
         drop(t);
         if released {
             self.changed.notify_all();
