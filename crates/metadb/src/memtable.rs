@@ -14,6 +14,7 @@ use crate::error::MetaDbError;
 use crate::gate::InFlightGate;
 use crate::iter::InternalIterator;
 use crate::types::{InternalKey, Seq, ValueKind};
+use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -101,25 +102,41 @@ impl Memtable {
     }
 }
 
-/// Iterates a memtable by re-seeking after the current key: O(log n) a step, and it never
-/// holds a skiplist reference across calls (so it can own its memtable).
-#[derive(Debug)]
+/// Iterates a memtable by following the skiplist's links from a held entry: a step is a
+/// pointer load and a reference count, not a search from the top (a flush of 100k
+/// entries did 100k searches of ~17 levels and cloned every key and value).
 pub struct MemtableIterator {
+    /// Borrows `table`'s map. SAFETY (of the `'static`): the map lives in the `Arc`'s
+    /// allocation, which `table` keeps alive and in place for as long as the iterator
+    /// lives; fields drop in declaration order, so the entry is released before `table`;
+    /// the entry never leaves the iterator (accessors hand out borrows of `self`).
+    current: Option<Entry<'static, InternalKey, Vec<u8>>>,
     table: Arc<Memtable>,
-    current: Option<(InternalKey, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for MemtableIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemtableIterator")
+            .field("generation", &self.table.generation)
+            .field("at", &self.current.as_ref().map(|e| e.key()))
+            .finish()
+    }
 }
 
 impl MemtableIterator {
     fn load(&mut self, bound: Bound<&InternalKey>) {
-        self.current = self
-            .table
-            .map
-            .range((bound, Bound::Unbounded))
-            .next()
-            .map(|e| (e.key().clone(), e.value().clone()));
+        self.current = None;
+        let found = self.table.map.lower_bound(bound);
+        // SAFETY: see `current`: the entry borrows the map `self.table` owns.
+        self.current = found.map(|e| unsafe {
+            std::mem::transmute::<
+                Entry<'_, InternalKey, Vec<u8>>,
+                Entry<'static, InternalKey, Vec<u8>>,
+            >(e)
+        });
     }
 
-    fn entry(&self) -> &(InternalKey, Vec<u8>) {
+    fn entry(&self) -> &Entry<'static, InternalKey, Vec<u8>> {
         self.current.as_ref().expect("iterator is valid")
     }
 }
@@ -140,24 +157,26 @@ impl InternalIterator for MemtableIterator {
     }
 
     fn user_key(&self) -> &[u8] {
-        &self.entry().0.user_key
+        &self.entry().key().user_key
     }
 
     fn seq(&self) -> Seq {
-        self.entry().0.seq
+        self.entry().key().seq
     }
 
     fn kind(&self) -> ValueKind {
-        self.entry().0.kind
+        self.entry().key().kind
     }
 
     fn value(&self) -> &[u8] {
-        &self.entry().1
+        self.entry().value()
     }
 
     fn next(&mut self) -> Result<(), MetaDbError> {
-        let key = self.entry().0.clone();
-        self.load(Bound::Excluded(&key));
+        let current = self.current.as_mut().expect("iterator is valid");
+        if !current.move_next() {
+            self.current = None;
+        }
         Ok(())
     }
 }
