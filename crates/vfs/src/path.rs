@@ -17,10 +17,9 @@ use format::InodeNo;
 /// Symbolic links followed in one resolution (Linux's MAXSYMLINKS).
 pub const SYMLINK_MAX: u32 = 40;
 
-fn components(path: &[u8]) -> Vec<&[u8]> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .collect()
+/// The names of `path`, in order (no allocation: a walk is on every stat and open).
+fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }
 
 impl FileSystem {
@@ -58,22 +57,22 @@ impl FileSystem {
         // meanwhile has no names left: the lookup in it fails as reading its inode
         // would have (ENOENT).
         let mut known_dir = at == ROOT;
-        let parts = components(path);
-        for (i, part) in parts.iter().enumerate() {
-            let last = i + 1 == parts.len();
-            if !(known_dir && cx.is_root() && *part != b"..") {
+        let mut parts = components(path).peekable();
+        while let Some(part) = parts.next() {
+            let last = parts.peek().is_none();
+            if !(known_dir && cx.is_root() && part != b"..") {
                 let inode = self.inode_of(at)?;
                 if inode.kind != Kind::Dir {
                     return Err(VfsError::NotDir(show(path)));
                 }
                 cx.check(&inode, MAY_EXEC, || show(path))?;
-                if *part == b".." {
+                if part == b".." {
                     at = InodeNo(inode.parent);
                     known_dir = true;
                     continue;
                 }
             }
-            if *part == b"." {
+            if part == b"." {
                 continue;
             }
             let entry = self
