@@ -25,6 +25,10 @@
 //! The variadic functions (open, openat, fcntl, ioctl) are defined with their optional
 //! argument as a fixed one: on x86-64 (System V) the register carrying it is the same.
 
+/// mimalloc for the library's own allocations (the host program keeps its malloc).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod convert;
 mod dirs;
 mod exec;
