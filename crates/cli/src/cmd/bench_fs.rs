@@ -425,6 +425,11 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             images.augefs.display()
         ));
     }
+    if wants(|k| *k == TargetKind::Interposer) {
+        if let Some(line) = interposer_build_line() {
+            header.push(line);
+        }
+    }
     let pmr = match wants(|k| *k == TargetKind::ApiPmr) {
         true => pmr_region(images.pmr, header),
         false => Err("not needed".to_string()),
@@ -643,6 +648,26 @@ fn measure(args: &Args, plan: &Plan, scratch: &Scratch, images: &Images) -> Resu
         }
     }
     Ok(report)
+}
+
+/// Which interposer library the interposer target loads and when it and this binary were
+/// last built: the library is found beside the binary, and a build of the command alone
+/// (`cargo build -p augefs-cli`) leaves an older library there, whose figures would then
+/// be reported as this build's.
+fn interposer_build_line() -> Option<String> {
+    let lib = crate::cmd::run::preload_lib().ok()?;
+    let modified = |p: &Path| -> Option<String> {
+        let t = std::fs::metadata(p).ok()?.modified().ok()?;
+        let ns = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+        Some(crate::ui::utc(u64::try_from(ns).ok()?))
+    };
+    let exe = std::env::current_exe().ok()?;
+    Some(format!(
+        "interposer: {} (built {}; this binary built {})",
+        lib.display(),
+        modified(&lib)?,
+        modified(&exe)?
+    ))
 }
 
 #[cfg(test)]
