@@ -9,15 +9,15 @@ mod stats;
 mod ui;
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
 
 /// mimalloc for every allocation of the command (mount, FUSE daemon, bench): the
 /// metadata path allocates and frees small keys, values and records per operation, and
 /// glibc's malloc spent about a fifth of a create in consolidating and unlinking chunks.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use std::ffi::OsString;
-use std::path::Path;
-use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -431,12 +431,13 @@ fn mask(lo: u64, hi: u64) -> u64 {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Pages {
-    /// Cached and dirty pages.
+    /// Dirty pages.
     dirty: u64,
     /// Dirty pages whose mapping is not known yet, and dirty pages over unmapped
     /// blocks (kept as pages change: `st_blocks` needs them on every stat).
     unknown: u64,
     unmapped: u64,
+    /// Cached pages.
     count: u64,
     groups: BTreeMap<u64, Group>,
     /// The groups with dirty pages (a write-back visits these, not every cached page).
