@@ -21,8 +21,12 @@ pub const MAGIC: [u8; 8] = *b"AUGEFS\0\0";
 
 /// Feature flag: MetaDB's WAL lives on a PMR whose header carries this file system's uuid.
 pub const FEATURE_PMR: u32 = 1 << 0;
+/// Feature flag: the block index may hold extents (docs/FORMAT.md §6.2, `e` and `q`
+/// records), which code older than them would read as holes. Set by every mkfs since;
+/// the engine writes extents only into images that carry it.
+pub const FEATURE_EXTENTS: u32 = 1 << 1;
 /// Every feature flag this build understands; others make the image unreadable here.
-pub const FEATURES_KNOWN: u32 = FEATURE_PMR;
+pub const FEATURES_KNOWN: u32 = FEATURE_PMR | FEATURE_EXTENTS;
 
 pub const F_MAGIC: Field = Field::at("magic", 0, 8);
 pub const F_FORMAT_VERSION: Field = Field::after(F_MAGIC, "format_version", 4);
@@ -103,7 +107,7 @@ impl Superblock {
         created_unix_ns: u64,
         pmr_size_bytes: u64,
     ) -> Self {
-        let feature_flags = if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
+        let feature_flags = FEATURE_EXTENTS | if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
         Superblock {
             format_version: FORMAT_VERSION,
             sequence: 1,
@@ -117,6 +121,10 @@ impl Superblock {
 
     pub fn has_pmr(&self) -> bool {
         self.feature_flags & FEATURE_PMR != 0
+    }
+
+    pub fn has_extents(&self) -> bool {
+        self.feature_flags & FEATURE_EXTENTS != 0
     }
 
     /// Encodes copy `copy_index` (0 or 1) into one full block.

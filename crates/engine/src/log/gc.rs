@@ -12,16 +12,17 @@
 //! - A moved block is checked against its mapping's CRC before it is copied: GC never
 //!   spreads corrupt data under a valid checksum.
 
-use super::domain::{self, HeadKind, Run};
-use super::keys::{self, Mapping, Reverse};
+use super::domain::{HeadKind, Run};
+use super::index::NewBlock;
+use super::keys::{self, FileBlock, Mapping, Reverse, ReverseExtent};
 use super::write::{reap, submit_runs};
 use super::{Domain, Engine, BLOCK};
 use crate::error::EngineError;
 use crate::space::victim::{self, Policy};
 use device::{AlignedBuf, IoCause, IoRequest};
-use format::{BlockAddr, DomainId, SegmentNo};
+use format::{BlockAddr, DomainId, InodeNo, SegmentNo};
 use metadb::WriteBatch;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
 /// What one cleaning pass did.
@@ -104,31 +105,51 @@ impl Engine {
                 }
             }
         };
-        // Who owns each valid block, and the data, checked.
-        let mut owners: HashMap<u16, Reverse> = HashMap::new();
+        // Who owns each valid block: of the reverse records naming it (a stale one may
+        // remain from an earlier life of the segment), the one whose mapping names it.
+        let mut candidates: HashMap<u16, Vec<Reverse>> = HashMap::new();
         for item in self.db.prefix(&keys::reverse_prefix(victim), None)? {
             let (key, value) = item?;
             let (_, b) = keys::parse_reverse_key(&key)?;
-            owners.insert(b, Reverse::decode(&value)?);
+            candidates
+                .entry(b)
+                .or_default()
+                .push(Reverse::decode(&value)?);
+        }
+        let mut runs_written: Vec<(u16, ReverseExtent)> = Vec::new();
+        for item in self.db.prefix(&keys::reverse_extent_prefix(victim), None)? {
+            let (key, value) = item?;
+            let (_, start) = keys::parse_reverse_extent_key(&key)?;
+            runs_written.push((start, ReverseExtent::decode(&value)?));
         }
         let mut moving: Vec<(BlockAddr, Reverse, Mapping)> = Vec::with_capacity(valid.len());
         for &b in &valid {
             let addr = BlockAddr(base.0 + u64::from(b));
-            let owner = *owners.get(&(b as u16)).ok_or_else(|| {
-                EngineError::corruption(
+            let b = b as u16;
+            let named = candidates.get(&b).into_iter().flatten().copied().chain(
+                runs_written
+                    .iter()
+                    .filter_map(|(start, q)| q.owner_of(*start, b)),
+            );
+            let mut any = false;
+            for owner in named {
+                any = true;
+                if let Some(m) = self.mapping_of(owner.ino, owner.block)? {
+                    if m.addr == addr {
+                        moving.push((addr, owner, m));
+                        break;
+                    }
+                }
+            }
+            if !any {
+                return Err(EngineError::corruption(
                     "reverse map",
                     format!("segment {victim} block {b}"),
                     "an owner for a valid block",
                     "none",
-                )
-            })?;
-            let Some(v) = self.db.get(&keys::mapping_key(owner.ino, owner.block))? else {
-                continue; // unmapped since the snapshot of the bitmap
-            };
-            let m = Mapping::decode(&v)?;
-            if m.addr == addr {
-                moving.push((addr, owner, m));
+                ));
             }
+            // Otherwise unmapped since the snapshot of the bitmap.
         }
         let mut data = vec![0u8; moving.len() * BLOCK];
         if !moving.is_empty() {
@@ -177,28 +198,31 @@ impl Engine {
         let targets = runs
             .iter()
             .flat_map(|r| (0..u64::from(r.blocks)).map(move |i| BlockAddr(r.start.0 + i)));
+        let mut by_file: BTreeMap<InodeNo, Vec<NewBlock>> = BTreeMap::new();
         for ((old, owner, m), new) in moving.iter().zip(targets) {
             if !state.is_valid(&self.geometry, *old) {
                 raced += 1;
                 continue;
             }
-            state.invalidate(&self.geometry, *old);
-            state.mark_valid(&self.geometry, new);
-            let mapping = Mapping {
+            by_file.entry(owner.ino).or_default().push(NewBlock {
+                block: owner.block,
                 addr: new,
                 crc: m.crc,
-                write_seq: seq.expect("moved blocks were written"),
-            };
-            batch.put(
-                keys::mapping_key(owner.ino, owner.block).to_vec(),
-                mapping.encode().to_vec(),
-            );
-            let (segment, b) = domain::locate(&self.geometry, new);
-            batch.put(
-                keys::reverse_key(segment, b as u16).to_vec(),
-                owner.encode().to_vec(),
-            );
+            });
             moved += 1;
+        }
+        for (ino, mut blocks) in by_file {
+            blocks.sort_by_key(|b| b.block);
+            let ranges = block_ranges(&blocks);
+            let mut view = self.load_index(ino, &ranges)?;
+            let holes = self.map_blocks(
+                &mut state,
+                &mut batch,
+                &mut view,
+                &blocks,
+                seq.expect("moved blocks were written"),
+            );
+            assert_eq!(holes, 0, "a valid block of inode {ino} was unmapped");
         }
         state.unreserve(&self.geometry, &runs);
         state.touch(victim);
@@ -316,4 +340,16 @@ impl Engine {
             thread: Some(thread),
         }
     }
+}
+
+/// The runs of consecutive file blocks of `blocks` (ascending), as (first, count).
+fn block_ranges(blocks: &[NewBlock]) -> Vec<(FileBlock, u64)> {
+    let mut ranges: Vec<(FileBlock, u64)> = Vec::new();
+    for b in blocks {
+        match ranges.last_mut() {
+            Some((first, n)) if first.0 + *n == b.block.0 => *n += 1,
+            _ => ranges.push((b.block, 1)),
+        }
+    }
+    ranges
 }

@@ -11,7 +11,7 @@
 //!   watermark (the highest `durable_seq` any recovered record of the domain carries)
 //!   covers every write it names.
 
-use super::keys::{self, DomainRecord, Mapping};
+use super::keys::{self, DomainRecord, Extent, Mapping};
 use super::tracker::SeqTracker;
 use device::{AlignedBuf, Device, IoCause, IoRequest};
 use format::constants::BLOCK_SIZE_BYTES;
@@ -134,14 +134,31 @@ impl WriteHooks for EngineHooks {
             };
             let w = durable.get(&domain).copied().unwrap_or(0);
             for (kind, key, value) in record.batch.ops() {
-                if kind != ValueKind::Put || key.first() != Some(&keys::MAPPING_TAG) {
+                if kind != ValueKind::Put {
                     continue;
                 }
-                let (ino, block) =
-                    keys::parse_mapping_key(key).map_err(|e| corrupt(e.to_string()))?;
-                let m = Mapping::decode(value).map_err(|e| corrupt(e.to_string()))?;
-                if m.write_seq > w {
-                    checks.push((i, ino, block, m));
+                match key.first() {
+                    Some(&keys::MAPPING_TAG) => {
+                        let (ino, block) =
+                            keys::parse_mapping_key(key).map_err(|e| corrupt(e.to_string()))?;
+                        let m = Mapping::decode(value).map_err(|e| corrupt(e.to_string()))?;
+                        if m.write_seq > w {
+                            checks.push((i, ino, block, m));
+                        }
+                    }
+                    Some(&keys::EXTENT_TAG) => {
+                        let (ino, last) =
+                            keys::parse_extent_key(key).map_err(|e| corrupt(e.to_string()))?;
+                        let e = Extent::decode(last, value).map_err(|e| corrupt(e.to_string()))?;
+                        // A trimmed piece of an older extent carries that write's number.
+                        if e.write_seq > w {
+                            for b in e.first.0..=last.0 {
+                                let block = keys::FileBlock(b);
+                                checks.push((i, ino, block, e.mapping(block)));
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
         }

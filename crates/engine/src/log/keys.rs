@@ -7,11 +7,21 @@
 //! | key | bytes | value |
 //! |---|---|---|
 //! | `x` ino block | 17 | [`Mapping`]: where a file block lives, its data CRC, its write |
+//! | `e` ino last | 17 | [`Extent`]: where a run of file blocks lives, one CRC per block |
 //! | `r` segment block | 7 | [`Reverse`]: which file block a device block was written for |
+//! | `q` segment block | 7 | [`ReverseExtent`]: which file blocks a device run was written for |
 //! | `s` domain segment | 7 | one segment information entry (FORMAT.md §6.1) |
 //! | `d` domain | 3 | [`DomainRecord`]: the domain's durable-data watermark |
 //!
 //! Invariants:
+//! - A file block is mapped by its `x` record if it has one, else by the `e` record
+//!   covering it, else it is a hole: an `x` record *shadows* an extent (a small overwrite
+//!   inside an extent costs one `x` record, not a rewrite of the extent's CRCs). The
+//!   extents of a file never overlap; the extent's claim on a shadowed block is stale
+//!   and names an address that may since belong to someone else.
+//! - Reverse records (`r`, `q`) are hints: the device block's owner is the candidate whose
+//!   forward mapping names the address (stale ones from an earlier life of the segment
+//!   remain until overwritten).
 //! - Decoding never panics on bad bytes: a wrong length or field is typed corruption.
 //! - Every data CRC is seeded with the file block's identity (inode, block), so stale
 //!   contents at an address (a reused segment, a lost write) never verify as the block.
@@ -23,6 +33,15 @@ use format::{BlockAddr, Corruption, DomainId, InodeNo, SegmentNo};
 
 pub const MAPPING_TAG: u8 = b'x';
 pub const REVERSE_TAG: u8 = b'r';
+pub const EXTENT_TAG: u8 = b'e';
+pub const REVERSE_EXTENT_TAG: u8 = b'q';
+
+/// The fewest blocks a write maps by one extent (fewer get `x` records): two blocks
+/// already cost less as an extent, but a short extent overwritten in part leaves a stale
+/// claim behind, so runs start at 32 KiB.
+pub const EXTENT_MIN_BLOCKS: u64 = 8;
+/// The most blocks of one extent (1 MiB; its value is then at most 4,116 bytes).
+pub const EXTENT_MAX_BLOCKS: u64 = 256;
 pub const SEGINFO_TAG: u8 = b's';
 pub const DOMAIN_TAG: u8 = b'd';
 
@@ -54,6 +73,58 @@ pub fn parse_mapping_key(key: &[u8]) -> Result<(InodeNo, FileBlock), EngineError
         InodeNo(u64::from_be_bytes(key[1..9].try_into().expect("8 bytes"))),
         FileBlock(u64::from_be_bytes(key[9..17].try_into().expect("8 bytes"))),
     ))
+}
+
+/// The key of the extent of `ino` whose last block is `last` (keyed by the last block, so
+/// the extent covering block `b`, if any, is the first at or after `extent_key(ino, b)`).
+pub fn extent_key(ino: InodeNo, last: FileBlock) -> [u8; 17] {
+    let mut k = mapping_key(ino, last);
+    k[0] = EXTENT_TAG;
+    k
+}
+
+/// The prefix of every extent key of `ino`.
+pub fn extent_prefix(ino: InodeNo) -> [u8; 9] {
+    let mut k = mapping_prefix(ino);
+    k[0] = EXTENT_TAG;
+    k
+}
+
+/// (inode, last block) of an extent key.
+pub fn parse_extent_key(key: &[u8]) -> Result<(InodeNo, FileBlock), EngineError> {
+    if key.len() != 17 || key[0] != EXTENT_TAG {
+        return Err(bad("extent key", "17 bytes starting with e", key.len()));
+    }
+    let mut k = [0u8; 17];
+    k.copy_from_slice(key);
+    k[0] = MAPPING_TAG;
+    parse_mapping_key(&k)
+}
+
+pub fn reverse_extent_key(segment: SegmentNo, block: u16) -> [u8; 7] {
+    let mut k = reverse_key(segment, block);
+    k[0] = REVERSE_EXTENT_TAG;
+    k
+}
+
+pub fn reverse_extent_prefix(segment: SegmentNo) -> [u8; 5] {
+    let mut k = reverse_prefix(segment);
+    k[0] = REVERSE_EXTENT_TAG;
+    k
+}
+
+pub fn parse_reverse_extent_key(key: &[u8]) -> Result<(SegmentNo, u16), EngineError> {
+    if key.len() != 7 || key[0] != REVERSE_EXTENT_TAG {
+        return Err(bad(
+            "reverse-extent key",
+            "7 bytes starting with q",
+            key.len(),
+        ));
+    }
+    let mut k = [0u8; 7];
+    k.copy_from_slice(key);
+    k[0] = REVERSE_TAG;
+    parse_reverse_key(&k)
 }
 
 pub fn reverse_key(segment: SegmentNo, block: u16) -> [u8; 7] {
@@ -140,6 +211,175 @@ impl Mapping {
             addr: BlockAddr(M_ADDR.get_u64(v)),
             crc: M_CRC.get_u32(v),
             write_seq: M_SEQ.get_u64(v),
+        })
+    }
+}
+
+/// Where a run of file blocks lives: blocks `first..first + crcs.len()` of a file at
+/// consecutive device addresses from `addr`, all written by one write (or GC move).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    pub first: FileBlock,
+    pub addr: BlockAddr,
+    pub write_seq: u64,
+    /// [`block_crc`] of each block, in file order.
+    pub crcs: Vec<u32>,
+}
+
+pub const E_ADDR: Field = Field::at("addr", 0, 8);
+pub const E_SEQ: Field = Field::after(E_ADDR, "write_seq", 8);
+pub const E_COUNT: Field = Field::after(E_SEQ, "count", 4);
+pub const EXTENT_HEADER_BYTES: usize = 20;
+pub const EXTENT_LAYOUT: StructLayout = StructLayout {
+    name: "Extent value",
+    size: EXTENT_HEADER_BYTES,
+    fields: &[E_ADDR, E_SEQ, E_COUNT],
+};
+
+impl Extent {
+    pub fn count(&self) -> u64 {
+        self.crcs.len() as u64
+    }
+
+    /// The last file block (the key's block).
+    pub fn last(&self) -> FileBlock {
+        FileBlock(self.first.0 + self.count() - 1)
+    }
+
+    pub fn contains(&self, block: FileBlock) -> bool {
+        block >= self.first && block <= self.last()
+    }
+
+    /// The mapping the extent gives `block` (which it must contain).
+    pub fn mapping(&self, block: FileBlock) -> Mapping {
+        assert!(self.contains(block), "block {block:?} outside {self:?}");
+        let k = block.0 - self.first.0;
+        Mapping {
+            addr: BlockAddr(self.addr.0 + k),
+            crc: self.crcs[k as usize],
+            write_seq: self.write_seq,
+        }
+    }
+
+    /// The part of the extent inside blocks `from..to`, if any.
+    pub fn slice(&self, from: FileBlock, to: FileBlock) -> Option<Extent> {
+        let lo = from.max(self.first).0;
+        let hi = to.0.min(self.last().0 + 1);
+        (lo < hi).then(|| {
+            let k = (lo - self.first.0) as usize;
+            Extent {
+                first: FileBlock(lo),
+                addr: BlockAddr(self.addr.0 + k as u64),
+                write_seq: self.write_seq,
+                crcs: self.crcs[k..k + (hi - lo) as usize].to_vec(),
+            }
+        })
+    }
+
+    pub fn key(&self, ino: InodeNo) -> [u8; 17] {
+        extent_key(ino, self.last())
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            (1..=EXTENT_MAX_BLOCKS).contains(&self.count()),
+            "extent of {} blocks",
+            self.count()
+        );
+        let mut v = vec![0u8; EXTENT_HEADER_BYTES + 4 * self.crcs.len()];
+        E_ADDR.put_u64(&mut v, self.addr.0);
+        E_SEQ.put_u64(&mut v, self.write_seq);
+        E_COUNT.put_u32(&mut v, self.crcs.len() as u32);
+        for (i, crc) in self.crcs.iter().enumerate() {
+            let at = EXTENT_HEADER_BYTES + 4 * i;
+            v[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        }
+        v
+    }
+
+    /// Decodes the value of the extent whose key names `last`.
+    pub fn decode(last: FileBlock, v: &[u8]) -> Result<Extent, EngineError> {
+        if v.len() < EXTENT_HEADER_BYTES {
+            return Err(bad("extent value length", "at least 20", v.len()));
+        }
+        let count = u64::from(E_COUNT.get_u32(v));
+        if !(1..=EXTENT_MAX_BLOCKS).contains(&count) || count > last.0 + 1 {
+            return Err(bad(
+                "extent count",
+                format!("1..={EXTENT_MAX_BLOCKS}, at most last block + 1"),
+                count,
+            ));
+        }
+        let want = EXTENT_HEADER_BYTES + 4 * count as usize;
+        if v.len() != want {
+            return Err(bad("extent value length", want, v.len()));
+        }
+        Ok(Extent {
+            first: FileBlock(last.0 + 1 - count),
+            addr: BlockAddr(E_ADDR.get_u64(v)),
+            write_seq: E_SEQ.get_u64(v),
+            crcs: v[EXTENT_HEADER_BYTES..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+        })
+    }
+}
+
+/// Which file blocks a run of device blocks was written for: blocks `block..block +
+/// count` of the key's segment hold file blocks `file_block..` of `ino`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReverseExtent {
+    pub ino: InodeNo,
+    pub file_block: FileBlock,
+    pub count: u32,
+}
+
+pub const Q_INO: Field = Field::at("ino", 0, 8);
+pub const Q_BLOCK: Field = Field::after(Q_INO, "file_block", 8);
+pub const Q_COUNT: Field = Field::after(Q_BLOCK, "count", 4);
+pub const REVERSE_EXTENT_BYTES: usize = 20;
+pub const REVERSE_EXTENT_LAYOUT: StructLayout = StructLayout {
+    name: "Reverse extent value",
+    size: REVERSE_EXTENT_BYTES,
+    fields: &[Q_INO, Q_BLOCK, Q_COUNT],
+};
+
+impl ReverseExtent {
+    pub fn encode(&self) -> [u8; REVERSE_EXTENT_BYTES] {
+        let mut v = [0u8; REVERSE_EXTENT_BYTES];
+        Q_INO.put_u64(&mut v, self.ino.0);
+        Q_BLOCK.put_u64(&mut v, self.file_block.0);
+        Q_COUNT.put_u32(&mut v, self.count);
+        v
+    }
+
+    pub fn decode(v: &[u8]) -> Result<ReverseExtent, EngineError> {
+        if v.len() != REVERSE_EXTENT_BYTES {
+            return Err(bad(
+                "reverse-extent value length",
+                REVERSE_EXTENT_BYTES,
+                v.len(),
+            ));
+        }
+        let r = ReverseExtent {
+            ino: InodeNo(Q_INO.get_u64(v)),
+            file_block: FileBlock(Q_BLOCK.get_u64(v)),
+            count: Q_COUNT.get_u32(v),
+        };
+        if r.count == 0 || u64::from(r.count) > EXTENT_MAX_BLOCKS {
+            return Err(bad("reverse-extent count", "1..=256", r.count));
+        }
+        Ok(r)
+    }
+
+    /// The file block device block `block` (of the key's segment, starting at `start`)
+    /// was written for, if the run covers it.
+    pub fn owner_of(&self, start: u16, block: u16) -> Option<Reverse> {
+        let k = u32::from(block.checked_sub(start)?);
+        (k < self.count).then(|| Reverse {
+            ino: self.ino,
+            block: FileBlock(self.file_block.0 + u64::from(k)),
         })
     }
 }
@@ -235,7 +475,13 @@ impl DomainRecord {
 
 /// The structures of this module whose tables appear in docs/FORMAT.md §6.2.
 pub fn layouts() -> Vec<StructLayout> {
-    vec![MAPPING_LAYOUT, REVERSE_LAYOUT, DOMAIN_RECORD_LAYOUT]
+    vec![
+        MAPPING_LAYOUT,
+        EXTENT_LAYOUT,
+        REVERSE_LAYOUT,
+        REVERSE_EXTENT_LAYOUT,
+        DOMAIN_RECORD_LAYOUT,
+    ]
 }
 
 /// CRC-32C of one 4 KiB block, seeded with the file block it belongs to.
@@ -301,6 +547,53 @@ mod tests {
         for l in layouts() {
             l.check_contiguous().unwrap();
         }
+    }
+
+    #[test]
+    fn extents_round_trip_slice_and_reject_bad_bytes() {
+        let e = Extent {
+            first: FileBlock(10),
+            addr: BlockAddr(1000),
+            write_seq: 7,
+            crcs: (0..8).collect(),
+        };
+        assert_eq!(e.last(), FileBlock(17));
+        let key = e.key(InodeNo(3));
+        assert!(key.starts_with(&extent_prefix(InodeNo(3))));
+        assert_eq!(parse_extent_key(&key).unwrap(), (InodeNo(3), FileBlock(17)));
+        assert_eq!(Extent::decode(e.last(), &e.encode()).unwrap(), e);
+        assert_eq!(
+            e.mapping(FileBlock(12)),
+            Mapping {
+                addr: BlockAddr(1002),
+                crc: 2,
+                write_seq: 7
+            }
+        );
+        let mid = e.slice(FileBlock(12), FileBlock(14)).unwrap();
+        assert_eq!(
+            (mid.first, mid.addr, mid.crcs.clone()),
+            (FileBlock(12), BlockAddr(1002), vec![2, 3])
+        );
+        assert!(e.slice(FileBlock(18), FileBlock(30)).is_none());
+        assert_eq!(e.slice(FileBlock(0), FileBlock(99)).unwrap(), e);
+        // A count reaching below block 0, a wrong length, a zero count.
+        assert!(Extent::decode(FileBlock(3), &e.encode()).is_err());
+        assert!(Extent::decode(e.last(), &e.encode()[..30]).is_err());
+        let mut zero = e.encode();
+        E_COUNT.put_u32(&mut zero, 0);
+        assert!(Extent::decode(e.last(), &zero[..20]).is_err());
+        let q = ReverseExtent {
+            ino: InodeNo(3),
+            file_block: FileBlock(10),
+            count: 8,
+        };
+        assert_eq!(ReverseExtent::decode(&q.encode()).unwrap(), q);
+        assert_eq!(q.owner_of(4, 6).unwrap().block, FileBlock(12));
+        assert!(q.owner_of(4, 12).is_none() && q.owner_of(4, 3).is_none());
+        let rk = reverse_extent_key(SegmentNo(5), 4);
+        assert!(rk.starts_with(&reverse_extent_prefix(SegmentNo(5))));
+        assert_eq!(parse_reverse_extent_key(&rk).unwrap(), (SegmentNo(5), 4));
     }
 
     #[test]

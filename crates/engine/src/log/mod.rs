@@ -29,6 +29,7 @@ mod checkpoint;
 pub mod domain;
 pub mod gc;
 pub mod hooks;
+mod index;
 pub mod keys;
 mod mount;
 pub use mount::checkpoint_watermarks;
@@ -169,6 +170,8 @@ pub struct Engine {
     global_checkpoint_seq: AtomicU64,
     counters: EngineCounters,
     mount: MountReport,
+    /// The image allows extents (superblock feature flag): long runs are mapped by them.
+    extents: bool,
 }
 
 impl std::fmt::Debug for Engine {

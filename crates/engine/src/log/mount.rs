@@ -112,6 +112,7 @@ impl Engine {
             global_checkpoint_seq: AtomicU64::new(global_seq),
             counters: EngineCounters::default(),
             mount: report,
+            extents: sb.has_extents(),
         })
     }
 }

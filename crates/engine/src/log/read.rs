@@ -5,7 +5,7 @@
 //!   while the mapping changed (GC moved it and its segment was reused) or the write is
 //!   still in flight, and is EIO otherwise.
 
-use super::keys::{self, FileBlock, Mapping};
+use super::keys::{self, Extent, FileBlock, Mapping};
 use super::{Engine, BLOCK};
 use crate::error::EngineError;
 use device::{AlignedBuf, IoCause, IoRequest};
@@ -19,22 +19,9 @@ impl Engine {
         first: FileBlock,
         count: u64,
     ) -> Result<std::collections::HashMap<FileBlock, Mapping>, EngineError> {
-        let mut out = std::collections::HashMap::new();
-        if count == 1 {
-            if let Some(v) = self.db.get(&keys::mapping_key(ino, first))? {
-                out.insert(first, Mapping::decode(&v)?);
-            }
-            return Ok(out);
-        }
         let end = first.0.checked_add(count).expect("block range overflows");
-        let start = keys::mapping_key(ino, first);
-        let stop = keys::mapping_key(ino, FileBlock(end));
-        for item in self.db.range(&start, Some(&stop), None)? {
-            let (key, value) = item?;
-            let (_, block) = keys::parse_mapping_key(&key)?;
-            out.insert(block, Mapping::decode(&value)?);
-        }
-        Ok(out)
+        let view = self.load_index(ino, &[(first, count)])?;
+        Ok(view.mapped(first, FileBlock(end)).into_iter().collect())
     }
 
     /// The first mapped block of `ino` at or after `from` (SEEK_DATA), if any.
@@ -43,28 +30,55 @@ impl Engine {
         ino: InodeNo,
         from: FileBlock,
     ) -> Result<Option<FileBlock>, EngineError> {
-        let start = keys::mapping_key(ino, from);
-        let stop = keys::mapping_prefix(InodeNo(ino.0 + 1));
-        match self.db.range(&start, Some(&stop), None)?.next() {
-            Some(item) => Ok(Some(keys::parse_mapping_key(&item?.0)?.1)),
-            None => Ok(None),
-        }
+        let next = InodeNo(ino.0 + 1);
+        let single = match self
+            .db
+            .range(
+                &keys::mapping_key(ino, from),
+                Some(&keys::mapping_prefix(next)),
+                None,
+            )?
+            .next()
+        {
+            Some(item) => Some(keys::parse_mapping_key(&item?.0)?.1),
+            None => None,
+        };
+        // The first extent ending at or after `from` covers it or starts after it.
+        let extent = match self
+            .db
+            .range(
+                &keys::extent_key(ino, from),
+                Some(&keys::extent_prefix(next)),
+                None,
+            )?
+            .next()
+        {
+            Some(item) => {
+                let (key, value) = item?;
+                let (_, last) = keys::parse_extent_key(&key)?;
+                Some(Extent::decode(last, &value)?.first.max(from))
+            }
+            None => None,
+        };
+        Ok(match (single, extent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// The first unmapped block of `ino` at or after `from` (SEEK_HOLE). Walks the run
-    /// of mapped blocks starting at `from`: O(length of that run).
+    /// of mapped blocks starting at `from`: one lookup per `x` record or extent in it.
     pub fn next_unmapped(&self, ino: InodeNo, from: FileBlock) -> Result<FileBlock, EngineError> {
-        let start = keys::mapping_key(ino, from);
-        let stop = keys::mapping_prefix(InodeNo(ino.0 + 1));
-        let mut expect = from.0;
-        for item in self.db.range(&start, Some(&stop), None)? {
-            let (_, block) = keys::parse_mapping_key(&item?.0)?;
-            if block.0 != expect {
-                break;
-            }
-            expect += 1;
+        let mut at = from;
+        loop {
+            let view = self.load_index(ino, &[(at, 1)])?;
+            // Loaded extents overlap `at`; every block of an extent is mapped.
+            at = match view.extents().next() {
+                Some((last, _)) => FileBlock(last.0 + 1),
+                None if view.get(at).is_some() => FileBlock(at.0 + 1),
+                None => return Ok(at),
+            };
         }
-        Ok(FileBlock(expect))
     }
 
     /// Reads blocks `first..first + count` of `ino` into `out` (count x 4 KiB); holes

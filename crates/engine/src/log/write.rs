@@ -10,8 +10,9 @@
 //! - The persist of an fsync waits only for numbers issued before its batch, read under
 //!   the domain's lock: a later number may belong to a writer waiting inside MetaDB.
 
-use super::domain::{self, DomainState, HeadKind, Required, Run};
-use super::keys::{self, DomainRecord, FileBlock, Mapping, Reverse};
+use super::domain::{DomainState, HeadKind, Required, Run};
+use super::index::NewBlock;
+use super::keys::{self, DomainRecord, FileBlock};
 use super::{Domain, Durability, Engine, FsyncPath, BLOCK};
 use crate::error::EngineError;
 use device::{AlignedBuf, IoCause, IoRequest};
@@ -450,39 +451,23 @@ impl Engine {
         seq: u64,
     ) -> Result<WriteBatch, EngineError> {
         let ino = blocks.ino;
-        let mut old = std::collections::HashMap::new();
-        for &(first, n) in blocks.ranges {
-            old.extend(self.mappings(ino, first, n)?);
-        }
+        let mut view = self.load_index(ino, blocks.ranges)?;
         let mut batch = WriteBatch::new();
         let addrs = runs
             .iter()
             .flat_map(|r| (0..u64::from(r.blocks)).map(move |i| BlockAddr(r.start.0 + i)));
-        for (i, addr) in addrs.enumerate() {
-            let block = blocks.numbers[i];
-            if let Some(m) = old.get(&block) {
-                state.invalidate(&self.geometry, m.addr);
-            }
-            state.mark_valid(&self.geometry, addr);
-            let mapping = Mapping {
+        let new: Vec<NewBlock> = addrs
+            .enumerate()
+            .map(|(i, addr)| NewBlock {
+                block: blocks.numbers[i],
                 addr,
                 crc: blocks.crcs[i],
-                write_seq: seq,
-            };
-            batch.put(
-                keys::mapping_key(ino, block).to_vec(),
-                mapping.encode().to_vec(),
-            );
-            let (segment, b) = domain::locate(&self.geometry, addr);
-            batch.put(
-                keys::reverse_key(segment, b as u16).to_vec(),
-                Reverse { ino, block }.encode().to_vec(),
-            );
-        }
+            })
+            .collect();
+        let holes = self.map_blocks(state, &mut batch, &mut view, &new, seq);
         state.unreserve(&self.geometry, runs);
         self.finish_batch(state, domain, &mut batch);
-        let delta = i64::from(blocks.count()) - old.len() as i64;
-        blocks.extra.append_to(&mut batch, delta);
+        blocks.extra.append_to(&mut batch, holes as i64);
         Ok(batch)
     }
 
@@ -730,28 +715,16 @@ impl Engine {
     ) -> Result<(), EngineError> {
         self.check_writable()?;
         let domain = self.domain(ino);
-        let start = keys::mapping_key(ino, from);
-        let stop = match to {
-            Some(t) => keys::mapping_key(ino, t).to_vec(),
-            None => {
-                let mut p = keys::mapping_prefix(ino).to_vec();
-                p.push(0xff);
-                p
-            }
-        };
+        let to = to.unwrap_or(FileBlock(u64::MAX));
         let mut state = domain.lock();
         let mut batch = WriteBatch::new();
-        let mut found = Vec::new();
-        for item in self.db.range(&start, Some(&stop), None)? {
-            let (key, value) = item?;
-            found.push((key, Mapping::decode(&value)?));
-        }
-        for (key, m) in &found {
-            state.invalidate(&self.geometry, m.addr);
-            batch.delete(key.clone());
+        let mut unmapped = 0;
+        if to > from {
+            let mut view = self.load_index(ino, &[(from, to.0 - from.0)])?;
+            unmapped = self.unmap_blocks(&mut state, &mut batch, &mut view, from, to);
         }
         self.finish_batch(&mut state, domain, &mut batch);
-        extra.append_to(&mut batch, -(found.len() as i64));
+        extra.append_to(&mut batch, -(unmapped as i64));
         let receipt = self.failing(self.put_batch(domain, &mut state, Some(ino), &batch))?;
         // Read under the lock: a number issued later may belong to a writer waiting
         // inside MetaDB, which the persist must not wait for.
