@@ -6,8 +6,10 @@
 //! - every `s` entry names a domain and segment in range and decodes; its valid count
 //!   equals its bitmap's population count;
 //! - no segment is named by two owners (two domains, or a domain and MetaDB's manifest);
-//! - every `x` mapping points into a segment its file's domain owns, at a block whose
-//!   validity bit is set, and the `r` entry of that block names the same file block;
+//! - every mapping (an `x` record, or an extent's block no `x` record shadows) points
+//!   into a segment its file's domain owns, at a block whose validity bit is set, and
+//!   the reverse map (the block's `r` entry or a `q` entry covering it) names the same
+//!   file block; no two extents of a file overlap;
 //! - no device block is mapped twice; every set validity bit is claimed by a mapping;
 //! - with `--verify-data`, every mapped block matches its mapping's CRC.
 //!
@@ -22,11 +24,11 @@ use crate::problem::{Class, Kind, Objects};
 use crate::scan::{MapRec, Records, SegEntry};
 use crate::{Fsck, FsckError};
 use device::{AlignedBuf, IoRequest};
-use engine::log::keys::{self, DomainRecord, Reverse};
+use engine::log::keys::{self, DomainRecord, Extent, FileBlock, Reverse};
 use engine::space::Owner;
 use format::constants::{BLOCKS_PER_SEGMENT, BLOCK_SIZE_BYTES};
 use format::geometry::CheckpointOwner;
-use format::{DomainId, SegmentNo};
+use format::{DomainId, InodeNo, SegmentNo};
 use platform::IoCause;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -53,15 +55,62 @@ pub struct BlockState {
     pub released: HashSet<u64>,
     /// Entries a repair rewrites even if their bitmap does not change.
     pub rewrite: BTreeSet<(DomainId, SegmentNo)>,
+    /// Blocks dropped from each extent (by inode and last block).
+    pub extent_drops: BTreeMap<(InodeNo, FileBlock), BTreeSet<u64>>,
 }
 
 impl Fsck<'_> {
     /// Drops mapping `i` (an applied repair): its record goes, its block is released.
     pub(crate) fn drop_mapping(&mut self, r: &Records, b: &mut BlockState, i: usize) {
-        let MapRec { ino, block, m } = r.mappings[i];
-        self.delete(&keys::mapping_key(ino, block));
+        let MapRec {
+            ino,
+            block,
+            m,
+            extent,
+        } = r.mappings[i];
+        match extent {
+            None => {
+                self.delete(&keys::mapping_key(ino, block));
+                // An extent under the record would map the block again (with a stale
+                // address): the block leaves it too.
+                let under = r
+                    .extents
+                    .range((ino, block)..)
+                    .next()
+                    .filter(|((i, _), e)| *i == ino && e.contains(block))
+                    .map(|(k, _)| k.1);
+                if let Some(last) = under {
+                    self.drop_from_extent(r, b, ino, last, block);
+                }
+            }
+            Some(last) => self.drop_from_extent(r, b, ino, last, block),
+        }
         b.kept[i] = false;
         b.released.insert(m.addr.0);
+    }
+
+    /// Rewrites extent (`ino`, `last`) as the pieces left without `block` and the blocks
+    /// dropped from it before.
+    fn drop_from_extent(
+        &mut self,
+        r: &Records,
+        b: &mut BlockState,
+        ino: InodeNo,
+        last: FileBlock,
+        block: FileBlock,
+    ) {
+        let e = &r.extents[&(ino, last)];
+        let drops = b.extent_drops.entry((ino, last)).or_default();
+        let before = extent_pieces(e, drops);
+        drops.insert(block.0);
+        let after = extent_pieces(e, drops);
+        self.delete(&keys::extent_key(ino, last));
+        for p in before {
+            self.delete(&p.key(ino));
+        }
+        for p in after {
+            self.put(&p.key(ino), &p.encode());
+        }
     }
 
     /// Reads the blocks at `addrs`; `None` for a block the device could not read.
@@ -90,7 +139,7 @@ impl Fsck<'_> {
 
     /// Whether mapping `i`'s data verifies against its CRC (false if unreadable).
     fn verifies(&mut self, r: &Records, i: usize) -> Result<bool, FsckError> {
-        let MapRec { ino, block, m } = r.mappings[i];
+        let MapRec { ino, block, m, .. } = r.mappings[i];
         self.stats.blocks_verified += 1;
         Ok(match self.read_blocks(&[m.addr.0])?.pop().flatten() {
             Some(buf) => keys::block_crc(ino, block, &buf) == m.crc,
@@ -238,7 +287,7 @@ impl Fsck<'_> {
     fn locate_mappings(&mut self, r: &Records, b: &mut BlockState) {
         let g = self.geometry;
         for i in 0..r.mappings.len() {
-            let MapRec { ino, block, m } = r.mappings[i];
+            let MapRec { ino, block, m, .. } = r.mappings[i];
             let domain = DomainId((ino.0 % u64::from(g.domain_count)) as u16);
             let seg = g.segment_of(m.addr);
             if let Some(s) = seg.filter(|s| r.seginfo.contains_key(&(domain, *s))) {
@@ -318,14 +367,8 @@ impl Fsck<'_> {
         }
         for (addr, users) in by_addr.into_iter().filter(|(_, u)| u.len() > 1) {
             let loc = b.loc[users[0]].expect("located");
-            let named = r.reverse.get(&(loc.segment, loc.block as u16)).copied();
-            let is_named = |i: usize| {
-                named
-                    == Some(Reverse {
-                        ino: r.mappings[i].ino,
-                        block: r.mappings[i].block,
-                    })
-            };
+            let at = (loc.segment, loc.block as u16);
+            let is_named = |i: usize| r.reverse_names(at, r.mappings[i].ino, r.mappings[i].block);
             let mut verified = Vec::new();
             for &i in &users {
                 if self.verifies(r, i)? {
@@ -341,7 +384,7 @@ impl Fsck<'_> {
                 .unwrap_or(users[0]);
             let w = r.mappings[winner];
             for &i in users.iter().filter(|&&i| i != winner) {
-                let MapRec { ino, block, m } = r.mappings[i];
+                let MapRec { ino, block, m, .. } = r.mappings[i];
                 if self.report(
                     Kind::BlockOwnedTwice,
                     Class::Destructive,
@@ -369,7 +412,7 @@ impl Fsck<'_> {
             let (Some(loc), true) = (b.loc[i], b.kept[i]) else {
                 continue;
             };
-            let MapRec { ino, block, m } = r.mappings[i];
+            let MapRec { ino, block, m, .. } = r.mappings[i];
             let entry = &r.seginfo[&(loc.domain, loc.segment)];
             let objects = Objects::block(ino, block.0, m.addr);
             if !entry.decoded && !claimed.contains(&m.addr.0) && !self.verifies(r, i)? {
@@ -420,9 +463,8 @@ impl Fsck<'_> {
                 }
             }
             claimed.insert(m.addr.0);
-            let want = Reverse { ino, block };
-            let have = r.reverse.get(&(loc.segment, loc.block as u16));
-            if have != Some(&want)
+            let at = (loc.segment, loc.block as u16);
+            if !r.reverse_names(at, ino, block)
                 && self.report(
                     Kind::ReverseMismatch,
                     Class::Safe,
@@ -430,10 +472,12 @@ impl Fsck<'_> {
                     format!(
                         "the reverse map of device block {} names {}, not block {} of inode {ino}",
                         m.addr,
-                        have.map_or("nothing".to_string(), |h| format!(
-                            "block {} of inode {}",
-                            h.block.0, h.ino
-                        )),
+                        r.reverse
+                            .get(&at)
+                            .map_or("nothing".to_string(), |h| format!(
+                                "block {} of inode {}",
+                                h.block.0, h.ino
+                            )),
                         block.0
                     ),
                     Some("rewrite the reverse entry"),
@@ -441,7 +485,7 @@ impl Fsck<'_> {
             {
                 self.put(
                     &keys::reverse_key(loc.segment, loc.block as u16),
-                    &want.encode(),
+                    &Reverse { ino, block }.encode(),
                 );
             }
         }
@@ -460,7 +504,7 @@ impl Fsck<'_> {
             let bufs = self.read_blocks(&addrs)?;
             for (&i, buf) in chunk.iter().zip(bufs) {
                 self.stats.blocks_verified += 1;
-                let MapRec { ino, block, m } = r.mappings[i];
+                let MapRec { ino, block, m, .. } = r.mappings[i];
                 let ok = buf.is_some_and(|buf| keys::block_crc(ino, block, &buf) == m.crc);
                 if !ok
                     && self.report(
@@ -552,4 +596,17 @@ impl Fsck<'_> {
             .filter(|(_, o)| *o == Owner::MetaDb)
             .count() as u64;
     }
+}
+
+/// What is left of extent `e` without the blocks in `drops`: its maximal runs.
+fn extent_pieces(e: &Extent, drops: &BTreeSet<u64>) -> Vec<Extent> {
+    let mut pieces = Vec::new();
+    let mut from = e.first.0;
+    for &d in drops.iter().chain(std::iter::once(&(e.last().0 + 1))) {
+        if let Some(p) = e.slice(FileBlock(from), FileBlock(d)) {
+            pieces.push(p);
+        }
+        from = d + 1;
+    }
+    pieces
 }

@@ -18,10 +18,13 @@ use crate::error::FsckError;
 use device::Device;
 use engine::image::{check_pmr, read_superblock};
 use engine::log::hooks::EngineHooks;
-use engine::log::keys::{parse_mapping_key, Mapping, MAPPING_TAG, SEGINFO_TAG};
+use engine::log::keys::{
+    parse_extent_key, parse_mapping_key, Extent, FileBlock, Mapping, EXTENT_TAG, MAPPING_TAG,
+    SEGINFO_TAG,
+};
 use engine::space::pool::{MetaDbSpace, PoolConfig, SpacePool};
 use engine::space::Owner;
-use format::{DomainId, Geometry, SegmentNo};
+use format::{BlockAddr, DomainId, Geometry, InodeNo, SegmentNo};
 use metadb::{MetaDb, MetaDbConfig, MetaDbEnv};
 use pmr::Pmr;
 use std::sync::Arc;
@@ -153,12 +156,31 @@ fn claim_lost_segments(
     pool: &SpacePool,
     lost: &mut Vec<(DomainId, SegmentNo)>,
 ) -> Result<(), metadb::MetaDbError> {
+    let mut used: Vec<(InodeNo, BlockAddr)> = Vec::new();
+    let mut shadowed = std::collections::HashSet::new();
     for item in db.prefix(&[MAPPING_TAG], None)? {
         let (key, value) = item?;
-        let (Ok((ino, _)), Ok(m)) = (parse_mapping_key(&key), Mapping::decode(&value)) else {
+        if let (Ok((ino, block)), Ok(m)) = (parse_mapping_key(&key), Mapping::decode(&value)) {
+            used.push((ino, m.addr));
+            shadowed.insert((ino, block));
+        }
+    }
+    // An extent lies inside one segment; one whose blocks all have `x` records is a
+    // stale claim (its segment may be free).
+    for item in db.prefix(&[EXTENT_TAG], None)? {
+        let (key, value) = item?;
+        let Ok((ino, last)) = parse_extent_key(&key) else {
             continue;
         };
-        let Some(segment) = geometry.segment_of(m.addr) else {
+        let Ok(e) = Extent::decode(last, &value) else {
+            continue;
+        };
+        if let Some(b) = (e.first.0..=last.0).find(|&b| !shadowed.contains(&(ino, FileBlock(b)))) {
+            used.push((ino, e.mapping(FileBlock(b)).addr));
+        }
+    }
+    for (ino, addr) in used {
+        let Some(segment) = geometry.segment_of(addr) else {
             continue;
         };
         if pool.owner(segment).is_none() {

@@ -6,13 +6,14 @@
 //! - Every key is visited once, in key order; each lands in exactly one of the maps
 //!   below or becomes a [`Kind::BadRecord`] / [`Kind::UnknownRecord`] problem.
 //! - Memory: about 100 bytes per mapped block (mapping, reverse entry, verdicts) and a
-//!   few hundred per inode; fsck holds the whole index (DESIGN.md §4e gives the limit).
+//!   few hundred per inode; fsck holds the whole index (DESIGN.md §4e gives the limit),
+//!   extents expanded to one mapping per block.
 
 use crate::problem::{Class, Kind, Objects};
 use crate::Fsck;
 use engine::log::keys::{
-    self, DomainRecord, FileBlock, Mapping, Reverse, DOMAIN_TAG, MAPPING_TAG, REVERSE_TAG,
-    SEGINFO_TAG,
+    self, DomainRecord, Extent, FileBlock, Mapping, Reverse, ReverseExtent, DOMAIN_TAG, EXTENT_TAG,
+    MAPPING_TAG, REVERSE_EXTENT_TAG, REVERSE_TAG, SEGINFO_TAG,
 };
 use engine::space::seginfo::{ENTRY_BYTES, E_BITMAP, E_KIND, E_MODIFIED, E_SEGMENT, E_VALID_COUNT};
 use format::{DomainId, InodeNo, SegmentNo};
@@ -84,12 +85,14 @@ fn decode_seginfo(segment: SegmentNo, v: &[u8]) -> Result<SegEntry, String> {
     })
 }
 
-/// A file block mapping (`x` record).
+/// A file block's mapping: its `x` record, or the extent covering it when it has none.
 #[derive(Debug, Clone, Copy)]
 pub struct MapRec {
     pub ino: InodeNo,
     pub block: FileBlock,
     pub m: Mapping,
+    /// The last block of the extent the mapping comes from (`None`: an `x` record).
+    pub extent: Option<FileBlock>,
 }
 
 /// A directory entry (`m` record) that decoded.
@@ -105,8 +108,13 @@ pub struct DentryRec {
 pub struct Records {
     pub seginfo: BTreeMap<(DomainId, SegmentNo), SegEntry>,
     pub domains: BTreeMap<DomainId, DomainRecord>,
+    /// Every mapped block (shadowed extent claims are not mappings).
     pub mappings: Vec<MapRec>,
+    /// Extents, by (inode, last block).
+    pub extents: BTreeMap<(InodeNo, FileBlock), Extent>,
     pub reverse: HashMap<(SegmentNo, u16), Reverse>,
+    /// Reverse extents per segment: (first device block in the segment, entry).
+    pub reverse_extents: HashMap<SegmentNo, Vec<(u16, ReverseExtent)>>,
     pub inodes: BTreeMap<InodeNo, Inode>,
     /// Inodes whose record exists but cannot be decoded (left alone by other checks).
     pub bad_inodes: BTreeSet<InodeNo>,
@@ -121,6 +129,19 @@ pub struct Records {
 fn ino_at(key: &[u8]) -> Option<InodeNo> {
     key.get(1..9)
         .map(|b| InodeNo(u64::from_be_bytes(b.try_into().expect("8 bytes"))))
+}
+
+impl Records {
+    /// Whether the reverse map names (`ino`, `block`) for device block `at` (an `r`
+    /// entry, or a `q` entry covering it).
+    pub fn reverse_names(&self, at: (SegmentNo, u16), ino: InodeNo, block: FileBlock) -> bool {
+        let want = Reverse { ino, block };
+        self.reverse.get(&at) == Some(&want)
+            || self.reverse_extents.get(&at.0).is_some_and(|qs| {
+                qs.iter()
+                    .any(|(start, q)| q.owner_of(*start, at.1) == Some(want))
+            })
+    }
 }
 
 impl Fsck<'_> {
@@ -151,7 +172,51 @@ impl Fsck<'_> {
                 }
             }
         }
+        self.extent_mappings(&mut r);
         Ok(r)
+    }
+
+    /// Adds the blocks extents map (those without an `x` record) to `r.mappings`; an
+    /// extent overlapping an earlier one of its file is a bad record.
+    fn extent_mappings(&mut self, r: &mut Records) {
+        let singles: std::collections::HashSet<(InodeNo, FileBlock)> =
+            r.mappings.iter().map(|m| (m.ino, m.block)).collect();
+        let mut previous: Option<(InodeNo, FileBlock)> = None;
+        let extents: Vec<((InodeNo, FileBlock), Extent)> =
+            r.extents.iter().map(|(k, e)| (*k, e.clone())).collect();
+        for ((ino, last), e) in extents {
+            if let Some((p_ino, p_last)) = previous.filter(|(p, _)| *p == ino) {
+                if e.first <= p_last {
+                    let key = keys::extent_key(ino, last);
+                    if self.report(
+                        Kind::BadRecord,
+                        Class::Destructive,
+                        Objects::key(&key),
+                        format!(
+                            "extent of blocks {}..={} of inode {ino} overlaps the one ending at block {} of inode {p_ino}",
+                            e.first.0, last.0, p_last.0
+                        ),
+                        Some("delete the record"),
+                    ) {
+                        self.delete(&key);
+                    }
+                    r.extents.remove(&(ino, last));
+                    continue;
+                }
+            }
+            previous = Some((ino, last));
+            for b in e.first.0..=last.0 {
+                let block = FileBlock(b);
+                if !singles.contains(&(ino, block)) {
+                    r.mappings.push(MapRec {
+                        ino,
+                        block,
+                        m: e.mapping(block),
+                        extent: Some(last),
+                    });
+                }
+            }
+        }
     }
 
     fn scan_one(&mut self, r: &mut Records, key: &[u8], value: &[u8]) -> Result<(), String> {
@@ -160,7 +225,26 @@ impl Fsck<'_> {
             MAPPING_TAG => {
                 let (ino, block) = keys::parse_mapping_key(key).map_err(|e| e.to_string())?;
                 let m = Mapping::decode(value).map_err(|e| e.to_string())?;
-                r.mappings.push(MapRec { ino, block, m });
+                r.mappings.push(MapRec {
+                    ino,
+                    block,
+                    m,
+                    extent: None,
+                });
+            }
+            EXTENT_TAG => {
+                let (ino, last) = keys::parse_extent_key(key).map_err(|e| e.to_string())?;
+                let e = Extent::decode(last, value).map_err(|e| e.to_string())?;
+                r.extents.insert((ino, last), e);
+            }
+            REVERSE_EXTENT_TAG => {
+                let (segment, start) =
+                    keys::parse_reverse_extent_key(key).map_err(|e| e.to_string())?;
+                let q = ReverseExtent::decode(value).map_err(|e| e.to_string())?;
+                r.reverse_extents
+                    .entry(segment)
+                    .or_default()
+                    .push((start, q));
             }
             REVERSE_TAG => {
                 let at = keys::parse_reverse_key(key).map_err(|e| e.to_string())?;

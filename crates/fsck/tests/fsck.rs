@@ -279,7 +279,7 @@ fn mapping_for_a_missing_inode_is_dropped() {
             let f = ino(fs, "/d2/sub/mid");
             let ghost = InodeNo(f.0 + u64::from(DOMAINS) * 1000);
             let m = mapping(fs, f, 2);
-            delete(fs, &keys::mapping_key(f, FileBlock(2)));
+            unmap(fs, f, 2);
             put(fs, &keys::mapping_key(ghost, FileBlock(2)), &m.encode());
             let g = fs.engine().geometry();
             let seg = g.segment_of(m.addr).unwrap();

@@ -40,7 +40,7 @@ fn damage(seed: u64) {
         // Half the damage goes to the namespace (few records beside the block index).
         let pool: Vec<&(Vec<u8>, Vec<u8>)> = if rng.chance(1, 2) {
             all.iter()
-                .filter(|(k, _)| !matches!(k[0], b'x' | b'r'))
+                .filter(|(k, _)| !matches!(k[0], b'x' | b'e' | b'r' | b'q'))
                 .collect()
         } else {
             all.iter().collect()

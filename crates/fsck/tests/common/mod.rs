@@ -207,14 +207,48 @@ pub fn delete(fs: &FileSystem, key: &[u8]) {
         .unwrap();
 }
 
-pub fn mapping(fs: &FileSystem, ino: InodeNo, block: u64) -> Mapping {
-    let v = fs
-        .engine()
-        .metadb()
-        .get(&keys::mapping_key(ino, FileBlock(block)))
+/// Unmaps one block behind the engine's back: deletes its `x` record and takes it out of
+/// the extent covering it (the rest of the extent stays).
+pub fn unmap(fs: &FileSystem, ino: InodeNo, block: u64) {
+    let b = FileBlock(block);
+    delete(fs, &keys::mapping_key(ino, b));
+    let db = fs.engine().metadb();
+    let covering = db
+        .prefix(&keys::extent_prefix(ino), None)
         .unwrap()
+        .map(|item| item.unwrap())
+        .map(|(key, value)| {
+            let last = keys::parse_extent_key(&key).unwrap().1;
+            keys::Extent::decode(last, &value).unwrap()
+        })
+        .find(|e| e.contains(b));
+    if let Some(e) = covering {
+        delete(fs, &e.key(ino));
+        let pieces = [
+            e.slice(e.first, b),
+            e.slice(FileBlock(block + 1), FileBlock(e.last().0 + 1)),
+        ];
+        for p in pieces.into_iter().flatten() {
+            put(fs, &p.key(ino), &p.encode());
+        }
+    }
+}
+
+/// The mapping of a block: its `x` record, else the extent covering it.
+pub fn mapping(fs: &FileSystem, ino: InodeNo, block: u64) -> Mapping {
+    let db = fs.engine().metadb();
+    let b = FileBlock(block);
+    if let Some(v) = db.get(&keys::mapping_key(ino, b)).unwrap() {
+        return Mapping::decode(&v).unwrap();
+    }
+    let (key, value) = db
+        .prefix(&keys::extent_prefix(ino), None)
+        .unwrap()
+        .map(|item| item.unwrap())
+        .find(|(key, _)| keys::parse_extent_key(key).unwrap().1 >= b)
         .expect("block mapped");
-    Mapping::decode(&v).unwrap()
+    let e = keys::Extent::decode(keys::parse_extent_key(&key).unwrap().1, &value).unwrap();
+    e.mapping(b)
 }
 
 pub fn inode(fs: &FileSystem, ino: InodeNo) -> vfs::records::Inode {
