@@ -50,18 +50,7 @@ fn snapshot(fs: &FileSystem, dir: &str, out: &mut BTreeMap<String, (Kind, Vec<u8
                 let ino = fs.resolve(&path, false).unwrap();
                 assert_eq!(fs.read_at(ino, 0, &mut buf).unwrap(), buf.len());
                 // st_blocks is exact: 8 sectors per mapped block, no block past the end.
-                let mapped: Vec<u64> = fs
-                    .engine()
-                    .metadb()
-                    .prefix(&engine::log::keys::mapping_prefix(ino), None)
-                    .unwrap()
-                    .map(|item| {
-                        engine::log::keys::parse_mapping_key(&item.unwrap().0)
-                            .unwrap()
-                            .1
-                             .0
-                    })
-                    .collect();
+                let mapped = common::mapped_block_list(fs, ino.0);
                 assert_eq!(meta.blocks, 8 * mapped.len() as u64, "{path}: st_blocks");
                 assert!(
                     mapped.iter().all(|&b| b < meta.size.div_ceil(4096)),

@@ -92,14 +92,25 @@ pub fn orphan_records(fs: &FileSystem) -> usize {
 
 /// Blocks mapped for inode `ino`.
 pub fn mapped_blocks(fs: &FileSystem, ino: u64) -> usize {
-    fs.engine()
-        .metadb()
-        .prefix(
-            &engine::log::keys::mapping_prefix(format::InodeNo(ino)),
-            None,
-        )
-        .unwrap()
-        .count()
+    mapped_block_list(fs, ino).len()
+}
+
+/// The mapped blocks of inode `ino` (`x` records and extents), ascending.
+pub fn mapped_block_list(fs: &FileSystem, ino: u64) -> Vec<u64> {
+    use engine::log::keys;
+    let db = fs.engine().metadb();
+    let ino = format::InodeNo(ino);
+    let mut blocks = std::collections::BTreeSet::new();
+    for item in db.prefix(&keys::mapping_prefix(ino), None).unwrap() {
+        blocks.insert(keys::parse_mapping_key(&item.unwrap().0).unwrap().1);
+    }
+    for item in db.prefix(&keys::extent_prefix(ino), None).unwrap() {
+        let (key, value) = item.unwrap();
+        let last = keys::parse_extent_key(&key).unwrap().1;
+        let e = keys::Extent::decode(last, &value).unwrap();
+        blocks.extend((e.first.0..=last.0).map(keys::FileBlock));
+    }
+    blocks.into_iter().map(|b| b.0).collect()
 }
 
 /// fsck (check only, data verified) of an unmounted image: the problems it finds.
