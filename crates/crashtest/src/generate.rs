@@ -13,7 +13,9 @@ use vfs::RenameMode;
 fn setup() -> Vec<Op> {
     vec![
         Op::Create("/A".into()),
-        Op::Write("/A".into(), 0, 8192),
+        // 16 blocks: one extent, which the later writes, punches and truncates shadow,
+        // trim and split.
+        Op::Write("/A".into(), 0, 65536),
         Op::Create("/B".into()),
         Op::Write("/B".into(), 0, 3000),
         Op::Mkdir("/D".into()),
@@ -44,6 +46,8 @@ pub fn operations() -> Vec<(Op, &'static str)> {
         (Op::Rename(s("/D"), s("/F/D"), RenameMode::Replace), "/F/D"),
         (Op::SetXattr(s("/A"), s("user.k"), s("v")), "/A"),
         (Op::Chmod(s("/A"), 0o600), "/A"),
+        // A long write: an extent made (and trimming /B's block) inside the window.
+        (Op::Write(s("/B"), 0, 40960), "/B"),
     ]
 }
 

@@ -97,7 +97,7 @@ fn workload(
         let ino = 1 + rng.below(FILES);
         let acknowledged = match rng.below(12) {
             0..=6 => {
-                let w = RandomWrite::new(&mut rng, BLOCKS, 4, 2);
+                let w = RandomWrite::new(&mut rng, BLOCKS, 10, 2);
                 for (b, v) in w.blocks() {
                     model.insert((ino, b), v);
                     run.written.entry((ino, b)).or_default().push(v);
@@ -243,7 +243,7 @@ fn pmr_mode_async_fsync_recovers_a_prefix_with_every_acknowledged_write() {
         let ino = 1 + rng.below(FILES);
         match rng.below(10) {
             0..=6 => {
-                let w = RandomWrite::new(&mut rng, BLOCKS, 4, 2);
+                let w = RandomWrite::new(&mut rng, BLOCKS, 10, 2);
                 model.extend(w.blocks().map(|(b, v)| ((ino, b), v)));
                 w.apply(&engine, ino).unwrap();
                 if w.durability == Durability::Fsync {
