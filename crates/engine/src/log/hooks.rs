@@ -150,7 +150,12 @@ impl WriteHooks for EngineHooks {
                         let (ino, last) =
                             keys::parse_extent_key(key).map_err(|e| corrupt(e.to_string()))?;
                         let e = Extent::decode(last, value).map_err(|e| corrupt(e.to_string()))?;
-                        // A trimmed piece of an older extent carries that write's number.
+                        // A trimmed piece of an older extent carries that write's number,
+                        // and may keep stale claims on blocks `x` records shadow. Their
+                        // addresses still hold that write's data: an address is written
+                        // again only in a reused segment, and a segment is reused only
+                        // after a checkpoint whose watermark covers every write before
+                        // its freeing, so a piece numbered above the watermark has none.
                         if e.write_seq > w {
                             for b in e.first.0..=last.0 {
                                 let block = keys::FileBlock(b);
