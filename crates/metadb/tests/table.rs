@@ -456,6 +456,51 @@ fn the_second_read_of_a_block_comes_from_the_cache() {
 }
 
 #[test]
+fn a_small_table_is_read_whole_at_open_and_its_lookups_read_nothing() {
+    let env = Env::new(512);
+    let mut rng = Rng::from_seed(61);
+    let (builder, model) = random_table(&mut rng, TableId(61), 100);
+    let (meta, bytes) = env.write(builder);
+    assert!(bytes.len() <= metadb::table::reader::SMALL_TABLE_BYTES && bytes.len() > 4096);
+    let reads = || env.device.counters().snapshot().cause(IoCause::Table);
+    let before = reads();
+    let table = env.open(&meta).unwrap();
+    let opened = reads();
+    assert_eq!(opened.read_ops, before.read_ops + 1, "one read at open");
+    assert_eq!(opened.read_bytes, before.read_bytes + bytes.len() as u64);
+    check_against_model(&table, &model, &mut rng);
+    assert_eq!(
+        reads().read_ops,
+        opened.read_ops,
+        "lookups and scans read nothing"
+    );
+    assert_eq!(table.stats().block_reads, 0);
+
+    // A bad data block does not fail the open: the lookups that need it fail, others
+    // are served from the cache.
+    let env = Env::new(512);
+    let mut rng = Rng::from_seed(61);
+    let (builder, model) = random_table(&mut rng, TableId(61), 100);
+    let (meta, _) = env.write(builder);
+    env.flip(&meta, 10);
+    let table = env.open(&meta).expect("opens despite a bad data block");
+    let mut failures = 0;
+    for k in model.keys() {
+        match table.get(&k.user_key, Seq::MAX) {
+            Ok(got) => assert_eq!(got, model_get(&model, &k.user_key, Seq::MAX)),
+            Err(e) => {
+                assert!(is_table_corruption(&e, meta.id, "data block"), "{e}");
+                failures += 1;
+            }
+        }
+    }
+    assert!(
+        failures > 0 && failures < model.len(),
+        "{failures} failures"
+    );
+}
+
+#[test]
 fn a_table_opened_from_its_written_bytes_reads_nothing_and_serves_from_the_cache() {
     let env = Env::new(512);
     let mut rng = Rng::from_seed(61);

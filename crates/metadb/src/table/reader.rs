@@ -140,10 +140,16 @@ fn read_index_and_bloom(
     Ok((index, bloom))
 }
 
+/// A table at most this long is read whole when opened, and its data blocks go to the
+/// block cache (RocksDB prefetches a table's last 512 KiB at open, which reads small
+/// tables whole the same way): a mount then serves its first lookups in a small store
+/// without one device read per block.
+pub const SMALL_TABLE_BYTES: usize = 64 << 10;
+
 impl Table {
     /// Opens the table `meta` describes, written at byte `offset` of `device` (its
     /// segment's start): reads and verifies the footer, index and bloom filter (one or two
-    /// reads).
+    /// reads); a table of at most [`SMALL_TABLE_BYTES`] is read whole in one request.
     pub fn open(
         device: Arc<Device>,
         offset: u64,
@@ -166,6 +172,17 @@ impl Table {
             let detail =
                 format!("length {len} at device offset {offset} is impossible for a table");
             return Err(corrupt(id, "manifest entry", detail));
+        }
+        if len <= SMALL_TABLE_BYTES as u64 {
+            // One read of the whole table, its data blocks cached: a lookup's later
+            // read of one of them would cost a request of its own.
+            // A block that fails its checksum is left out, to be read (and reported) by
+            // the lookup that needs it, as for any table: one bad block does not make
+            // the whole table, and the mount, fail.
+            let whole = device.read(offset, AlignedBuf::zeroed(len as usize), IoCause::Table)?;
+            let table = Table::open_from_tail(device, offset, meta, cache, &whole, 0)?;
+            table.cache_blocks(&whole, false)?;
+            return Ok(table);
         }
         // The last 4 KiB: the footer, and for small tables the index and bloom too.
         let tail_at = len - align;
@@ -198,18 +215,26 @@ impl Table {
         );
         let table = Table::open_from_tail(device, offset, meta, cache, bytes, 0)?;
         if fill_cache {
-            for i in 0..table.index.len() {
-                let handle = table.index.handle(i);
-                let sealed = &bytes[handle.offset as usize..handle.end() as usize];
-                let body = unseal(table.id(), handle.offset, sealed, &|| {
-                    format!("data block at offset {}", handle.offset)
-                })?;
-                table
-                    .cache
-                    .insert(table.id(), handle.offset, Arc::from(body));
-            }
+            table.cache_blocks(bytes, true)?;
         }
         Ok(table)
+    }
+
+    /// Puts every data block of `bytes` (the whole table) in the block cache. A block
+    /// that fails its checksum is an error when `strict`, else left out.
+    fn cache_blocks(&self, bytes: &[u8], strict: bool) -> Result<(), MetaDbError> {
+        for i in 0..self.index.len() {
+            let handle = self.index.handle(i);
+            let sealed = &bytes[handle.offset as usize..handle.end() as usize];
+            match unseal(self.id(), handle.offset, sealed, &|| {
+                format!("data block at offset {}", handle.offset)
+            }) {
+                Ok(body) => self.cache.insert(self.id(), handle.offset, Arc::from(body)),
+                Err(e) if strict => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// The rest of [`Table::open`]: `tail` holds the table's bytes from `tail_at` to its
