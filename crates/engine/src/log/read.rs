@@ -31,39 +31,33 @@ impl Engine {
         from: FileBlock,
     ) -> Result<Option<FileBlock>, EngineError> {
         let next = InodeNo(ino.0 + 1);
-        let single = match self
-            .db
-            .range(
-                &keys::mapping_key(ino, from),
-                Some(&keys::mapping_prefix(next)),
-                None,
-            )?
-            .next()
-        {
-            Some(item) => Some(keys::parse_mapping_key(&item?.0)?.1),
-            None => None,
-        };
+        let single =
+            match self.first_in(&keys::mapping_key(ino, from), &keys::mapping_prefix(next))? {
+                Some((key, _)) => Some(keys::parse_mapping_key(&key)?.1),
+                None => None,
+            };
         // The first extent ending at or after `from` covers it or starts after it.
-        let extent = match self
-            .db
-            .range(
-                &keys::extent_key(ino, from),
-                Some(&keys::extent_prefix(next)),
-                None,
-            )?
-            .next()
-        {
-            Some(item) => {
-                let (key, value) = item?;
-                let (_, last) = keys::parse_extent_key(&key)?;
-                Some(Extent::decode(last, &value)?.first.max(from))
-            }
-            None => None,
-        };
+        let extent =
+            match self.first_in(&keys::extent_key(ino, from), &keys::extent_prefix(next))? {
+                Some((key, value)) => {
+                    let (_, last) = keys::parse_extent_key(&key)?;
+                    Some(Extent::decode(last, &value)?.first.max(from))
+                }
+                None => None,
+            };
         Ok(match (single, extent) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         })
+    }
+
+    /// The first record with a key in `start..stop`.
+    fn first_in(
+        &self,
+        start: &[u8],
+        stop: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError> {
+        Ok(self.db.range(start, Some(stop), None)?.next().transpose()?)
     }
 
     /// The first unmapped block of `ino` at or after `from` (SEEK_HOLE). Walks the run
