@@ -11,6 +11,9 @@ use crate::error::EngineError;
 use device::{AlignedBuf, IoCause, IoRequest};
 use format::InodeNo;
 
+/// A MetaDB record: key and value.
+type Record = (Vec<u8>, Vec<u8>);
+
 impl Engine {
     /// Current mappings of blocks `first..first + count` of `ino`.
     pub(super) fn mappings(
@@ -52,11 +55,7 @@ impl Engine {
     }
 
     /// The first record with a key in `start..stop`.
-    fn first_in(
-        &self,
-        start: &[u8],
-        stop: &[u8],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError> {
+    fn first_in(&self, start: &[u8], stop: &[u8]) -> Result<Option<Record>, EngineError> {
         Ok(self.db.range(start, Some(stop), None)?.next().transpose()?)
     }
 
