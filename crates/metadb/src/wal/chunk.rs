@@ -456,9 +456,10 @@ impl ChunkStore {
         })
     }
 
-    /// Announces a write a flush will follow ([`FlushCombiner::begin_write`]).
-    pub fn begin_write(&self) -> super::flush::Writing<'_> {
-        self.flusher.begin_write()
+    /// The flushes that cover every write completed before the call
+    /// ([`FlushCombiner::need`]).
+    pub fn flush_need(&self) -> super::flush::FlushNeed {
+        self.flusher.need()
     }
 
     /// Returns once every write that completed before the call is durable.
@@ -466,7 +467,7 @@ impl ChunkStore {
         self.flusher.flush(&self.device, &self.health)
     }
 
-    /// Returns once flush ticket `need` has succeeded ([`super::flush::Writing::done`]).
+    /// Returns once a flush with ticket `need` or later has succeeded.
     pub fn flush_covering(&self, need: super::flush::FlushNeed) -> Result<(), MetaDbError> {
         self.flusher
             .flush_covering(need, &self.device, &self.health)

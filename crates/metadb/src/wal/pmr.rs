@@ -559,10 +559,9 @@ impl Wal for PmrWal {
         // for the caller's writes, and goes through the backing store's combiner so
         // concurrent callers (and migrations) share flushes.
         self.persist(positions)?;
-        let writing = self.store.begin_write();
         match before_flush()? {
             CallerWrites::Unflushed => {
-                let need = writing.done();
+                let need = self.store.flush_need();
                 self.store.flush_covering(need)
             }
             CallerWrites::Durable => Ok(()),

@@ -10,8 +10,8 @@
 //! - per lane, one write is in flight at a time and covers every record appended to the
 //!   lane when it was built; a writer whose record is covered by a write in flight waits
 //!   for it instead of writing (group commit on a shared lane);
-//! - one device flush serves every writer whose write completed before it was submitted
-//!   (wal/flush.rs).
+//! - a writer waits for a device flush already submitted after its write completed, if
+//!   there is one, and submits its own otherwise (wal/flush.rs).
 //!
 //! `persist_covering` issues its lanes' writes, runs its caller's `before_flush` while
 //! they are in flight (the engine waits for its data writes there), then waits for them
@@ -475,7 +475,6 @@ impl Wal for SsdWal {
         self.store.health().check()?;
         let targets = self.furthest_per_lane(positions);
         let mut written = Vec::with_capacity(targets.len());
-        let writing = self.store.begin_write();
         for t in &targets {
             let lane = usize::from(t.lane);
             if let Some(w) = self.ensure_written(lane, t.generation, t.lane_seq + 1)? {
@@ -483,9 +482,9 @@ impl Wal for SsdWal {
             }
         }
         if written.is_empty() {
-            return Ok(()); // Dropping `writing` wakes flushes lingering for it.
+            return Ok(());
         }
-        let need = writing.done();
+        let need = self.store.flush_need();
         self.flush_lanes(&written, Some(need))
     }
 
@@ -496,7 +495,6 @@ impl Wal for SsdWal {
     ) -> Result<(), MetaDbError> {
         self.store.health().check()?;
         let targets = self.furthest_per_lane(positions);
-        let writing = self.store.begin_write();
         let mut issued = self.store.issuer()?;
         let mut written = Vec::with_capacity(targets.len());
         // Lanes whose write another persister has in flight: written after the hook, so
@@ -550,7 +548,7 @@ impl Wal for SsdWal {
         }
         // Read after the hook returned and every write completed: the flush that
         // covers `need` starts after both.
-        let need = writing.done();
+        let need = self.store.flush_need();
         self.store.flush_covering(need)?;
         self.mark_durable(&written);
         Ok(())
