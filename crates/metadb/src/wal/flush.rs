@@ -11,7 +11,7 @@
 //! write + fdatasync, each job on its own) independent flushes scale, 9.0k/s with one job,
 //! 12.9-13.9k with two and 17-19k with four, while a combiner that ran one flush at a
 //! time, with writers lingering for each other so that one flush covered both, reached
-//! 11.6k sync puts/s at two threads (docs/DESIGN.md §3).
+//! 11.6k sync puts/s at two threads (docs/DESIGN.md §3a, ssd mode).
 //!
 //! Invariants:
 //! - Tickets number flushes in submission order; `best_done >= t` means a flush with
