@@ -147,6 +147,7 @@ impl FlushCombiner {
 mod tests {
     use super::*;
     use device::memory::MemoryBackend;
+    use device::recording::{FaultPlan, RecordingBackend};
     use device::{Backend, BackendQueue, DeviceError, DeviceInfo, IoCompletion, IoOp, IoRequest};
     use std::sync::{Arc, Condvar};
 
@@ -171,10 +172,10 @@ mod tests {
         }
     }
 
-    /// A memory device whose flushes wait at a gate.
+    /// A device whose flushes wait at a gate.
     #[derive(Debug)]
     struct GatedFlushes {
-        inner: MemoryBackend,
+        inner: Box<dyn Backend>,
         gate: Arc<Gate>,
     }
 
@@ -229,12 +230,16 @@ mod tests {
     }
 
     fn gated() -> (Arc<Gate>, Arc<Device>) {
+        gated_over(Box::new(MemoryBackend::new(1 << 20, 512)))
+    }
+
+    fn gated_over(inner: Box<dyn Backend>) -> (Arc<Gate>, Arc<Device>) {
         let gate = Arc::new(Gate {
             closed: Mutex::new(true),
             opened: Condvar::new(),
         });
         let backend = GatedFlushes {
-            inner: MemoryBackend::new(1 << 20, 512),
+            inner,
             gate: gate.clone(),
         };
         (gate, Arc::new(Device::new(Box::new(backend))))
@@ -295,6 +300,41 @@ mod tests {
         a.join().unwrap();
         b.join().unwrap();
         assert_eq!(wal_flushes(&device), 1, "one flush served both");
+    }
+
+    #[test]
+    fn a_failed_flush_fails_the_writers_sharing_it_and_every_later_call() {
+        let (recording, handle) = RecordingBackend::new(vec![0; 1 << 20], 512);
+        handle.set_fault(FaultPlan::FailFlush { nth: 1 });
+        let (gate, device) = gated_over(Box::new(recording));
+        let combiner = Arc::new(FlushCombiner::default());
+        let health = Arc::new(Health::default());
+        // B's write has completed; A's flush, submitted after it, will fail.
+        let need = combiner.need();
+        let a = {
+            let (device, combiner, health) = (device.clone(), combiner.clone(), health.clone());
+            std::thread::spawn(move || combiner.flush(&device, &health))
+        };
+        wait_for_flushes(&device, 1);
+        let b = {
+            let (device, combiner, health) = (device.clone(), combiner.clone(), health.clone());
+            std::thread::spawn(move || combiner.flush_covering(need, &device, &health))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        gate.open();
+        match a.join().unwrap() {
+            Err(MetaDbError::Device(DeviceError::Injected { op, .. })) => assert_eq!(op, "flush"),
+            other => panic!("A: expected the injected flush failure, got {other:?}"),
+        }
+        assert!(
+            matches!(b.join().unwrap(), Err(MetaDbError::ReadOnly(_))),
+            "B shared the failed flush"
+        );
+        assert!(matches!(
+            combiner.flush(&device, &health),
+            Err(MetaDbError::ReadOnly(_))
+        ));
+        assert_eq!(wal_flushes(&device), 1, "no flush is tried after a failure");
     }
 
     #[test]
