@@ -167,10 +167,11 @@ fn sqlite_100k_inserts_in_wal_mode_and_a_rollback_survive_a_remount() {
     sqlite_inserts_survive_a_remount(true, true);
 }
 
-/// After a ROLLBACK in rollback-journal mode sqlite unlinks `test.db-journal`; after
-/// `fusermount3 -u` and a remount the journal is back (2.8 MB, its first block failing
-/// its checksum: "data checksum mismatch: inode 16 block 0"), so sqlite3 reports
-/// "disk I/O error" (EIO from pread of the hot journal). fsck -n calls the image clean.
+/// After a ROLLBACK in rollback-journal mode sqlite unlinks `test.db-journal`. This
+/// found the journal coming back after `fusermount3 -u` and a remount (2.8 MB, its first
+/// block failing its checksum, so sqlite3 reported "disk I/O error" on the hot journal)
+/// while fsck -n called the image clean; fixed in 4442cf2 (WAL replay and checkpointed
+/// watermarks).
 #[test]
 fn sqlite_rolled_back_transaction_in_rollback_journal_mode_survives_a_remount() {
     sqlite_inserts_survive_a_remount(false, true);
@@ -206,9 +207,9 @@ fn rocksdb_db_bench_runs_and_the_image_checks_clean() {
 }
 
 /// readrandom opens the database overwrite left, replays its WAL `000009.log` into
-/// `000013.sst` and deletes the WAL; after `fusermount3 -u` `augefs fsck -n` is clean but
-/// `--verify-data` finds 631 blocks of one inode failing their checksums, and after a
-/// remount `000009.log` is back (2.5 MB) and reading it fails with EIO.
+/// `000013.sst` and deletes the WAL. This found, after `fusermount3 -u`, `--verify-data`
+/// failing 631 blocks of one inode and, after a remount, the deleted WAL back (2.5 MB,
+/// reads failing with EIO); fixed in 4442cf2.
 #[test]
 fn rocksdb_db_bench_image_verifies_every_block() {
     db_bench_then_fsck(true);
