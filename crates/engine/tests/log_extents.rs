@@ -172,3 +172,161 @@ fn extents_map_long_runs_and_survive_overwrites_punches_gc_and_remounts() {
         FileBlock(50)
     );
 }
+
+/// Reads go through the map cache (whole extents with their shadows, kept after the
+/// first read of a block in them); every kind of index change drops the file's spans,
+/// so the next read sees it.
+#[test]
+fn reads_through_the_map_cache_see_every_change_made_before_them() {
+    let dev = memory_image(64 * MIB, 1, None);
+    let config = small_config(FsyncPath::Async, 64 << 10, false);
+    let engine = mount(&dev, None, &config);
+    let ino = InodeNo(INO);
+    let mut model = BTreeMap::new();
+    let blocks = 700u64;
+    let read_one = |b: u64| read_values(&engine, INO, b + 1)[b as usize];
+
+    // More than a segment, so that GC has a victim that is not the open head.
+    write(&engine, 0, &[1; 600]);
+    model.extend((0..600).map(|b| (b, 1u8)));
+    assert_eq!(engine.cached_spans(), 0);
+    assert_eq!(read_one(7), Some(1));
+    assert!(engine.cached_spans() >= 1, "a read keeps the extent");
+
+    // Each change, then a read served by a refilled cache.
+    type Change<'a> = Box<dyn Fn(&mut BTreeMap<u64, u8>) + 'a>;
+    let changes: Vec<Change> = vec![
+        Box::new(|m| {
+            write_block(&engine, INO, 7, 2, Durability::Buffered).unwrap();
+            m.insert(7, 2);
+        }),
+        Box::new(|m| {
+            write(&engine, 100, &[3; 20]);
+            m.extend((100..120).map(|b| (b, 3u8)));
+        }),
+        Box::new(|m| {
+            engine
+                .punch(
+                    ino,
+                    FileBlock(50),
+                    Some(FileBlock(60)),
+                    &WriteBatch::new(),
+                    Durability::Buffered,
+                )
+                .unwrap();
+            for b in 50..60 {
+                m.remove(&b);
+            }
+        }),
+        Box::new(|_| {
+            engine.sync().unwrap();
+            let mut moved = 0;
+            while let Some(r) = engine
+                .gc_domain(format::DomainId(0), Policy::Greedy)
+                .unwrap()
+            {
+                moved += r.moved;
+                if r.moved == 0 {
+                    break;
+                }
+            }
+            assert!(moved > 0, "GC moved live blocks");
+        }),
+        Box::new(|m| {
+            write_block(&engine, INO, 200, 5, Durability::Fsync).unwrap();
+            m.insert(200, 5);
+        }),
+        Box::new(|m| {
+            engine
+                .punch(
+                    ino,
+                    FileBlock(30),
+                    None,
+                    &WriteBatch::new(),
+                    Durability::Buffered,
+                )
+                .unwrap();
+            m.retain(|&b, _| b < 30);
+        }),
+    ];
+    // Block by block, so that reads inside extents are answered by the cache.
+    let check_each = |model: &BTreeMap<u64, u8>, k: usize| {
+        for b in 0..blocks {
+            assert_eq!(read_one(b), model.get(&b).copied(), "change {k}, block {b}");
+        }
+        check(&engine, model, blocks);
+    };
+    for (k, change) in changes.iter().enumerate() {
+        // Fill the cache over the whole file, change, and read again.
+        check_each(&model, k);
+        assert!(engine.cached_spans() >= 1, "change {k}: cache filled");
+        change(&mut model);
+        check_each(&model, k);
+    }
+}
+
+/// Readers racing a writer and the cleaner: once a write returned, no read may return
+/// the block's older contents (a stale cached mapping would: the old data still checks
+/// against the old CRC).
+#[test]
+fn concurrent_readers_never_see_a_block_older_than_its_last_returned_write() {
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    let dev = memory_image(64 * MIB, 1, None);
+    let config = small_config(FsyncPath::Async, 64 << 10, false);
+    let engine = mount(&dev, None, &config);
+    const BLOCKS: u64 = 64;
+    write(&engine, 0, &[1; BLOCKS as usize]);
+    let written: Vec<AtomicU8> = (0..BLOCKS).map(|_| AtomicU8::new(1)).collect();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (engine, written, done) = (&engine, &written, &done);
+            s.spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ t;
+                while !done.load(Ordering::SeqCst) {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let b = rng % BLOCKS;
+                    let floor = written[b as usize].load(Ordering::SeqCst);
+                    let mut out = vec![0u8; BLOCK];
+                    engine.read(InodeNo(INO), FileBlock(b), &mut out).unwrap();
+                    let got = out[0];
+                    assert!(out.iter().all(|&x| x == got), "block {b} torn");
+                    // Values only grow (wrapping is avoided below).
+                    assert!(
+                        got >= floor,
+                        "block {b}: read {got} after {floor} was written"
+                    );
+                }
+            });
+        }
+        let mut value = 1u8;
+        for round in 0..120u64 {
+            value += 1;
+            if round % 3 == 0 {
+                // A long rewrite: new extents.
+                write(&engine, 0, &[value; BLOCKS as usize]);
+                for w in &written {
+                    w.store(value, Ordering::SeqCst);
+                }
+            } else {
+                // Short overwrites: shadows.
+                for b in (round % 5..BLOCKS).step_by(9) {
+                    write_block(&engine, INO, b, value, Durability::Buffered).unwrap();
+                    written[b as usize].store(value, Ordering::SeqCst);
+                }
+            }
+            if round % 10 == 9 {
+                engine.sync().unwrap();
+                let _ = engine
+                    .gc_domain(format::DomainId(0), Policy::Greedy)
+                    .unwrap();
+            }
+            if value == 250 {
+                break;
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+}

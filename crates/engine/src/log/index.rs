@@ -17,6 +17,7 @@
 
 use super::domain::{self, DomainState};
 use super::keys::{self, Extent, FileBlock, Mapping, Reverse, ReverseExtent};
+use super::mapcache::Span;
 use super::Engine;
 use crate::error::EngineError;
 use format::{BlockAddr, InodeNo};
@@ -222,6 +223,24 @@ impl IndexView {
     /// The loaded extents, by last block.
     pub fn extents(&self) -> impl Iterator<Item = (&FileBlock, &Extent)> {
         self.extents.iter()
+    }
+
+    /// The extents lying wholly inside `from..to` (which the view must have been loaded
+    /// over), each with the `x` records shadowing its blocks.
+    pub fn spans(&self, from: FileBlock, to: FileBlock) -> Vec<Span> {
+        self.extents
+            .range(from..to)
+            .map(|(_, e)| e)
+            .filter(|e| e.first >= from)
+            .map(|e| Span {
+                extent: e.clone(),
+                shadows: self
+                    .singles
+                    .range(e.first..=e.last())
+                    .map(|(b, m)| (*b, *m))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Every mapped block in `from..to`, ascending.

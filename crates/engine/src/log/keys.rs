@@ -101,6 +101,16 @@ pub fn parse_extent_key(key: &[u8]) -> Result<(InodeNo, FileBlock), EngineError>
     parse_mapping_key(&k)
 }
 
+/// The inode whose block index `key` belongs to, if it is an `x` or `e` key.
+pub fn index_key_inode(key: &[u8]) -> Option<InodeNo> {
+    match key.first() {
+        Some(&MAPPING_TAG) | Some(&EXTENT_TAG) if key.len() == 17 => Some(InodeNo(
+            u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")),
+        )),
+        _ => None,
+    }
+}
+
 pub fn reverse_extent_key(segment: SegmentNo, block: u16) -> [u8; 7] {
     let mut k = reverse_key(segment, block);
     k[0] = REVERSE_EXTENT_TAG;

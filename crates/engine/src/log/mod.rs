@@ -7,6 +7,7 @@
 //!   `read`, `checkpoint` (domain checkpoints, sync, discards).
 //! - [`domain`]: a domain's heads, reservations and segment information.
 //! - [`keys`]: the engine's records in MetaDB (docs/FORMAT.md §6.2).
+//! - `mapcache`: whole extents' mappings kept in memory for reads.
 //! - [`tracker`]: a domain's data-write sequence and durable watermark.
 //! - [`hooks`]: MetaDB's callbacks (memtable flush barrier, WAL replay filter).
 //! - [`gc`]: the cleaner.
@@ -31,6 +32,7 @@ pub mod gc;
 pub mod hooks;
 mod index;
 pub mod keys;
+mod mapcache;
 mod mount;
 pub use mount::checkpoint_watermarks;
 mod read;
@@ -172,6 +174,8 @@ pub struct Engine {
     mount: MountReport,
     /// The image allows extents (superblock feature flag): long runs are mapped by them.
     extents: bool,
+    /// Whole extents' mappings for reads (`mapcache`).
+    map_cache: mapcache::MapCache,
 }
 
 impl std::fmt::Debug for Engine {
@@ -190,6 +194,11 @@ impl Engine {
 
     pub fn metadb(&self) -> &MetaDb {
         &self.db
+    }
+
+    /// Extents whose mappings the read-side map cache holds (`mapcache`).
+    pub fn cached_spans(&self) -> usize {
+        self.map_cache.spans()
     }
 
     pub fn device(&self) -> &Arc<Device> {

@@ -113,6 +113,7 @@ impl Engine {
             counters: EngineCounters::default(),
             mount: report,
             extents: sb.has_extents(),
+            map_cache: Default::default(),
         })
     }
 }

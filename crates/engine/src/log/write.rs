@@ -384,9 +384,21 @@ impl Engine {
             }
             None => batch,
         };
-        let receipt =
+        let written =
             self.db
-                .write_pinned(domain.id.0 as usize, batch, metadb::Durability::Buffered)?;
+                .write_pinned(domain.id.0 as usize, batch, metadb::Durability::Buffered);
+        // After the batch is applied (or failed), before its writer returns.
+        let mut last = None;
+        for ino in batch
+            .ops()
+            .filter_map(|(_, key, _)| keys::index_key_inode(key))
+        {
+            if last != Some(ino) {
+                self.map_cache.invalidate(ino);
+                last = Some(ino);
+            }
+        }
+        let receipt = written?;
         state.last_receipt = Some(receipt);
         if let Some(r) = required {
             match state.required.iter_mut().find(|q| q.domain == r.domain) {
