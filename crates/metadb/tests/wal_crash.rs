@@ -329,15 +329,19 @@ fn memory_device(image: Vec<u8>, logical_block_bytes: u32) -> Arc<Device> {
     ))))
 }
 
-fn last_flush_covers(handle: &RecordingHandle) -> u64 {
+/// The writes every flush recorded so far made durable: the highest `covers`, as in
+/// `Recording::epochs`. Not the last flush's: concurrent flushes are recorded out of
+/// order, and one whose `submit` began early may be recorded after a later, wider one
+/// that a writer's acknowledgement already relied on.
+fn flushed_prefix(handle: &RecordingHandle) -> u64 {
     handle
         .events()
         .iter()
-        .rev()
-        .find_map(|e| match e {
+        .filter_map(|e| match e {
             Event::Flush { covers } => Some(*covers),
             _ => None,
         })
+        .max()
         .unwrap_or(0)
 }
 
@@ -732,7 +736,7 @@ fn ssd_concurrent_sync_appends_are_all_durable() {
     let covers_handle = handle.clone();
     let acked = concurrent_sync_appends(
         wal.clone(),
-        Arc::new(move || last_flush_covers(&covers_handle)),
+        Arc::new(move || flushed_prefix(&covers_handle)),
     );
     let wal_io = device
         .counters()
@@ -780,7 +784,7 @@ fn pmr_concurrent_sync_appends_are_all_durable() {
     let acked = concurrent_sync_appends(wal.clone(), Arc::new(|| 0));
     drop(wal);
     let recording = handle.snapshot();
-    let image = recording.image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+    let image = recording.image(&CrashState::durable_prefix(flushed_prefix(&handle)));
     let (_, recovery) = PmrWal::recover(
         pmr_from(&pmr.crash_image_all_lost()),
         memory_device(image, 512),
@@ -943,7 +947,7 @@ fn ssd_persist_writes_only_the_named_lane() {
     );
     let image = handle
         .snapshot()
-        .image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+        .image(&CrashState::durable_prefix(flushed_prefix(&handle)));
     let (_, recovery) = SsdWal::recover(memory_device(image, 512), SMALL_REGION, 2, 0).unwrap();
     let ids: Vec<_> = recovery
         .records
@@ -1076,7 +1080,7 @@ fn pmr_reused_half_is_migrated_and_zeroed_first() {
     drop(wal);
     let image = handle
         .snapshot()
-        .image(&CrashState::durable_prefix(last_flush_covers(&handle)));
+        .image(&CrashState::durable_prefix(flushed_prefix(&handle)));
     let (_, recovery) = PmrWal::recover(
         pmr_from(&pmr.crash_image_all_lost()),
         memory_device(image, 512),
@@ -1123,7 +1127,7 @@ fn run_workload(
     lanes: u16,
     ops: usize,
 ) {
-    let covers = || handle.map_or(0, last_flush_covers);
+    let covers = || handle.map_or(0, flushed_prefix);
     let write_count = || handle.map_or(0, RecordingHandle::write_count);
     let env = Env {
         model,
