@@ -309,6 +309,9 @@ fn threads_hammering_distinct_slots_see_untorn_values() {
     // Slots 8 bytes apart: several share a line, so persists overlap on lines.
     let slot = |t: u64| 4096 + t * 8;
     let done = AtomicBool::new(false);
+    // The writers start once the reader has made a pass, so that it runs beside them
+    // however the threads are scheduled.
+    let reading = AtomicBool::new(false);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
             let mut last = [0u64; THREADS as usize];
@@ -325,13 +328,17 @@ fn threads_hammering_distinct_slots_see_untorn_values() {
                     assert!(round >= last[t as usize], "slot {t} went back");
                     last[t as usize] = round;
                 }
+                reading.store(true, Ordering::Release);
             }
             loads
         });
         let writers: Vec<_> = (0..THREADS)
             .map(|t| {
-                let pmr = &pmr;
+                let (pmr, reading) = (&pmr, &reading);
                 s.spawn(move || {
+                    while !reading.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                     for round in 1..=ROUNDS {
                         pmr.store_u64(slot(t), (t << 56) | round);
                         pmr.persist(slot(t), 8, IoCause::Wal).unwrap();

@@ -107,7 +107,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
-    use std::time::Duration;
 
     fn range(first: u64, last: u64) -> BlockRange {
         BlockRange { first, last }
@@ -125,6 +124,13 @@ mod tests {
         );
     }
 
+    /// Waits until `n` requests (held or waiting) are queued on `l`.
+    fn until_queued(l: &RangeLock, n: usize) {
+        while l.requests.lock().unwrap().queue.len() < n {
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn overlapping_ranges_wait_in_arrival_order() {
         let l = Arc::new(RangeLock::default());
@@ -137,13 +143,13 @@ mod tests {
             let _g = l1.lock(BlockRange::ALL);
             o1.fetch_add(1, Ordering::SeqCst)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        until_queued(&l, 2);
         let (l2, o2) = (l.clone(), order.clone());
         let small = std::thread::spawn(move || {
             let _g = l2.lock(range(20, 20));
             o2.fetch_add(1, Ordering::SeqCst)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        until_queued(&l, 3);
         assert_eq!(
             order.load(Ordering::SeqCst),
             0,

@@ -170,14 +170,18 @@ fn the_dirty_limit_makes_writers_write_back() {
 
 #[test]
 fn the_flusher_writes_back_old_dirty_pages() {
-    let fs = mount_with(
+    // The flusher wakes every 20 ms of real time; the pages' age is the injected clock's,
+    // so they stay dirty, however the threads are scheduled, until the clock moves.
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let fs = common::mount_cached(
         &image(64 * MIB, 1),
+        EngineConfig::default(),
         CacheConfig {
             flush_interval: Some(Duration::from_millis(20)),
             expire: Duration::from_millis(50),
             ..CacheConfig::default()
         },
-        true,
+        clock.clone(),
     );
     let f = OpenOptions::new()
         .create(true)
@@ -185,7 +189,9 @@ fn the_flusher_writes_back_old_dirty_pages() {
         .open(&fs, "/f")
         .unwrap();
     f.write_at(&[5; 50000], 0).unwrap();
-    assert!(fs.cache_stats().dirty > 0);
+    std::thread::sleep(Duration::from_millis(60));
+    assert!(fs.cache_stats().dirty > 0, "written back before expiring");
+    clock.advance_ns(50_000_000);
     let start = Instant::now();
     while fs.cache_stats().dirty > 0 {
         assert!(
