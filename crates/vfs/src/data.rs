@@ -732,13 +732,11 @@ impl FileSystem {
                     pages.insert_clean(b, block, Some(mapped));
                 }
             }
-            cache.misses.fetch_add(missed, Ordering::Relaxed);
-            cache
-                .readahead
-                .fetch_add(fetch_end - last, Ordering::Relaxed);
+            cache.misses.add(missed);
+            cache.readahead.add(fetch_end - last);
         }
         drop(pages);
-        cache.hits.fetch_add(hits, Ordering::Relaxed);
+        cache.hits.add(hits);
         for (i, block) in got.iter().enumerate() {
             let block = block.as_ref().expect("every block read");
             let (lo, hi) = ((first + i as u64) * BLOCK, (first + i as u64 + 1) * BLOCK);

@@ -18,7 +18,6 @@
 use crate::fs::{Core, Handle};
 use platform::Signal;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -118,7 +117,7 @@ impl ReadAhead {
         drop(pages);
         job.h.fetched.notify_all();
         let cache = &self.core.cache;
-        cache.readahead.fetch_add(cached, Ordering::Relaxed);
+        cache.readahead.add(cached);
         if cache.page_count() > cache.max_pages() {
             cache.kick(false);
         }
