@@ -14,10 +14,8 @@ pub mod accounting;
 pub mod clock;
 pub mod rng;
 pub mod signal;
-pub mod striped;
 
 pub use accounting::{CauseCounts, IoCause, IoCounters, IoSnapshot};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use rng::Rng;
 pub use signal::Signal;
-pub use striped::StripedCounter;

@@ -732,11 +732,13 @@ impl FileSystem {
                     pages.insert_clean(b, block, Some(mapped));
                 }
             }
-            cache.misses.add(missed);
-            cache.readahead.add(fetch_end - last);
+            cache.misses.fetch_add(missed, Ordering::Relaxed);
+            cache
+                .readahead
+                .fetch_add(fetch_end - last, Ordering::Relaxed);
         }
         drop(pages);
-        cache.hits.add(hits);
+        cache.hits.fetch_add(hits, Ordering::Relaxed);
         for (i, block) in got.iter().enumerate() {
             let block = block.as_ref().expect("every block read");
             let (lo, hi) = ((first + i as u64) * BLOCK, (first + i as u64 + 1) * BLOCK);

@@ -27,7 +27,7 @@
 
 use crate::fs::Handle;
 use format::InodeNo;
-use platform::{Signal, StripedCounter};
+use platform::Signal;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -131,9 +131,9 @@ pub(crate) struct Cache {
     pub config: CacheConfig,
     pages: AtomicU64,
     dirty: AtomicU64,
-    pub hits: StripedCounter,
-    pub misses: StripedCounter,
-    pub readahead: StripedCounter,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub readahead: AtomicU64,
     pub written_back: AtomicU64,
     pub writebacks: AtomicU64,
     pub evicted: AtomicU64,
@@ -180,9 +180,9 @@ impl Cache {
             config,
             pages: AtomicU64::new(0),
             dirty: AtomicU64::new(0),
-            hits: StripedCounter::default(),
-            misses: StripedCounter::default(),
-            readahead: StripedCounter::default(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            readahead: AtomicU64::new(0),
             written_back: AtomicU64::new(0),
             writebacks: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -200,9 +200,9 @@ impl Cache {
         CacheStats {
             pages: get(&self.pages),
             dirty: get(&self.dirty),
-            hits: self.hits.get(),
-            misses: self.misses.get(),
-            readahead: self.readahead.get(),
+            hits: get(&self.hits),
+            misses: get(&self.misses),
+            readahead: get(&self.readahead),
             written_back: get(&self.written_back),
             writebacks: get(&self.writebacks),
             evicted: get(&self.evicted),

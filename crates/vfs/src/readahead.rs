@@ -18,6 +18,7 @@
 use crate::fs::{Core, Handle};
 use platform::Signal;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -117,7 +118,7 @@ impl ReadAhead {
         drop(pages);
         job.h.fetched.notify_all();
         let cache = &self.core.cache;
-        cache.readahead.add(cached);
+        cache.readahead.fetch_add(cached, Ordering::Relaxed);
         if cache.page_count() > cache.max_pages() {
             cache.kick(false);
         }
