@@ -304,32 +304,29 @@ mod tests {
     #[test]
     fn a_goal_against_the_best_kernel_fs_needs_all_four_measured() {
         // xfs and btrfs skipped (no mkfs): a pass against ext2 and ext4 proves nothing.
-        let cells = |api: f64| {
-            doc(&[
+        let fileserver = |api: f64| {
+            let d = doc(&[
                 ("fileserver", 1, "api", api),
                 ("fileserver", 1, "ext2", 1000.0),
                 ("fileserver", 1, "ext4", 900.0),
-            ])
+            ]);
+            let inputs = Inputs {
+                fs: FsResults::new(vec![&d]),
+                ..Inputs::default()
+            };
+            let g = judge(&inputs, "x");
+            let fileserver = goal(&g, "fileserver");
+            (fileserver.met, fileserver.evidence.clone())
         };
-        let d = cells(5000.0);
-        let inputs = Inputs {
-            fs: FsResults::new(vec![&d]),
-            ..Inputs::default()
-        };
-        let g = judge(&inputs, "x");
-        let fileserver = goal(&g, "fileserver");
-        assert_eq!(fileserver.met, None, "{fileserver:?}");
         assert_eq!(
-            fileserver.evidence,
-            "fileserver 1 thr vs ext2: 5.00x; not measured: xfs, btrfs"
+            fileserver(5000.0),
+            (
+                None,
+                "fileserver 1 thr vs ext2: 5.00x; not measured: xfs, btrfs".to_string()
+            )
         );
         // A figure that fails against the measured ones fails whatever the others do.
-        let d = cells(1200.0);
-        let inputs = Inputs {
-            fs: FsResults::new(vec![&d]),
-            ..Inputs::default()
-        };
-        assert_eq!(goal(&judge(&inputs, "x"), "fileserver").met, Some(false));
+        assert_eq!(fileserver(1200.0).0, Some(false));
         // The same for amplification.
         let row = |fs: &str, total: f64| json!({"workload": "create", "fs": fs, "median": {"write_fsync": 1.0, "write_total": total}});
         let amp = json!({"results": [row("augefs", 10.0), row("ext2", 18.0), row("ext4", 31.0)]});
