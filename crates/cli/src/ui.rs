@@ -59,6 +59,22 @@ pub fn utc(unix_ns: u64) -> String {
     )
 }
 
+/// How long a command waits for a process that still holds an image but no longer
+/// serves it (a mount daemon making its unmount durable; device::holder).
+pub const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The one line a command prints when it starts waiting for such a holder.
+pub fn say_waiting(image: &std::path::Path) -> impl FnMut(&device::holder::Holder) + '_ {
+    move |h| {
+        eprintln!(
+            "augefs: {} is {}, which no longer serves it (an unmount finishing); waiting up to {} s for it to let go",
+            image.display(),
+            h,
+            HOLDER_WAIT.as_secs()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

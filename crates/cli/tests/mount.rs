@@ -451,3 +451,49 @@ os.lseek(fd, 4096, os.SEEK_DATA), os.lseek(fd, 12288, os.SEEK_HOLE))' \"$f\"",
     fx.unmount();
     fx.fsck_clean();
 }
+
+/// `umount` returns while the daemon still writes back what the kernel handed it (the
+/// kernel does not wait for a FUSE daemon); the next command on the image waits for
+/// that daemon (one line saying so) instead of failing "in use". A live mount is
+/// refused at once, naming where it is mounted.
+#[test]
+fn commands_right_after_umount_wait_for_the_finishing_daemon() {
+    let fx = Fixture::new();
+    fx.mount();
+    let v = fx.vars();
+    let out = augefs(&["fsck".as_ref(), fx.image.as_os_str(), "-n".as_ref()]);
+    assert_eq!(out.status.code(), Some(8), "a mounted image is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("mounted at {}", fx.mnt.display())),
+        "{err}"
+    );
+    for round in 0..3 {
+        // 48 MiB of buffered writes: the daemon's unmount writes them back.
+        sh(
+            &format!(
+                "for i in 1 2 3; do dd if=/dev/urandom of=\"$MNT/r{round}-$i\" bs=1M count=16 status=none; done; \
+                 (cd \"$MNT\" && sha256sum r{round}-*) > \"$HOST/sums{round}\""
+            ),
+            &v,
+        );
+        let pids = daemons(&fx.mnt);
+        let out = Command::new("umount")
+            .arg(&fx.mnt)
+            .output()
+            .expect("umount");
+        check("umount", &out);
+        // At once: no wait for the daemon.
+        let out = augefs(&["fsck".as_ref(), fx.image.as_os_str(), "-n".as_ref()]);
+        check("augefs fsck -n right after umount", &out);
+        wait_until("the old daemon exits", || pids.iter().all(|&p| !alive(p)));
+        fx.mount();
+        for r in 0..=round {
+            let sums = fs::read_to_string(fx.host.join(format!("sums{r}"))).expect("sums");
+            let now = sh(&format!("cd \"$MNT\" && sha256sum r{r}-*"), &v);
+            assert_eq!(now, sums, "round {r}'s files after remount {round}");
+        }
+    }
+    fx.unmount();
+    fx.fsck_clean();
+}

@@ -17,8 +17,16 @@ pub enum DeviceError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is in use by another process or mount (it is locked); augefs never opens an image twice", path.display())]
-    InUse { path: PathBuf },
+    /// Another open holds the image's lock (augefs never opens an image twice);
+    /// `holder` is what could be learnt of who (crate::holder).
+    #[error("{} is {}; augefs never opens an image twice", path.display(), match holder {
+        Some(h) => h.to_string(),
+        None => "in use by another process or mount (it is locked)".to_string(),
+    })]
+    InUse {
+        path: PathBuf,
+        holder: Option<crate::holder::Holder>,
+    },
     #[error("{} is neither a regular file nor a block device", path.display())]
     NotADevice { path: PathBuf },
     #[error("io_uring unavailable: {reason}")]

@@ -116,6 +116,7 @@ fn open_locked(path: &Path, opts: &OpenOptions) -> Result<(File, std::fs::Metada
     };
     let in_use = || DeviceError::InUse {
         path: path.to_path_buf(),
+        holder: None,
     };
     let kind = std::fs::metadata(path).map_err(open_error)?.file_type();
     let is_block_device = kind.is_block_device();

@@ -29,6 +29,7 @@ pub mod cow;
 pub mod device;
 pub mod error;
 pub mod file;
+pub mod holder;
 pub mod memory;
 pub mod recording;
 pub mod request;

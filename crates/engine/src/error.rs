@@ -43,7 +43,7 @@ pub enum EngineError {
         block: u64,
         addr: BlockAddr,
     },
-    #[error("the file system is read-only after an earlier failure: {0}")]
+    #[error("the file system is read-only: {0}")]
     ReadOnly(String),
 }
 

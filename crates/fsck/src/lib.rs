@@ -3,7 +3,6 @@
 //!
 //! - [`open`]: fsck's own recovery of MetaDB (replay through the engine's filter,
 //!   lenient about the engine's records, which are what it checks).
-//! - [`overlay`]: the copy-on-write device behind `-n` (the image is never written).
 //! - [`scan`]: every MetaDB record, decoded leniently.
 //! - [`blocks`]: the engine's side: segment information, ownership, block index, reverse
 //!   map, data checksums.
@@ -21,7 +20,6 @@ pub mod blocks;
 pub mod error;
 pub mod namespace;
 pub mod open;
-pub mod overlay;
 pub mod problem;
 pub mod scan;
 
@@ -97,6 +95,17 @@ impl Report {
 /// Opens the image at `path`: read-only behind a copy-on-write overlay (shared lock)
 /// when `writable` is false, else read-write with an exclusive lock.
 pub fn open_image(path: &Path, writable: bool) -> Result<Arc<Device>, FsckError> {
+    open_image_waiting(path, writable, std::time::Duration::ZERO, &mut |_| {})
+}
+
+/// [`open_image`], waiting up to `wait` for a holder that no longer serves the image
+/// (device::holder), `on_wait` told once.
+pub fn open_image_waiting(
+    path: &Path,
+    writable: bool,
+    wait: std::time::Duration,
+    on_wait: &mut dyn FnMut(&device::holder::Holder),
+) -> Result<Arc<Device>, FsckError> {
     let opts = OpenOptions {
         read_only: !writable,
         lock: if writable {
@@ -106,8 +115,12 @@ pub fn open_image(path: &Path, writable: bool) -> Result<Arc<Device>, FsckError>
         },
         ..OpenOptions::default()
     };
-    let dev = device::open(path, &opts)?;
-    Ok(Arc::new(if writable { dev } else { overlay::overlay(dev) }))
+    let dev = device::holder::open_waiting(path, &opts, wait, on_wait)?;
+    Ok(Arc::new(if writable {
+        dev
+    } else {
+        device::cow::overlay(dev)
+    }))
 }
 
 /// The state of one run: the recovered MetaDB, the problems so far and the repairs to

@@ -19,7 +19,7 @@ pub enum MetaDbError {
     WalFull,
     #[error("write batch of {bytes} bytes exceeds the {max}-byte limit of one WAL record")]
     BatchTooLarge { bytes: usize, max: usize },
-    #[error("MetaDB is read-only after an earlier IO failure: {0}")]
+    #[error("MetaDB is read-only: {0}")]
     ReadOnly(String),
 }
 

@@ -181,6 +181,17 @@ impl Pmr {
         Ok(Self::assemble(mapping, backing, mode, opts))
     }
 
+    /// An in-memory copy of the region file at `path`, for openers that must never
+    /// change it (a read-only mount, `fsck -n`, `inspect`): persists reach the copy
+    /// only. Takes no lock (the image's lock already keeps read-write openers away).
+    pub fn open_copy(path: &Path, opts: PmrOptions) -> Result<Pmr, PmrError> {
+        let bytes = std::fs::read(path).map_err(|source| PmrError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::memory_from_image(&bytes, opts)
+    }
+
     /// A zero-filled in-memory region with the crash model (tests and the simulator).
     pub fn memory(size_bytes: u64, opts: PmrOptions) -> Result<Pmr, PmrError> {
         let len = check_size(size_bytes)?;

@@ -1,8 +1,9 @@
-//! Mounting an image for a process's own use (the interposer's owner, the C ABI): the
-//! device opened with its exclusive lock, an optional PMR, the vfs mounted.
+//! Mounting an image for a process's own use (the interposer's owner, the C ABI),
+//! through the one front door (`vfs::image::open_image`).
 
 use std::path::Path;
 use std::sync::Arc;
+use vfs::image::{open_image, ImageOptions};
 use vfs::FileSystem;
 
 /// Why an image could not be mounted.
@@ -17,24 +18,16 @@ pub enum MountError {
 
 /// Mounts `image` (with the PMR file `pmr`, if it was formatted with one).
 pub fn mount_image(image: &Path, pmr: Option<&Path>) -> Result<Arc<FileSystem>, MountError> {
-    let dev = match device::open(image, &device::OpenOptions::default()) {
-        Ok(d) => d,
-        Err(device::DeviceError::InUse { .. }) => return Err(MountError::InUse),
-        Err(e) => return Err(MountError::Failed(format!("{}: {e}", image.display()))),
+    let opts = ImageOptions {
+        pmr: pmr.map(Path::to_path_buf),
+        ..ImageOptions::default()
     };
-    let pmr = match pmr {
-        Some(p) => Some(Arc::new(
-            pmr::Pmr::open(p, pmr::PmrOptions::default())
-                .map_err(|e| MountError::Failed(format!("{}: {e}", p.display())))?,
-        )),
-        None => None,
-    };
-    let env = engine::log::EngineEnv {
-        device: Arc::new(dev),
-        pmr,
-        clock: Arc::new(platform::SystemClock::new()),
-    };
-    FileSystem::mount(env, engine::log::EngineConfig::default())
-        .map(Arc::new)
-        .map_err(|e| MountError::Failed(format!("{}: cannot mount: {e}", image.display())))
+    match open_image(image, &opts, &mut |_| {}) {
+        Ok(fs) => Ok(Arc::new(fs)),
+        Err(e) if e.in_use() => Err(MountError::InUse),
+        Err(e) => Err(MountError::Failed(match e {
+            vfs::image::ImageError::Mount { .. } => e.to_string(),
+            _ => format!("{}: {e}", image.display()),
+        })),
+    }
 }

@@ -447,6 +447,19 @@ impl FileSystem {
         }
     }
 
+    /// From now on every change fails with EROFS saying `why` and unmount writes
+    /// nothing (a read-only mount, `crate::image`).
+    pub fn set_read_only(&self, why: &str) {
+        self.stop_flusher();
+        self.core.engine.set_read_only(why);
+    }
+
+    /// Why changes fail, if they do: a read-only mount, or an earlier device failure
+    /// (the file system then stays read-only until remounted).
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.core.engine.read_only_reason()
+    }
+
     /// Page-cache counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.core.cache.stats()

@@ -1,6 +1,8 @@
 //! The augefs VFS: POSIX files and directories over MetaDB (inodes, directory entries,
 //! symlink targets) and the engine (file blocks), and the Rust API shaped like `std::fs`.
 //!
+//! - [`image`]: opening an image (device, PMR, mount; read-only; waiting for a
+//!   finishing holder): the one front door of every front end.
 //! - [`fs`]: mount, and the operations on inodes and names.
 //! - `caches`: the inode table and the name (dentry) cache.
 //! - [`path`]: path resolution (symlinks, `.`/`..`, ELOOP) and path-level calls.
@@ -35,6 +37,7 @@ pub mod data;
 pub mod error;
 pub mod file;
 pub mod fs;
+pub mod image;
 pub mod inode_api;
 pub mod locks;
 pub mod pagecache;

@@ -104,7 +104,13 @@ fn check(args: &Args, mode: Mode) -> Result<Report, String> {
     if !args.image.exists() {
         return Err("no such file or device".into());
     }
-    let device = fsck::open_image(&args.image, mode != Mode::Check).map_err(|e| e.to_string())?;
+    let device = fsck::open_image_waiting(
+        &args.image,
+        mode != Mode::Check,
+        crate::ui::HOLDER_WAIT,
+        &mut crate::ui::say_waiting(&args.image),
+    )
+    .map_err(|e| e.to_string())?;
     let pmr = match &args.pmr {
         Some(p) => {
             let region =

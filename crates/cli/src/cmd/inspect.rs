@@ -50,9 +50,17 @@ pub fn run(args: Args) -> Result<(), String> {
         lock: LockMode::Shared,
         ..OpenOptions::default()
     };
-    let dev = device::open(&args.image, &opts).map_err(|e| e.to_string())?;
+    let dev = device::holder::open_waiting(
+        &args.image,
+        &opts,
+        crate::ui::HOLDER_WAIT,
+        &mut crate::ui::say_waiting(&args.image),
+    )
+    .map_err(|e| e.to_string())?;
     let pmr = match &args.pmr {
-        Some(p) => Some(pmr::Pmr::open(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?),
+        Some(p) => {
+            Some(pmr::Pmr::open_copy(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?)
+        }
         None => None,
     };
     let report = engine::inspect::inspect(&dev, pmr.as_ref())

@@ -11,18 +11,14 @@
 //! Invoked as `mount.fuse.augefs IMAGE DIR [-o OPTS]` (a symlink to the binary, the
 //! helper `mount -t fuse.augefs` and /etc/fstab run), it behaves as `augefs mount`.
 
-use crate::bench::image::open_device;
 use crate::cmd::inspect::BackendArg;
 use augefs_fuse::{serve, MountOptions};
-use engine::log::{EngineConfig, EngineEnv};
-use platform::SystemClock;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
 /// What a daemon prints on stdout once its mount works.
 const READY: &str = "augefs-mount-ready";
@@ -66,22 +62,23 @@ pub fn run(args: Args) -> Result<(), String> {
     if !args.foreground && !args.daemon_child {
         return start_daemon(&args);
     }
-    let image = args.image.display().to_string();
-    let device = open_device(&args.image, args.backend.into())?;
-    let pmr = match &opts.pmr {
-        Some(p) => Some(Arc::new(
-            pmr::Pmr::open(p, pmr::PmrOptions::default())
-                .map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
-        None => None,
+    // The source in /proc/mounts is the image's full path: other commands find the
+    // mount by it (device::holder).
+    let image_path =
+        std::fs::canonicalize(&args.image).map_err(|e| format!("{}: {e}", args.image.display()))?;
+    let image = image_path.display().to_string();
+    let image_opts = vfs::image::ImageOptions {
+        pmr: opts.pmr.clone(),
+        backend: args.backend.into(),
+        wait_for_holder: crate::ui::HOLDER_WAIT,
+        ..vfs::image::ImageOptions::default()
     };
-    let env = EngineEnv {
-        device,
-        pmr,
-        clock: Arc::new(SystemClock::new()),
-    };
-    let fs = vfs::FileSystem::mount(env, EngineConfig::default())
-        .map_err(|e| format!("{image}: cannot mount: {e}"))?;
+    let fs = vfs::image::open_image(
+        &image_path,
+        &image_opts,
+        &mut crate::ui::say_waiting(&args.image),
+    )
+    .map_err(|e| e.to_string())?;
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let daemon = args.daemon_child;

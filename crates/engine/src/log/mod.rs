@@ -169,6 +169,9 @@ pub struct Engine {
     domains: Vec<Domain>,
     config: EngineConfig,
     failure: OnceLock<String>,
+    /// Set by [`Engine::set_read_only`] (a read-only mount): writes fail with EROFS and
+    /// `close` persists nothing.
+    read_only: OnceLock<String>,
     global_checkpoint_seq: AtomicU64,
     counters: EngineCounters,
     mount: MountReport,
@@ -234,6 +237,9 @@ impl Engine {
     /// EROFS once a device write or flush has failed (the engine is read-only until
     /// remounted).
     pub fn check_writable(&self) -> Result<(), EngineError> {
+        if let Some(why) = self.read_only.get() {
+            return Err(EngineError::ReadOnly(why.clone()));
+        }
         match self.failure.get() {
             Some(why) => Err(EngineError::ReadOnly(why.clone())),
             None => Ok(()),
@@ -242,7 +248,7 @@ impl Engine {
 
     /// Records the first failure: the engine is read-only from now on.
     fn fail(&self, e: &EngineError) {
-        let _ = self.failure.set(e.to_string());
+        let _ = self.failure.set(format!("after an earlier failure ({e})"));
     }
 
     fn failing<T>(&self, r: Result<T, EngineError>) -> Result<T, EngineError> {
@@ -253,8 +259,29 @@ impl Engine {
         })
     }
 
+    /// From now on every write fails with EROFS saying `why`, and `close` writes
+    /// nothing: a read-only mount (recovery ran on a copy-on-write view, see
+    /// `device::cow`; nothing more is written).
+    pub fn set_read_only(&self, why: &str) {
+        let _ = self.read_only.set(why.to_string());
+        self.db.set_read_only(why);
+    }
+
+    /// Why writes fail, if they do: a read-only mount, or an earlier device failure of
+    /// the engine or of MetaDB.
+    pub fn read_only_reason(&self) -> Option<String> {
+        if let Some(why) = self.read_only.get().or(self.failure.get()) {
+            return Some(why.clone());
+        }
+        self.db.check_writable().err().map(|e| e.to_string())
+    }
+
     /// Syncs and closes MetaDB.
     pub fn close(self) -> Result<(), EngineError> {
+        if self.read_only.get().is_some() {
+            self.db.close()?;
+            return Ok(());
+        }
         self.sync()?;
         self.db.close()?;
         Ok(())

@@ -109,6 +109,7 @@ impl Engine {
             domains,
             config,
             failure: OnceLock::new(),
+            read_only: OnceLock::new(),
             global_checkpoint_seq: AtomicU64::new(global_seq),
             counters: EngineCounters::default(),
             mount: report,

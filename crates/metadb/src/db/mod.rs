@@ -188,6 +188,9 @@ pub(crate) struct Inner {
     snapshots: Mutex<BTreeMap<Seq, usize>>,
     cursors: Mutex<BTreeMap<u32, Vec<u8>>>,
     failure: OnceLock<String>,
+    /// Set by [`MetaDb::set_read_only`]: writes fail with `ReadOnly`, close persists
+    /// nothing (the image was opened to be read).
+    read_only: OnceLock<String>,
     work: Mutex<Work>,
     work_cv: Condvar,
     /// Signalled whenever a flush or compaction finishes (stalled writers wait on it).
@@ -522,9 +525,23 @@ impl MetaDb {
         }
     }
 
+    /// From now on every write fails with `ReadOnly` saying `why`, and `close` persists
+    /// nothing (a read-only mount: recovery ran, nothing more is written).
+    pub fn set_read_only(&self, why: &str) {
+        let _ = self.inner.read_only.set(why.to_string());
+    }
+
+    /// `ReadOnly` once writes fail: a read-only open or an earlier write-path failure.
+    pub fn check_writable(&self) -> Result<(), MetaDbError> {
+        self.inner.check_writable()
+    }
+
     /// Stops background work and makes every write durable.
     pub fn close(self) -> Result<(), MetaDbError> {
         self.stop_worker();
+        if self.inner.read_only.get().is_some() {
+            return Ok(());
+        }
         if self.inner.failure.get().is_some() {
             return self.inner.check_writable();
         }
@@ -578,6 +595,9 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 
 impl Inner {
     fn check_writable(&self) -> Result<(), MetaDbError> {
+        if let Some(why) = self.read_only.get() {
+            return Err(MetaDbError::ReadOnly(why.clone()));
+        }
         match self.failure.get() {
             Some(why) => Err(MetaDbError::ReadOnly(why.clone())),
             None => Ok(()),
@@ -586,7 +606,7 @@ impl Inner {
 
     /// Records the first write-path failure: the database is read-only from now on.
     fn fail(&self, e: &MetaDbError) {
-        let _ = self.failure.set(e.to_string());
+        let _ = self.failure.set(format!("after an earlier failure ({e})"));
     }
 
     /// Logs `batch` in WAL lane `lane` and inserts it into the active memtable.

@@ -222,6 +222,7 @@ impl Inner {
             snapshots: Mutex::new(BTreeMap::new()),
             cursors: Mutex::new(state.compaction_cursors().clone()),
             failure: OnceLock::new(),
+            read_only: OnceLock::new(),
             work: Mutex::new(Work::default()),
             work_cv: Condvar::new(),
             progress_cv: Condvar::new(),

@@ -1,0 +1,320 @@
+//! Who holds an image, and whether it still serves it.
+//!
+//! Every open of an image holds an `flock` on it (crates/device/src/file.rs). A process
+//! that keeps an image for a long time and serves others from it (the `augefs mount`
+//! daemon, the interposer's owner) also holds a *serving mark*: an open-file-description
+//! read lock on byte 0 of the image file, taken with [`ServingMark::take`] once it serves
+//! and dropped the moment it stops (the kernel ended the mount) while it goes on to make
+//! everything durable and close the image. So a command that finds the image locked can
+//! tell apart:
+//! - a holder that serves: the image is in use (mounted at a directory, or attached by a
+//!   program); waiting would not help, so the open fails at once and says by whom;
+//! - a holder without the mark: a daemon finishing its unmount, an fsck, a `mkfs`; it
+//!   lets go by itself, so [`open_waiting`] waits a bounded time, saying so in one line.
+//!
+//! Invariants:
+//! - The serving mark and the image's flock are independent locks (Linux keeps OFD
+//!   record locks and flocks apart), so the mark never changes who may open the image.
+//! - [`Holder`] is best effort: it reads /proc/locks and /proc/self/mountinfo, and a
+//!   field it cannot learn is None; the lock itself is the only authority.
+
+use crate::error::DeviceError;
+use crate::file::{open, OpenOptions};
+use crate::Device;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often [`open_waiting`] tries again while a holder finishes.
+const RETRY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// What is known of the process that holds an image.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holder {
+    /// From /proc/locks (the process that took the flock).
+    pub pid: Option<u32>,
+    /// Its command line, space-separated.
+    pub command: Option<String>,
+    /// It holds the serving mark: a mount or an attached program, not a finishing one.
+    pub serving: bool,
+    /// Where the image is mounted (an `augefs` FUSE mount whose source is the image).
+    pub mounted_at: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.mounted_at {
+            Some(dir) => write!(f, "mounted at {}", dir.display())?,
+            None if self.serving => write!(f, "in use")?,
+            None => write!(f, "held")?,
+        }
+        match (self.pid, &self.command) {
+            (Some(pid), Some(cmd)) => write!(f, " by process {pid} ({cmd})"),
+            (Some(pid), None) => write!(f, " by process {pid}"),
+            _ => write!(f, " by another process"),
+        }
+    }
+}
+
+/// Held while a process serves an image (see the module doc); dropping it (or the
+/// process's death) ends the mark.
+#[derive(Debug)]
+pub struct ServingMark {
+    _file: File,
+}
+
+impl ServingMark {
+    /// Takes the mark on `path` (which the caller has opened and locked already).
+    pub fn take(path: &Path) -> io::Result<ServingMark> {
+        let file = File::open(path)?;
+        let mut l = byte0(libc::F_RDLCK);
+        // SAFETY: fcntl reads and writes the flock struct we own, for this call only.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ServingMark { _file: file })
+    }
+}
+
+fn byte0(kind: i32) -> libc::flock {
+    libc::flock {
+        l_type: kind as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: 0,
+        l_len: 1,
+        l_pid: 0,
+    }
+}
+
+/// Whether some process holds the serving mark on `path`.
+pub fn is_served(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let mut l = byte0(libc::F_WRLCK);
+    // SAFETY: as in `ServingMark::take`.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
+    r == 0 && i32::from(l.l_type) != libc::F_UNLCK
+}
+
+/// What can be learnt of whoever holds `path`'s flock.
+pub fn holder(path: &Path) -> Holder {
+    let pid = flock_holder_pid(path);
+    let command = pid.and_then(|p| {
+        let raw = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+        let words: Vec<String> = raw
+            .split(|&b| b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        (!words.is_empty()).then(|| words.join(" "))
+    });
+    Holder {
+        pid,
+        command,
+        serving: is_served(path),
+        mounted_at: mounted_at(path),
+    }
+}
+
+/// The pid /proc/locks gives for a FLOCK on `path`'s inode.
+fn flock_holder_pid(path: &Path) -> Option<u32> {
+    let meta = std::fs::metadata(path).ok()?;
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    flock_pid_in(&table, meta.dev(), meta.ino())
+}
+
+/// Parses /proc/locks lines like `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`
+/// (waiters are the lines with `->`).
+fn flock_pid_in(table: &str, dev: u64, ino: u64) -> Option<u32> {
+    let want = format!(
+        "{:02x}:{:02x}:{ino}",
+        libc::major(dev as libc::dev_t),
+        libc::minor(dev as libc::dev_t)
+    );
+    table.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.get(1) != Some(&"FLOCK") || words.get(4..6).is_none() {
+            return None;
+        }
+        (words[5] == want).then(|| words[4].parse().ok()).flatten()
+    })
+}
+
+/// The mount point of an `augefs` FUSE mount whose source is `path`.
+fn mounted_at(path: &Path) -> Option<PathBuf> {
+    let want = std::fs::canonicalize(path).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_point_in(&table, &want)
+}
+
+/// Parses /proc/self/mountinfo: `ID PARENT MAJ:MIN ROOT POINT OPTS [TAGS] - TYPE SOURCE
+/// SUPEROPTS`, with spaces and other bytes in paths escaped as `\NNN` (octal).
+fn mount_point_in(table: &str, image: &Path) -> Option<PathBuf> {
+    table.lines().find_map(|line| {
+        let (head, tail) = line.split_once(" - ")?;
+        let mut tail = tail.split(' ');
+        let (fstype, source) = (tail.next()?, tail.next()?);
+        // "fuse" when mount(2) made it (the subtype is fusermount3's), "fuse.augefs"
+        // otherwise; the source, the image's full path, is what identifies it.
+        if fstype != "fuse" && fstype != "fuse.augefs" && fstype != "fuseblk" {
+            return None;
+        }
+        (Path::new(&unescape(source)) == image)
+            .then(|| head.split(' ').nth(4).map(|p| PathBuf::from(unescape(p))))
+            .flatten()
+    })
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`open`], but while the image is held by a process that does not serve it (a daemon
+/// finishing its unmount), waits up to `wait` for it to let go, calling `on_wait` once
+/// with the holder when the wait begins. A serving holder, or one still there after
+/// `wait`, is `InUse` with what is known of it.
+pub fn open_waiting(
+    path: &Path,
+    opts: &OpenOptions,
+    wait: Duration,
+    on_wait: &mut dyn FnMut(&Holder),
+) -> Result<Device, DeviceError> {
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match open(path, opts) {
+            Err(DeviceError::InUse { path: p, .. }) => {
+                let h = holder(path);
+                if h.serving || h.mounted_at.is_some() || started.elapsed() >= wait {
+                    return Err(DeviceError::InUse {
+                        path: p,
+                        holder: Some(h),
+                    });
+                }
+                if !told {
+                    on_wait(&h);
+                    told = true;
+                }
+                std::thread::sleep(RETRY_INTERVAL);
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_locks_lines_name_the_flock_holder() {
+        let dev = libc::makedev(0xfd, 0x01);
+        let table = "1: POSIX  ADVISORY  WRITE 77 fd:01:5678 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                     3: FLOCK  ADVISORY  READ 55 fd:01:9 0 EOF\n";
+        assert_eq!(flock_pid_in(table, dev, 5678), Some(1234));
+        assert_eq!(flock_pid_in(table, dev, 9), Some(55));
+        assert_eq!(flock_pid_in(table, dev, 10), None);
+    }
+
+    #[test]
+    fn mountinfo_lines_name_the_mount_point() {
+        let table = "36 35 98:0 / /mnt/a\\040b rw,nosuid - fuse.augefs /img/x\\040y.img rw\n\
+                     37 35 98:0 / /mnt/c rw - ext4 /img/x\\040y.img rw\n\
+                     38 35 98:0 / /mnt/d rw shared:1 - fuse /img/z rw\n\
+                     39 35 98:0 / /mnt/e rw - fusectl /img/q rw\n";
+        assert_eq!(
+            mount_point_in(table, Path::new("/img/x y.img")),
+            Some(PathBuf::from("/mnt/a b"))
+        );
+        assert_eq!(
+            mount_point_in(table, Path::new("/img/z")),
+            Some(PathBuf::from("/mnt/d"))
+        );
+        assert_eq!(mount_point_in(table, Path::new("/img/q")), None);
+    }
+
+    #[test]
+    fn the_serving_mark_is_seen_and_ends_with_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        assert!(!is_served(&path));
+        let mark = ServingMark::take(&path).unwrap();
+        assert!(is_served(&path));
+        drop(mark);
+        assert!(!is_served(&path));
+    }
+
+    #[test]
+    fn an_open_waits_for_a_holder_that_does_not_serve() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        crate::file::create_image(&path, 1 << 20).unwrap();
+        let opts = OpenOptions::default();
+        let first = open(&path, &opts).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let releaser = std::thread::spawn(move || {
+            rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+        });
+        let mut waited = Vec::new();
+        let second = open_waiting(&path, &opts, Duration::from_secs(30), &mut |h| {
+            waited.push(h.clone());
+            tx.send(()).unwrap();
+        });
+        releaser.join().unwrap();
+        assert!(second.is_ok(), "{second:?}");
+        assert_eq!(waited.len(), 1, "one line for the wait");
+        assert_eq!(waited[0].pid, Some(std::process::id()));
+        assert!(!waited[0].serving);
+    }
+
+    #[test]
+    fn an_open_does_not_wait_for_a_serving_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        crate::file::create_image(&path, 1 << 20).unwrap();
+        let opts = OpenOptions::default();
+        let _first = open(&path, &opts).unwrap();
+        let _mark = ServingMark::take(&path).unwrap();
+        let started = Instant::now();
+        let second = open_waiting(&path, &opts, Duration::from_secs(30), &mut |_| {
+            panic!("no wait for a serving holder")
+        });
+        assert!(started.elapsed() < Duration::from_secs(5));
+        match second {
+            Err(DeviceError::InUse {
+                holder: Some(h), ..
+            }) => {
+                assert!(h.serving);
+                assert_eq!(h.pid, Some(std::process::id()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
