@@ -124,12 +124,16 @@ fn readers_share_an_image_and_a_writer_has_it_alone() {
     make_image(&image);
     let a = open(&image, true).unwrap();
     let b = open(&image, true).unwrap();
-    let refused = open(&image, false).err().expect("a writer beside readers");
+    let Err(refused) = open(&image, false) else {
+        panic!("a writer beside readers")
+    };
     assert!(refused.in_use(), "{refused}");
     assert_eq!(refused.errno(), libc::EBUSY);
     drop((a, b));
     let w = open(&image, false).unwrap();
-    let refused = open(&image, true).err().expect("a reader beside a writer");
+    let Err(refused) = open(&image, true) else {
+        panic!("a reader beside a writer")
+    };
     assert!(refused.in_use(), "{refused}");
     drop(w);
 }
