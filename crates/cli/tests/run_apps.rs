@@ -293,3 +293,48 @@ fn run_reports_usage_errors() {
     let status = run(&fx, &["sh", "-c", "exit 7"]);
     assert_eq!(status.status.code(), Some(7));
 }
+
+/// While `augefs run` holds an image, other commands are refused at once and told by
+/// whom (its program holds the serving mark), instead of waiting as for a finishing
+/// unmount.
+#[test]
+fn an_attached_image_is_refused_at_once_naming_its_holder() {
+    preload_built();
+    let fx = Fixture::new();
+    let mut held = Command::new(BIN)
+        .arg("run")
+        .arg("--image")
+        .arg(&fx.image)
+        .arg("--log")
+        .arg(log_of(&fx))
+        .arg("--")
+        .args([
+            "sh",
+            "-c",
+            "echo x > /augefs/f && echo ready && { read -r _ || true; }",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("augefs run");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(held.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("ready line");
+    assert_eq!(line.trim(), "ready");
+    let started = std::time::Instant::now();
+    let out = common::augefs(&["fsck".as_ref(), fx.image.as_os_str(), "-n".as_ref()]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(8));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // "mounted at" its bridge, or "in use" (the serving mark) without one.
+    assert!(
+        err.contains(&format!("by process {}", held.id())) || err.contains("(sh -c echo x"),
+        "{err}"
+    );
+    drop(held.stdin.take());
+    assert!(held.wait().expect("augefs run").success());
+    fx.fsck_clean();
+}

@@ -182,6 +182,8 @@ pub fn serve(
             })
         }
     };
+    // Commands that find the image locked now wait for this unmount instead of refusing.
+    fs.stop_serving();
     // The session and its adapter are gone, so this is the last reference, unless a
     // request thread panicked and fuser returned before joining the others.
     let unmounted = match Arc::into_inner(fs) {

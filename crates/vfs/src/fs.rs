@@ -266,6 +266,9 @@ pub struct FileSystem {
     flusher: Mutex<Option<crate::data::Flusher>>,
     /// The background read-ahead, unless configured off (stopped by unmount and drop).
     pub(crate) readahead: Option<Arc<crate::readahead::ReadAhead>>,
+    /// Held while this instance serves its image to programs (device::holder), from
+    /// `crate::image::open_image` until [`FileSystem::stop_serving`] or the end.
+    serving: Mutex<Option<device::holder::ServingMark>>,
 }
 
 impl Drop for FileSystem {
@@ -393,6 +396,7 @@ impl FileSystem {
             flusher: Mutex::new(flusher),
             root: std::sync::OnceLock::new(),
             readahead,
+            serving: Mutex::new(None),
         };
         if fs
             .core
@@ -458,6 +462,18 @@ impl FileSystem {
     /// (the file system then stays read-only until remounted).
     pub fn read_only_reason(&self) -> Option<String> {
         self.core.engine.read_only_reason()
+    }
+
+    /// Holds `mark` while this instance serves its image (see device::holder).
+    pub fn hold_serving_mark(&self, mark: device::holder::ServingMark) {
+        *self.serving.lock().expect("serving lock") = Some(mark);
+    }
+
+    /// The instance no longer serves programs (the kernel ended its mount): other
+    /// commands that find the image locked now wait for it to finish instead of
+    /// refusing at once.
+    pub fn stop_serving(&self) {
+        self.serving.lock().expect("serving lock").take();
     }
 
     /// Page-cache counters.

@@ -11,7 +11,8 @@
 //!   EROFS.
 //! - A holder that is finishing (a daemon making its unmount durable, see
 //!   `device::holder`) is waited for up to [`ImageOptions::wait_for_holder`]; a holder
-//!   that serves the image is an error at once that says where it is mounted.
+//!   that serves the image is an error at once that says where it is mounted. The
+//!   opened instance holds the serving mark itself until `FileSystem::stop_serving`.
 //!
 //! Invariants:
 //! - A read-only open never writes the image or the PMR file.
@@ -139,6 +140,10 @@ pub fn open_image(
     let fs = FileSystem::mount_with(env, engine, cache).map_err(mount_error)?;
     if opts.read_only {
         fs.set_read_only(READ_ONLY_REASON);
+    }
+    // Best effort: without the mark, others wait for this holder instead of refusing.
+    if let Ok(mark) = device::holder::ServingMark::take(image) {
+        fs.hold_serving_mark(mark);
     }
     Ok(fs)
 }
