@@ -338,3 +338,14 @@ fn an_attached_image_is_refused_at_once_naming_its_holder() {
     assert!(held.wait().expect("augefs run").success());
     fx.fsck_clean();
 }
+
+/// A bad path pointer is EFAULT for every path-taking call, never a crash (the
+/// interposer reads paths as the kernel does: crates/preload/src/uaccess.rs).
+#[test]
+fn bad_path_pointers_are_efault() {
+    let fx = Fixture::new();
+    let exe = compile(&fx, "badptr");
+    let out = run(&fx, &[exe.to_str().unwrap()]);
+    assert_eq!(stdout("badptr", &out).trim(), "badptr ok");
+    fx.fsck_clean();
+}

@@ -14,6 +14,7 @@
 //!   descriptors.
 //! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
+//! - [`uaccess`]: reading the program's path strings without trusting its pointers.
 //!
 //! Invariants:
 //! - Augefs descriptor numbers are reserved by kernel placeholders (O_PATH), so they
@@ -21,6 +22,7 @@
 //! - A thread inside augefs (`guard`) reaches only the kernel: no reentrancy.
 //! - A call this library does not support on an augefs path or descriptor fails with
 //!   ENOTSUP and one log line per call name (`log::unsupported`); nothing aborts.
+//! - A bad path pointer is EFAULT, never a crash (`uaccess`).
 //!
 //! The variadic functions (open, openat, fcntl, ioctl) are defined with their optional
 //! argument as a fixed one: on x86-64 (System V) the register carrying it is the same.
@@ -43,3 +45,4 @@ mod route;
 mod spawn;
 mod state;
 mod stdio;
+mod uaccess;

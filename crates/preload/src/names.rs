@@ -134,7 +134,7 @@ pub unsafe extern "C" fn fstatat64(
 
 /// fstatat with AT_EMPTY_PATH on an augefs descriptor is fstat.
 unsafe fn fstat_or_at(d: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
-    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { crate::uaccess::cstr(path) } == Ok(b"") {
         return unsafe { fstat(d, out) };
     }
     unsafe { stat_at(d, path, out, flags) }
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn statx(
     out: *mut libc::statx,
 ) -> c_int {
     let fill = |m: Metadata| unsafe { put(out, posix::stat::to_statx(&m)) };
-    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { crate::uaccess::cstr(path) } == Ok(b"") {
         if let Some(px) = route::fd(d) {
             let _g = guard::enter();
             return ret_int(px.fstat(d).and_then(fill));
@@ -393,13 +393,15 @@ pub unsafe extern "C" fn link(p1: *const c_char, p2: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int {
     let real = real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int);
-    let t = unsafe { bytes(target) };
     unsafe {
         via(
             d,
             path,
             |p| real(target, d, p),
-            |px, at, rel| px.symlink(t, at, rel),
+            |px, at, rel| {
+                let t = crate::uaccess::cstr(target).map_err(posix::Errno)?;
+                px.symlink(t, at, rel)
+            },
         )
     }
 }

@@ -49,14 +49,20 @@ pub fn strip(path: &[u8]) -> Option<&[u8]> {
 
 /// Routes `path` relative to `dirfd` (AT_FDCWD for the working directory).
 ///
+/// A bad `path` (NULL, unreadable, longer than PATH_MAX) fails with its errno, as the
+/// kernel's call would.
+///
 /// # Safety
-/// `path` is NULL or a NUL-terminated string.
+/// `path` may be any pointer (`crate::uaccess`).
 pub unsafe fn path_at<'a>(dirfd: i32, path: *const libc::c_char) -> Route<'a> {
     if guard::inside() {
         return Route::Kernel;
     }
-    // SAFETY: the caller's contract.
-    let p = unsafe { bytes(path) };
+    // SAFETY: the slice is used for this call only.
+    let p = match unsafe { crate::uaccess::cstr(path) } {
+        Ok(p) => p,
+        Err(e) => return Route::Fail(e),
+    };
     if p.first() == Some(&b'/') {
         let Some(rest) = strip(p) else {
             return Route::Kernel;

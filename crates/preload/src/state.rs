@@ -373,6 +373,7 @@ static FINI: extern "C" fn() = at_exit;
 
 /// The library constructor: a program exec'd by an owner takes over its descriptors.
 extern "C" fn at_load() {
+    crate::uaccess::install();
     crate::exec::take_over();
 }
 
