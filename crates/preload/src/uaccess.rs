@@ -154,6 +154,10 @@ pub unsafe fn cstr<'a>(p: *const libc::c_char) -> Result<&'a [u8], i32> {
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::undocumented_unsafe_blocks,
+    reason = "cstr takes any pointer; that is what these tests give it"
+)]
 mod tests {
     use super::*;
 
