@@ -55,7 +55,7 @@ pub unsafe extern "C" fn augefs_mount(
     let image = Path::new(os(unsafe { s(image) }));
     let pmr_bytes = unsafe { s(pmr) };
     let pmr = (!pmr_bytes.is_empty()).then(|| Path::new(os(pmr_bytes)));
-    match posix::mount::mount_image(image, pmr) {
+    match posix::mount::mount_image(image, pmr, std::time::Duration::ZERO) {
         Ok(fs) => {
             let pid = std::process::id() as i32;
             Box::into_raw(Box::new(Augefs {

@@ -349,3 +349,81 @@ fn bad_path_pointers_are_efault() {
     assert_eq!(stdout("badptr", &out).trim(), "badptr ok");
     fx.fsck_clean();
 }
+
+/// A program with the interposer that cannot reach its image fails every call under
+/// the prefix (and relative to a working directory handed over inside augefs) with an
+/// errno; nothing it does lands on the host. The prefix and the working directory are
+/// host directories here, so any leak would show as a file in them.
+#[test]
+fn an_unreachable_image_fails_closed() {
+    preload_built();
+    let fx = Fixture::new();
+    let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
+    let (pfx, cwd) = (fx.host.join("pfx"), fx.host.join("cwd"));
+    std::fs::create_dir(&pfx).unwrap();
+    std::fs::create_dir(&cwd).unwrap();
+    let script = "touch \"$PFX/a\" 2>/dev/null; echo \"touch=$?\"; \
+                  mkdir \"$PFX/d\" 2>/dev/null; echo \"mkdir=$?\"; \
+                  echo x > \"$PFX/e\" 2>/dev/null; echo \"redirect=$?\"; \
+                  touch rel 2>/dev/null; echo \"relative=$?\"; \
+                  (cd \"$PFX\" && touch b) 2>/dev/null; echo \"cd=$?\"";
+    let attempt = |image: &Path, handed_cwd: bool| -> String {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(script)
+            .current_dir(&cwd)
+            .env("LD_PRELOAD", &lib)
+            .env("AUGEFS_IMAGE", image)
+            .env("AUGEFS_PREFIX", &pfx)
+            .env("AUGEFS_LOG", log_of(&fx))
+            .env("PFX", &pfx)
+            .env_remove("AUGEFS_BRIDGE");
+        if handed_cwd {
+            // What an owner's exec hands over: no descriptors, the cwd "/" (hex).
+            c.env("AUGEFS_FDS", "").env("AUGEFS_CWD", "2f");
+        }
+        let out = c.output().expect("sh");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let leaked = |what: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(&pfx)
+            .unwrap()
+            .chain(std::fs::read_dir(&cwd).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert!(names.is_empty(), "{what}: created on the host: {names:?}");
+    };
+    let all_failed = |what: &str, out: &str, relative_fails: bool| {
+        for step in ["touch", "mkdir", "redirect", "cd"] {
+            assert!(
+                out.contains(&format!("{step}=")) && !out.contains(&format!("{step}=0")),
+                "{what}: {step} succeeded: {out}"
+            );
+        }
+        if relative_fails {
+            assert!(!out.contains("relative=0"), "{what}: {out}");
+        } else {
+            // The working directory is the host's, as asked: `touch rel` made it there.
+            std::fs::remove_file(cwd.join("rel")).expect("rel in the host cwd");
+        }
+        leaked(what);
+    };
+
+    // 1. No such image.
+    let out = attempt(&fx.host.join("missing.img"), false);
+    all_failed("missing image", &out, false);
+
+    // 2. The image is served by a mount (no bridge to reach it through).
+    fx.mount();
+    let out = attempt(&fx.image, false);
+    all_failed("held image", &out, false);
+
+    // 3. A handed-over working directory inside augefs that cannot be taken over:
+    // relative paths fail too, in the program and in the children it starts.
+    let out = attempt(&fx.image, true);
+    all_failed("lost working directory", &out, true);
+    fx.unmount();
+    let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
+    assert!(log.contains("could not take over the image"), "{log}");
+}

@@ -207,7 +207,12 @@ pub fn open_waiting(
         match open(path, opts) {
             Err(DeviceError::InUse { path: p, .. }) => {
                 let h = holder(path);
-                if h.serving || h.mounted_at.is_some() || started.elapsed() >= wait {
+                // This very process before an exec (its descriptors closed, its
+                // io_uring still being torn down) finishes too, whatever mount of
+                // its old incarnation is left.
+                let own = h.pid == Some(std::process::id());
+                let serves = h.serving || (h.mounted_at.is_some() && !own);
+                if serves || started.elapsed() >= wait {
                     return Err(DeviceError::InUse {
                         path: p,
                         holder: Some(h),

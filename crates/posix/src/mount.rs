@@ -16,10 +16,16 @@ pub enum MountError {
     Failed(String),
 }
 
-/// Mounts `image` (with the PMR file `pmr`, if it was formatted with one).
-pub fn mount_image(image: &Path, pmr: Option<&Path>) -> Result<Arc<FileSystem>, MountError> {
+/// Mounts `image` (with the PMR file `pmr`, if it was formatted with one), waiting up
+/// to `wait` for a holder that no longer serves it (device::holder).
+pub fn mount_image(
+    image: &Path,
+    pmr: Option<&Path>,
+    wait: std::time::Duration,
+) -> Result<Arc<FileSystem>, MountError> {
     let opts = ImageOptions {
         pmr: pmr.map(Path::to_path_buf),
+        wait_for_holder: wait,
         ..ImageOptions::default()
     };
     match open_image(image, &opts, &mut |_| {}) {

@@ -366,6 +366,13 @@ pub fn take_over() {
     drop(_g);
     let state::Mode::Owner(px) = state::attach() else {
         log::line("could not take over the image: handed-over descriptors fail with EBADF");
+        if cwd.is_some() {
+            // Never resolve the handed-over working directory against the host: not
+            // in this program (CWD_LOST), nor in the children it starts (they inherit
+            // the parked kernel working directory).
+            state::CWD_LOST.store(true, Ordering::Relaxed);
+            state::park_kernel_cwd();
+        }
         return;
     };
     let _g = guard::enter();
@@ -402,6 +409,15 @@ pub fn take_over() {
     if let Some(c) = cwd.and_then(|c| unhex(&c)) {
         if px.chdir(At::Cwd, &c).is_ok() {
             CWD_IN.store(true, Ordering::Relaxed);
+            drop(_g);
+            state::park_kernel_cwd();
+        } else {
+            log::line(
+                "the handed-over working directory is gone: relative paths fail with ENOTCONN",
+            );
+            state::CWD_LOST.store(true, Ordering::Relaxed);
+            drop(_g);
+            state::park_kernel_cwd();
         }
     }
 }

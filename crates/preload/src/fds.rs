@@ -2,8 +2,9 @@
 //! calls (read, write, ... ) on augefs descriptors.
 //!
 //! Every augefs descriptor's number is reserved by a kernel placeholder (an O_PATH
-//! descriptor of `/`), so kernel and augefs numbers never collide and a stray kernel
-//! read or write on it fails with EBADF. dup, dup2, dup3, F_DUPFD and close keep the
+//! descriptor of `/dev/null`), so kernel and augefs numbers never collide, a stray
+//! kernel read or write on it fails with EBADF, and a kernel `*at` call relative to it
+//! with ENOTDIR (never on the host). dup, dup2, dup3, F_DUPFD and close keep the
 //! placeholder and the table in step: the kernel picks the number, the table follows.
 #![expect(
     clippy::undocumented_unsafe_blocks,
@@ -23,7 +24,9 @@ use posix::{At, Posix};
 fn placeholder(cloexec: bool) -> posix::Result<i32> {
     let open = real!(open: fn(*const c_char, c_int, mode_t) -> c_int);
     let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
-    let fd = unsafe { open(c"/".as_ptr(), flags, 0) };
+    // /dev/null, not a directory: a stray kernel *at call relative to a placeholder
+    // fails (ENOTDIR) instead of acting on the host.
+    let fd = unsafe { open(c"/dev/null".as_ptr(), flags, 0) };
     if fd < 0 {
         return Err(posix::Errno(
             std::io::Error::last_os_error()
@@ -748,6 +751,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
         let r = px.fchdir(fd);
         if r.is_ok() {
             state::CWD_IN.store(true, std::sync::atomic::Ordering::Relaxed);
+            state::park_kernel_cwd();
         }
         return ret_int(r);
     }
@@ -755,6 +759,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     let r = unsafe { real(fd) };
     if r == 0 {
         state::CWD_IN.store(false, std::sync::atomic::Ordering::Relaxed);
+        state::CWD_LOST.store(false, std::sync::atomic::Ordering::Relaxed);
     }
     r
 }

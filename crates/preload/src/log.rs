@@ -48,3 +48,16 @@ pub fn unsupported(call: &'static str) -> i32 {
     }
     libc::ENOTSUP
 }
+
+static ONCE: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+
+/// `msg` as a log line, the first time only for `key`.
+pub fn once(key: &'static str, msg: &str) {
+    let first = ONCE
+        .lock()
+        .map(|mut s| s.get_or_insert_with(HashSet::new).insert(key))
+        .unwrap_or(false);
+    if first {
+        line(msg);
+    }
+}

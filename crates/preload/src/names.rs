@@ -800,6 +800,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
             let r = px.chdir(at, rel);
             if r.is_ok() {
                 CWD_IN.store(true, Ordering::Relaxed);
+                state::park_kernel_cwd();
             }
             ret_int(r)
         }
@@ -812,6 +813,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
             let r = unsafe { real(path) };
             if r == 0 {
                 CWD_IN.store(false, Ordering::Relaxed);
+                state::CWD_LOST.store(false, Ordering::Relaxed);
             }
             r
         }

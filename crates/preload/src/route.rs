@@ -79,6 +79,10 @@ pub unsafe fn path_at<'a>(dirfd: i32, path: *const libc::c_char) -> Route<'a> {
             Mode::Off | Mode::Unset => Route::Kernel,
         };
     }
+    if dirfd == libc::AT_FDCWD && state::CWD_LOST.load(Ordering::Relaxed) {
+        crate::log::once("cwd-lost", "the working directory inside augefs was lost (augefs could not be reached): relative paths fail with ENOTCONN");
+        return Route::Fail(libc::ENOTCONN);
+    }
     let Some(px) = state::owner() else {
         // Bridged processes have a kernel working directory in the bridge and kernel
         // directory descriptors: relative paths need nothing.

@@ -45,6 +45,10 @@ static OWNER: OnceLock<&'static Posix> = OnceLock::new();
 static CHILD: AtomicBool = AtomicBool::new(false);
 /// The working directory is inside augefs (owner: the posix layer's cwd).
 pub static CWD_IN: AtomicBool = AtomicBool::new(false);
+/// The working directory was handed over inside augefs (an exec) but augefs could not
+/// be reached: relative paths fail with ENOTCONN instead of meeting the kernel's
+/// working directory, until a chdir outside augefs.
+pub static CWD_LOST: AtomicBool = AtomicBool::new(false);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// The bridge this process serves: it lives as long as the process (its threads end
 /// with it; see `detach`).
@@ -203,7 +207,10 @@ fn decide() -> Mode {
     };
     let image = PathBuf::from(image);
     let pmr = std::env::var_os("AUGEFS_PMR").map(PathBuf::from);
-    let fs = match posix::mount::mount_image(&image, pmr.as_deref()) {
+    // A program an owner exec'd finds the image still held by its own old incarnation
+    // for a moment (the kernel tears its io_uring down after the exec): wait for that.
+    let wait = std::time::Duration::from_millis(BRIDGE_WAIT_MS);
+    let fs = match posix::mount::mount_image(&image, pmr.as_deref(), wait) {
         Ok(fs) => fs,
         Err(posix::mount::MountError::InUse) => return wait_for_bridge(),
         Err(e) => {
@@ -380,6 +387,30 @@ extern "C" fn at_load() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = at_load;
+
+/// While the working directory is inside augefs, the kernel's is an empty directory
+/// that no longer exists: a relative path that reaches the kernel anyway (a raw system
+/// call; a program whose exec'd successor cannot reach augefs) can create nothing and
+/// finds nothing (ENOENT), instead of acting on the host directory the program left.
+/// Best effort: without a writable temporary directory the kernel's stays as it was.
+pub fn park_kernel_cwd() {
+    let chdir = real!(chdir: fn(*const libc::c_char) -> libc::c_int);
+    let rmdir = real!(rmdir: fn(*const libc::c_char) -> libc::c_int);
+    let _g = guard::enter();
+    let base = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+    let mut template = base.into_encoded_bytes();
+    template.extend_from_slice(b"/.augefs-cwd-XXXXXX\0");
+    // SAFETY: a writable, NUL-terminated template; chdir and rmdir take the path
+    // mkdtemp filled in.
+    unsafe {
+        let dir = libc::mkdtemp(template.as_mut_ptr().cast());
+        if dir.is_null() {
+            return;
+        }
+        chdir(dir);
+        rmdir(dir);
+    }
+}
 
 /// The kernel's close, for callers outside this module.
 pub fn real_close(fd: i32) -> i32 {
