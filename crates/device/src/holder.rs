@@ -9,8 +9,10 @@
 //! tell apart:
 //! - a holder that serves: the image is in use (mounted at a directory, or attached by a
 //!   program); waiting would not help, so the open fails at once and says by whom;
-//! - a holder without the mark: a daemon finishing its unmount, an fsck, a `mkfs`; it
-//!   lets go by itself, so [`open_waiting`] waits a bounded time, saying so in one line.
+//! - a holder without the mark: a daemon finishing its unmount, an fsck, a `mkfs`, a
+//!   process that has exited while the kernel tears its io_uring down, this very
+//!   process before an exec; it lets go by itself, so [`open_waiting`] waits a bounded
+//!   time, saying so in one line.
 //!
 //! Invariants:
 //! - The serving mark and the image's flock are independent locks (Linux keeps OFD
@@ -120,6 +122,18 @@ pub fn holder(path: &Path) -> Holder {
     }
 }
 
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// The pid /proc/locks gives for a FLOCK on `path`'s inode.
 fn flock_holder_pid(path: &Path) -> Option<u32> {
     let meta = std::fs::metadata(path).ok()?;
@@ -211,7 +225,10 @@ pub fn open_waiting(
                 // io_uring still being torn down) finishes too, whatever mount of
                 // its old incarnation is left.
                 let own = h.pid == Some(std::process::id());
-                let serves = h.serving || (h.mounted_at.is_some() && !own);
+                // A holder that has exited (its io_uring still holds the image for a
+                // moment) serves nothing, whatever dead mount it left.
+                let dead = h.pid.is_some_and(|p| !process_alive(p));
+                let serves = !dead && (h.serving || (h.mounted_at.is_some() && !own));
                 if serves || started.elapsed() >= wait {
                     return Err(DeviceError::InUse {
                         path: p,
@@ -243,6 +260,15 @@ mod tests {
         assert_eq!(flock_pid_in(table, dev, 5678), Some(1234));
         assert_eq!(flock_pid_in(table, dev, 9), Some(55));
         assert_eq!(flock_pid_in(table, dev, 10), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reaped_child_is_not() {
+        assert!(process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
     }
 
     #[test]
