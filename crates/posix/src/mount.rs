@@ -34,7 +34,10 @@ pub fn mount_image(image: &Path, pmr: Option<&Path>) -> Result<Arc<FileSystem>, 
         pmr,
         clock: Arc::new(platform::SystemClock::new()),
     };
-    FileSystem::mount(env, engine::log::EngineConfig::default())
-        .map(Arc::new)
-        .map_err(|e| MountError::Failed(format!("{}: cannot mount: {e}", image.display())))
+    let fs = FileSystem::mount(env, engine::log::EngineConfig::default())
+        .map_err(|e| MountError::Failed(format!("{}: cannot mount: {e}", image.display())))?;
+    // What the program writes is durable within the interval even if it never syncs
+    // (docs/SEMANTICS.md §2), as on a FUSE mount.
+    fs.set_commit_interval(Some(vfs::commit::COMMIT_INTERVAL_DEFAULT));
+    Ok(Arc::new(fs))
 }
