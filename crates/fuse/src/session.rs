@@ -235,6 +235,8 @@ fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<(
     let mut reply = ReplyBuf::new(n.reply_buffer_bytes());
     loop {
         let len = match ch.receive(&mut buf) {
+            // End of file: not /dev/fuse's way, but a transport that closes (a test's).
+            Ok(0) => return Ok(()),
             Ok(len) => len,
             Err(e) if retry(&e) => continue,
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
