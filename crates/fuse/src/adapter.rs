@@ -1,188 +1,68 @@
 //! [`AugeFuse`]: FUSE requests to vfs calls. Each request converts its arguments, makes
 //! its vfs call (one call site per vfs operation, so a change of the vfs signatures is
-//! mechanical here) and replies with the result or the errno of the error.
+//! mechanical here) and replies with the result or the errno of the error. File
+//! operations are in [`crate::files`], locks in [`crate::lockops`].
 //!
 //! Invariants:
-//! - FUSE inode numbers are vfs inode numbers (the root is 1 in both); vfs numbers are
-//!   never reused, so a kernel reference to a removed inode meets ENOENT, never another
-//!   file. That is why lookup counts are not tracked: `forget` has nothing to release
-//!   (the vfs loads any live inode by number on demand), and generation numbers are 0.
+//! - FUSE node ids are vfs inode numbers (the root is 1 in both); vfs numbers are never
+//!   reused, so a kernel reference to a removed inode never reaches another file.
+//!   Generation numbers are 0. The kernel's lookup counts are kept ([`Nodes`]) so that
+//!   requests it makes for a removed inode it still holds are told apart from errors.
 //! - Every open file holds one vfs [`vfs::OpenInode`] from `open`/`create` to `release`,
 //!   so a file removed while open keeps its data until the kernel's last release.
 //! - Directory handles carry the readdir cursor table ([`crate::tables::DirCursor`]).
-//! - Requests run on several threads at once; the adapter's only shared state is the two
-//!   handle tables (a mutex each, held for a map operation).
+//! - Requests run on several threads at once; the shared state is the handle tables
+//!   and the node table (mutexes held for a map operation) and the lock waits.
 
-use crate::convert::{attr, errno, file_type, nanos};
-use crate::tables::{DirCursor, Dirs, Files, Resume};
+use crate::constants::TTL;
+use crate::convert::{attr, errno, file_type, timeout};
+use crate::lockops::LockWaits;
+use crate::nodes::Nodes;
+use crate::proto::abi::{self, init};
+use crate::proto::request::{Op, Request};
+use crate::session::{Negotiated, Out};
+use crate::tables::{Dirs, Files, OpenFile};
 use format::InodeNo;
-use fuser::{
-    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
-};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-use vfs::{AttrChanges, Creds, FileSystem, Kind, RenameMode, TimeChange, VfsError, XattrMode};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use vfs::{Creds, FileSystem, Kind, Metadata, RenameMode, VfsError};
 
-/// How long the kernel may cache attributes and names. Only this process changes the
-/// image (the device is locked exclusively), and every change passes through the
-/// kernel, which updates or drops its cache for it, so the time could be longer; one
-/// second bounds the damage of a missed invalidation.
-const TTL: Duration = Duration::from_secs(1);
-/// Largest write request asked of the kernel: the vfs applies up to 1 MiB atomically.
-const MAX_WRITE_BYTES: u32 = 1 << 20;
-/// Entries asked of the vfs per step of a readdir (one reply holds about a page).
-const READDIR_BATCH: usize = 128;
-const GENERATION: Generation = Generation(0);
+/// Who may use the mount besides what the kernel checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Whoever the kernel lets through (it enforces the owner unless allow_other).
+    Kernel,
+    /// `allow_root`: root and this uid (the kernel was told allow_other).
+    RootAnd(u32),
+}
 
 /// The FUSE file system over one mounted vfs.
 #[derive(Debug)]
 pub struct AugeFuse {
-    fs: Arc<FileSystem>,
-    files: Files,
-    dirs: Dirs,
+    pub(crate) fs: Arc<FileSystem>,
+    pub(crate) files: Files,
+    pub(crate) dirs: Dirs,
+    pub(crate) nodes: Nodes,
+    pub(crate) waits: Arc<LockWaits>,
     writeback_cache: bool,
     /// How long the kernel may cache attributes and names ([`TTL`]; zero for a bridge).
     ttl: Duration,
     /// Every open bypasses the kernel's page cache (a bridge: the owner process changes
     /// the file system directly too, so the kernel must cache nothing).
-    direct_io: bool,
+    pub(crate) direct_io: bool,
+    admit: Admit,
+    negotiated: OnceLock<Negotiated>,
 }
 
-fn ino(i: INodeNo) -> InodeNo {
-    InodeNo(i.0)
+pub(crate) fn ino(n: u64) -> InodeNo {
+    InodeNo(n)
 }
 
-fn name(n: &OsStr) -> &[u8] {
-    n.as_bytes()
-}
-
-impl AugeFuse {
-    pub fn new(fs: Arc<FileSystem>, writeback_cache: bool) -> AugeFuse {
-        AugeFuse {
-            fs,
-            files: Files::default(),
-            dirs: Dirs::default(),
-            writeback_cache,
-            ttl: TTL,
-            direct_io: false,
-        }
-    }
-
-    /// The adapter of an interposer's bridge (docs/DESIGN.md §4f): the process that
-    /// serves it also calls the vfs directly, so the kernel caches no attributes, names
-    /// or pages (entry and attribute timeouts 0, direct IO on every open).
-    pub fn bridge(fs: Arc<FileSystem>) -> AugeFuse {
-        AugeFuse {
-            ttl: Duration::ZERO,
-            direct_io: true,
-            ..AugeFuse::new(fs, false)
-        }
-    }
-
-    fn stat(&self, i: InodeNo) -> Result<fuser::FileAttr, VfsError> {
-        Ok(attr(&self.fs.stat_ino(i)?))
-    }
-
-    /// Creates an inode owned by `req`'s caller (one batch).
-    fn new_inode(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        kind: Kind,
-        perm: u32,
-        target: Option<&[u8]>,
-    ) -> Result<fuser::FileAttr, VfsError> {
-        let created = self
-            .fs
-            .create(&creds(req), ino(parent), name(n), kind, perm, target)?;
-        self.stat(created)
-    }
-
-    fn open_file(&self, i: InodeNo) -> Result<FileHandle, VfsError> {
-        let open = self.fs.open_ino(i)?;
-        Ok(FileHandle(self.files.insert(open)))
-    }
-
-    fn open_flags(&self) -> FopenFlags {
-        if self.direct_io {
-            return FopenFlags::FOPEN_DIRECT_IO;
-        }
-        // The kernel's page cache stays valid across opens: nothing else changes files.
-        FopenFlags::FOPEN_KEEP_CACHE
-    }
-
-    fn entry(&self, reply: ReplyEntry, r: Result<fuser::FileAttr, VfsError>) {
-        match r {
-            Ok(a) => reply.entry(&self.ttl, &a, GENERATION),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    /// Fills `reply` from `offset` of directory `dir`'s listing.
-    fn fill_dir(
-        &self,
-        cx: &Creds,
-        dir: InodeNo,
-        cursor: &mut DirCursor,
-        offset: u64,
-        reply: &mut ReplyDirectory,
-    ) -> Result<(), VfsError> {
-        let mut after = match cursor.resume(offset) {
-            Resume::End => return Ok(()),
-            Resume::After(n) => Some(n),
-            Resume::Start { dot, dotdot } => {
-                if dot && reply.add(INodeNo(dir.0), 1, fuser::FileType::Directory, ".") {
-                    return Ok(());
-                }
-                if dotdot {
-                    let parent = self.fs.lookup_ino(cx, dir, b"..")?;
-                    if reply.add(INodeNo(parent.0), 2, fuser::FileType::Directory, "..") {
-                        return Ok(());
-                    }
-                }
-                None
-            }
-        };
-        loop {
-            let batch = self.fs.readdir(cx, dir, after.as_deref(), READDIR_BATCH)?;
-            let Some(last) = batch.last() else {
-                return Ok(());
-            };
-            let more = batch.len() == READDIR_BATCH;
-            after = Some(last.name.clone());
-            for e in batch {
-                let kind = file_type(e.kind);
-                let next = cursor.push(e.name.clone());
-                if reply.add(INodeNo(e.ino), next, kind, OsStr::from_bytes(&e.name)) {
-                    return Ok(());
-                }
-            }
-            if !more {
-                return Ok(());
-            }
-        }
-    }
-}
-
-fn set_time(t: TimeOrNow) -> TimeChange {
-    match t {
-        TimeOrNow::Now => TimeChange::Now,
-        TimeOrNow::SpecificTime(t) => TimeChange::At(nanos(t)),
-    }
-}
-
-/// The caller of `req`: its uid and gid, and the supplementary groups of its process
-/// (from /proc; none if the process is gone). The kernel checks permissions too
+/// The caller of a request: its uid and gid, and the supplementary groups of its
+/// process (from /proc; none if the process is gone). The kernel checks permissions too
 /// (default_permissions); the vfs's own checks see the same identity.
-fn creds(req: &Request) -> Creds {
-    Creds::user(req.uid(), req.gid(), groups_of(req.pid()))
+pub(crate) fn creds(h: &abi::InHeader) -> Creds {
+    Creds::user(h.uid, h.gid, groups_of(h.pid))
 }
 
 fn groups_of(pid: u32) -> Vec<u32> {
@@ -200,499 +80,296 @@ fn groups_of(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn done(reply: ReplyEmpty, r: Result<(), VfsError>) {
+pub(crate) fn done(out: &mut Out<'_>, r: Result<(), VfsError>) {
     match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
+        Ok(()) => out.ok(),
+        Err(e) => out.error(errno(&e)),
     }
 }
 
-impl fuser::Filesystem for AugeFuse {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let caps = config.capabilities();
-        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS;
+impl AugeFuse {
+    pub fn new(fs: Arc<FileSystem>, writeback_cache: bool, admit: Admit) -> AugeFuse {
+        AugeFuse {
+            fs,
+            files: Files::default(),
+            dirs: Dirs::default(),
+            nodes: Nodes::default(),
+            waits: Arc::new(LockWaits::default()),
+            writeback_cache,
+            ttl: TTL,
+            direct_io: false,
+            admit,
+            negotiated: OnceLock::new(),
+        }
+    }
+
+    /// The adapter of an interposer's bridge (docs/DESIGN.md §4f): the process that
+    /// serves it also calls the vfs directly, so the kernel caches no attributes, names
+    /// or pages (entry and attribute timeouts 0, direct IO on every open).
+    pub fn bridge(fs: Arc<FileSystem>) -> AugeFuse {
+        AugeFuse {
+            ttl: Duration::ZERO,
+            direct_io: true,
+            ..AugeFuse::new(fs, false, Admit::Kernel)
+        }
+    }
+
+    /// INIT flags this adapter asks for (the session adds the protocol's own).
+    pub(crate) fn wanted_flags(&self) -> u64 {
+        let mut f = init::PARALLEL_DIROPS | init::POSIX_LOCKS | init::FLOCK_LOCKS;
         if self.writeback_cache {
-            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+            f |= init::WRITEBACK_CACHE;
         }
-        // Capabilities the kernel lacks are left off, not fatal.
-        let _ = config.add_capabilities(wanted & caps);
-        let _ = config.set_max_write(MAX_WRITE_BYTES);
-        Ok(())
+        f
     }
 
-    fn destroy(&mut self) {
-        // Handles the kernel never released (an aborted connection): close them so the
-        // inodes are not counted open.
+    pub(crate) fn set_negotiated(&self, n: Negotiated) {
+        let _ = self.negotiated.set(n);
+    }
+
+    /// The session is over: end lock waits and close handles the kernel never released
+    /// (an aborted connection), so no inode stays counted open.
+    pub(crate) fn shutdown(&self) {
+        self.waits.shutdown(&self.fs);
         for open in self.files.drain() {
-            if let Err(e) = self.fs.close_ino(open) {
-                eprintln!("augefs: closing a file at unmount: {e}");
+            if let Some(o) = open.take() {
+                if let Err(e) = self.fs.close_ino(o) {
+                    eprintln!("augefs: closing a file at unmount: {e}");
+                }
             }
         }
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let r = self
-            .fs
-            .lookup_ino(&creds(req), ino(parent), name(n))
-            .and_then(|i| self.stat(i));
-        self.entry(reply, r);
+    fn stat(&self, i: u64) -> Result<Metadata, VfsError> {
+        self.fs.stat_ino(ino(i))
     }
 
-    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.stat(ino(i)) {
-            Ok(a) => reply.attr(&self.ttl, &a),
-            Err(e) => reply.error(errno(&e)),
+    pub(crate) fn attr_out(&self, a: abi::Attr) -> abi::AttrOut {
+        let (s, ns) = timeout(self.ttl);
+        abi::AttrOut {
+            attr_valid: s,
+            attr_valid_nsec: ns,
+            dummy: 0,
+            attr: a,
         }
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        i: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let i = ino(i);
-        let change = AttrChanges {
-            perm: mode,
-            uid,
-            gid,
-            atime: atime.map(set_time),
-            mtime: mtime.map(set_time),
-        };
-        let r = (|| {
-            if let Some(size) = size {
-                self.fs.truncate(i, size)?;
-            }
-            if change != AttrChanges::default() {
-                self.fs.set_attr(&creds(req), i, &change)?;
-            }
-            self.stat(i)
-        })();
+    fn entry_out(&self, m: &Metadata) -> abi::EntryOut {
+        let (s, ns) = timeout(self.ttl);
+        self.nodes.looked_up(m.ino, file_type(m.kind));
+        abi::EntryOut {
+            nodeid: m.ino,
+            generation: 0,
+            entry_valid: s,
+            attr_valid: s,
+            entry_valid_nsec: ns,
+            attr_valid_nsec: ns,
+            attr: attr(m),
+        }
+    }
+
+    fn entry(&self, out: &mut Out<'_>, r: Result<Metadata, VfsError>) {
         match r {
-            Ok(a) => reply.attr(&self.ttl, &a),
-            Err(e) => reply.error(errno(&e)),
+            Ok(m) => out.send(&self.entry_out(&m)),
+            Err(e) => out.error(errno(&e)),
         }
     }
 
-    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
-        match self.fs.readlink_ino(ino(i)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(&e)),
+    pub(crate) fn attr_reply(&self, out: &mut Out<'_>, r: Result<Metadata, VfsError>) {
+        match r {
+            Ok(m) => out.send(&self.attr_out(attr(&m))),
+            Err(e) => out.error(errno(&e)),
         }
     }
 
-    fn mknod(
+    /// Creates an inode owned by the caller (one batch).
+    fn new_inode(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            // Device nodes, FIFOs and sockets have no vfs kind yet (vfat answers so too).
-            reply.error(Errno::EPERM);
-            return;
+        h: &abi::InHeader,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Metadata, VfsError> {
+        let created = self
+            .fs
+            .create(&creds(h), ino(h.nodeid), name, kind, perm, target)?;
+        self.fs.stat_ino(created)
+    }
+
+    fn admits(&self, h: &abi::InHeader) -> bool {
+        match self.admit {
+            Admit::Kernel => true,
+            Admit::RootAnd(uid) => h.uid == 0 || h.uid == uid,
         }
-        let r = self.new_inode(req, parent, n, Kind::File, mode & !umask, None);
-        self.entry(reply, r);
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let r = self.new_inode(req, parent, n, Kind::Dir, mode & !umask, None);
-        self.entry(reply, r);
+    /// Answers one request (exactly once, or not at all for those that take no reply).
+    pub(crate) fn dispatch(&self, req: &Request<'_>, out: &mut Out<'_>) {
+        let h = &req.header;
+        match &req.op {
+            Op::Forget(f) => {
+                self.nodes.forget(h.nodeid, f.nlookup);
+                return out.no_reply();
+            }
+            Op::BatchForget(list) => {
+                for one in list.clone() {
+                    self.nodes.forget(one.nodeid, one.nlookup);
+                }
+                return out.no_reply();
+            }
+            Op::Interrupt(i) => {
+                self.waits.interrupt(&self.fs, i.unique);
+                return out.no_reply();
+            }
+            _ if !self.admits(h) => return out.error(libc::EACCES),
+            _ => {}
+        }
+        if !self.dispatch_names(req, out) {
+            self.dispatch_files(req, out);
+        }
     }
 
-    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        done(
-            reply,
-            self.fs.remove(&creds(req), ino(parent), name(n), false),
-        );
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        done(
-            reply,
-            self.fs.remove(&creds(req), ino(parent), name(n), true),
-        );
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let target = target.as_os_str().as_bytes();
-        let r = self.new_inode(req, parent, link_name, Kind::Symlink, 0o777, Some(target));
-        self.entry(reply, r);
+    /// Name and attribute operations; false if `req` is not one.
+    fn dispatch_names(&self, req: &Request<'_>, out: &mut Out<'_>) -> bool {
+        let h = &req.header;
+        match &req.op {
+            Op::Lookup { name } => {
+                let r = self
+                    .fs
+                    .lookup_ino(&creds(h), ino(h.nodeid), name)
+                    .and_then(|i| self.fs.stat_ino(i));
+                self.entry(out, r);
+            }
+            Op::GetAttr => self.attr_reply(out, self.stat(h.nodeid)),
+            Op::SetAttr(a) => self.setattr(h, a, out),
+            Op::ReadLink => match self.fs.readlink_ino(ino(h.nodeid)) {
+                Ok(t) => {
+                    out.buf().push_bytes(&t);
+                    out.send_payload();
+                }
+                Err(e) => out.error(errno(&e)),
+            },
+            Op::Symlink { name, target } => {
+                let r = self.new_inode(h, name, Kind::Symlink, 0o777, Some(target));
+                self.entry(out, r);
+            }
+            // FIFOs, sockets and device nodes have no vfs kind yet (vfat answers so).
+            Op::Mknod { arg, .. } if arg.mode & libc::S_IFMT != libc::S_IFREG => {
+                out.error(libc::EPERM);
+            }
+            Op::Mknod { arg, name } => {
+                let r = self.new_inode(h, name, Kind::File, arg.mode & !arg.umask, None);
+                self.entry(out, r);
+            }
+            Op::Mkdir { arg, name } => {
+                let r = self.new_inode(h, name, Kind::Dir, arg.mode & !arg.umask, None);
+                self.entry(out, r);
+            }
+            Op::Unlink { name } => done(out, self.fs.remove(&creds(h), ino(h.nodeid), name, false)),
+            Op::Rmdir { name } => done(out, self.fs.remove(&creds(h), ino(h.nodeid), name, true)),
+            Op::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => self.rename(h, (*newdir, *flags), name, newname, out),
+            Op::Link { oldnodeid, newname } => {
+                let r = self
+                    .fs
+                    .link(&creds(h), ino(*oldnodeid), ino(h.nodeid), newname)
+                    .and_then(|()| self.stat(*oldnodeid));
+                self.entry(out, r);
+            }
+            Op::Create { arg, name } => self.create(h, arg, name, out),
+            Op::Access(a) => {
+                // With default_permissions the kernel checks access itself; the vfs
+                // answers the same (F_OK: whether the inode still exists).
+                done(out, self.fs.access(&creds(h), ino(h.nodeid), a.mask & 7));
+            }
+            Op::Statfs => self.statfs(out),
+            Op::Init(_) => out.error(libc::EIO), // only once, before the threads start
+            Op::Destroy => out.ok(),
+            _ => return false,
+        }
+        true
     }
 
     fn rename(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
+        h: &abi::InHeader,
+        (newdir, flags): (u64, u32),
+        name: &[u8],
+        newname: &[u8],
+        out: &mut Out<'_>,
     ) {
-        let mode = if flags.is_empty() {
-            RenameMode::Replace
-        } else if flags == RenameFlags::RENAME_NOREPLACE {
-            RenameMode::NoReplace
-        } else if flags == RenameFlags::RENAME_EXCHANGE {
-            RenameMode::Exchange
-        } else {
+        let mode = match flags {
+            0 => RenameMode::Replace,
+            libc::RENAME_NOREPLACE => RenameMode::NoReplace,
+            libc::RENAME_EXCHANGE => RenameMode::Exchange,
             // RENAME_WHITEOUT (overlayfs) or a combination.
-            reply.error(Errno::EINVAL);
-            return;
+            _ => return out.error(libc::EINVAL),
         };
-        let r = self.fs.rename(
-            &creds(req),
-            ino(parent),
-            name(n),
-            ino(newparent),
-            name(newname),
-            mode,
-        );
-        done(reply, r);
-    }
-
-    fn link(
-        &self,
-        req: &Request,
-        i: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
         let r = self
             .fs
-            .link(&creds(req), ino(i), ino(newparent), name(newname))
-            .and_then(|()| self.stat(ino(i)));
-        self.entry(reply, r);
+            .rename(&creds(h), ino(h.nodeid), name, ino(newdir), newname, mode);
+        done(out, r);
     }
 
-    fn open(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // Access modes are the kernel's to check (default_permissions); O_TRUNC arrives
-        // as a setattr of the size, O_APPEND as writes at the size the kernel knows.
-        match self.open_file(ino(i)) {
-            Ok(fh) => reply.opened(fh, self.open_flags()),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
-        mode: u32,
-        umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, h: &abi::InHeader, arg: &abi::CreateIn, name: &[u8], out: &mut Out<'_>) {
         let r = self
-            .new_inode(req, parent, n, Kind::File, mode & !umask, None)
-            .and_then(|a| Ok((a, self.open_file(InodeNo(a.ino.0))?)));
+            .new_inode(h, name, Kind::File, arg.mode & !arg.umask, None)
+            .and_then(|m| Ok((m.ino, self.fs.open_ino(ino(m.ino))?, m)));
         match r {
-            Ok((a, fh)) => reply.created(&self.ttl, &a, GENERATION, fh, self.open_flags()),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let mut buf = vec![0u8; size as usize];
-        match self.fs.read_at(ino(i), offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        match self.fs.write_at(ino(i), offset, data) {
-            Ok(n) => reply.written(u32::try_from(n).expect("a FUSE write is below 4 GiB")),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _i: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        if self.direct_io {
-            // A bridge's server is also a client of it (docs/DESIGN.md §4f): without
-            // FLUSH (ENOSYS stops the kernel sending it) a close never waits for a reply,
-            // so a process exiting with files open on its own bridge cannot hang.
-            reply.error(Errno::ENOSYS);
-            return;
-        }
-        // close(2): writes already reached the vfs; durability is fsync's.
-        reply.ok();
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _i: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.files.remove(fh.0) {
-            Some(open) => done(reply, self.fs.close_ino(open)),
-            None => reply.error(Errno::EBADF),
-        }
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        done(reply, self.fs.fsync_ino(ino(i), datasync));
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        let r = vfs::Fallocate::from_mode(mode)
-            .and_then(|op| self.fs.fallocate(ino(i), op, offset, length));
-        done(reply, r);
-    }
-
-    /// Only SEEK_DATA and SEEK_HOLE reach here (the kernel does the others).
-    fn lseek(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(Errno::EINVAL);
-        };
-        let r = match whence {
-            libc::SEEK_DATA => self.fs.seek_data(ino(i), offset),
-            libc::SEEK_HOLE => self.fs.seek_hole(ino(i), offset),
-            _ => return reply.error(Errno::EINVAL),
-        };
-        match r {
-            Ok(at) => reply.offset(at as i64),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.stat_ino(ino(i)) {
-            Ok(m) if m.kind == Kind::Dir => {
-                let fh = self.dirs.insert(Arc::new(Mutex::new(DirCursor::default())));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+            Ok((_, open, m)) => {
+                let fh = self.files.insert(OpenFile::new(open));
+                let entry = self.entry_out(&m);
+                out.buf().push(&entry);
+                out.buf().push(&abi::OpenOut {
+                    fh,
+                    open_flags: self.open_flags(h),
+                    padding: 0,
+                });
+                out.send_payload();
             }
-            Ok(_) => reply.error(Errno::ENOTDIR),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => out.error(errno(&e)),
         }
     }
 
-    fn readdir(
-        &self,
-        req: &Request,
-        i: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let Some(cursor) = self.dirs.get(fh.0) else {
-            reply.error(Errno::EBADF);
-            return;
-        };
-        let mut cursor = cursor.lock().expect("directory cursor lock");
-        match self.fill_dir(&creds(req), ino(i), &mut cursor, offset, &mut reply) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _i: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        match self.dirs.remove(fh.0) {
-            Some(_) => reply.ok(),
-            None => reply.error(Errno::EBADF),
-        }
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        i: INodeNo,
-        _fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        done(reply, self.fs.fsync_ino(ino(i), datasync));
-    }
-
-    fn statfs(&self, _req: &Request, _i: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, out: &mut Out<'_>) {
         let s = self.fs.statfs();
         // Inodes cost only metadata records: report a large, never shrinking count.
         let files = u64::from(u32::MAX);
-        reply.statfs(
-            s.blocks,
-            s.blocks_free,
-            s.blocks_free,
+        let st = abi::Kstatfs {
+            blocks: s.blocks,
+            bfree: s.blocks_free,
+            bavail: s.blocks_free,
             files,
-            files,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        );
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        i: INodeNo,
-        n: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        let mode = match flags {
-            0 => XattrMode::Either,
-            libc::XATTR_CREATE => XattrMode::Create,
-            libc::XATTR_REPLACE => XattrMode::Replace,
-            _ => {
-                reply.error(Errno::EINVAL);
-                return;
-            }
+            ffree: files,
+            bsize: s.block_size,
+            namelen: s.name_max,
+            frsize: s.block_size,
+            ..abi::Kstatfs::default()
         };
-        if position != 0 {
-            reply.error(Errno::EINVAL);
-            return;
+        out.send(&abi::StatfsOut { st });
+    }
+
+    /// FOPEN flags of an open by the request `h`'s caller.
+    pub(crate) fn open_flags(&self, h: &abi::InHeader) -> u32 {
+        if self.direct_io {
+            // A bridge's server is also a client of it (docs/DESIGN.md §4f): its own
+            // opens take no FLUSH, so a close of them never waits for a reply (a
+            // process exiting with files open on its own bridge cannot hang). Other
+            // processes' opens are flushed: FLUSH releases their record locks.
+            let own = own_thread(h.pid);
+            return abi::fopen::DIRECT_IO | if own { abi::fopen::NOFLUSH } else { 0 };
         }
-        done(
-            reply,
-            self.fs
-                .set_xattr_ino(&creds(req), ino(i), name(n), value, mode),
-        );
-    }
-
-    fn getxattr(&self, req: &Request, i: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.get_xattr_ino(&creds(req), ino(i), name(n)) {
-            Ok(v) => reply_xattr(reply, size, &v),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn listxattr(&self, req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.list_xattr_ino(&creds(req), ino(i)) {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for n in names {
-                    list.extend_from_slice(&n);
-                    list.push(0);
-                }
-                reply_xattr(reply, size, &list);
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn removexattr(&self, req: &Request, i: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        done(
-            reply,
-            self.fs.remove_xattr_ino(&creds(req), ino(i), name(n)),
-        );
-    }
-
-    fn access(&self, req: &Request, i: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        // With default_permissions the kernel checks access itself; the vfs answers the
-        // same (F_OK: whether the inode still exists).
-        let mask = (mask.bits() as u32) & 7;
-        done(reply, self.fs.access(&creds(req), ino(i), mask));
+        // The kernel's page cache stays valid across opens: nothing else changes files.
+        abi::fopen::KEEP_CACHE
     }
 }
 
-/// getxattr/listxattr: the size alone for a zero-sized probe, ERANGE if it does not fit.
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
-    let len = u32::try_from(value.len()).expect("attribute values are at most 64 KiB");
-    if size == 0 {
-        reply.size(len);
-    } else if len > size {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(value);
-    }
+/// Whether thread `tid` (a request header's pid) belongs to this process.
+fn own_thread(tid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
 }

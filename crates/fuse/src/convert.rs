@@ -1,55 +1,64 @@
-//! Conversions between vfs types and FUSE's: attributes, kinds, times, errors.
+//! Conversions between vfs types and the FUSE ABI's: attributes, kinds, times, errors.
 
-use fuser::{Errno, FileAttr, FileType, INodeNo};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use crate::proto::abi;
+use std::time::Duration;
 use vfs::{Kind, Metadata, VfsError};
 
-pub fn errno(e: &VfsError) -> Errno {
+/// The errno of `e`; device and corruption errors are also printed (the caller only
+/// sees the errno).
+pub fn errno(e: &VfsError) -> i32 {
     let code = e.errno();
     if matches!(code, libc::EIO | libc::EUCLEAN | libc::EROFS) {
-        // A device or corruption error: say what it was, the caller only sees the errno.
         eprintln!("augefs: {e}");
     }
-    Errno::from_i32(code)
+    code
 }
 
-pub fn file_type(kind: Kind) -> FileType {
+/// The `S_IFMT` bits of `kind`.
+pub fn file_type(kind: Kind) -> u32 {
     match kind {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
+        Kind::File => libc::S_IFREG,
+        Kind::Dir => libc::S_IFDIR,
+        Kind::Symlink => libc::S_IFLNK,
     }
 }
 
-/// Nanoseconds since the epoch (negative: before it) as a `SystemTime`.
-pub fn system_time(ns: i64) -> SystemTime {
-    let d = Duration::from_nanos(ns.unsigned_abs());
-    if ns >= 0 {
-        UNIX_EPOCH + d
-    } else {
-        UNIX_EPOCH - d
-    }
+/// The readdir type (`DT_*`) of `kind`.
+pub fn dirent_type(kind: Kind) -> u32 {
+    file_type(kind) >> 12
 }
 
-/// A `SystemTime` as nanoseconds since the epoch (saturating past ~2262).
-pub fn nanos(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-    }
+/// Nanoseconds since the epoch as FUSE's (seconds, nanoseconds), the nanoseconds in
+/// 0..1e9 also before the epoch.
+pub fn split_ns(ns: i64) -> (u64, u32) {
+    (
+        ns.div_euclid(1_000_000_000) as u64,
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
 }
 
-pub fn attr(m: &Metadata) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(m.ino),
+/// FUSE's (seconds, nanoseconds) as nanoseconds since the epoch (saturating).
+pub fn join_ns(secs: u64, nsec: u32) -> i64 {
+    (secs as i64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(i64::from(nsec))
+}
+
+pub fn attr(m: &Metadata) -> abi::Attr {
+    let (atime, atimensec) = split_ns(m.atime_ns);
+    let (mtime, mtimensec) = split_ns(m.mtime_ns);
+    let (ctime, ctimensec) = split_ns(m.ctime_ns);
+    abi::Attr {
+        ino: m.ino,
         size: m.size,
         blocks: m.blocks,
-        atime: system_time(m.atime_ns),
-        mtime: system_time(m.mtime_ns),
-        ctime: system_time(m.ctime_ns),
-        crtime: system_time(m.btime_ns),
-        kind: file_type(m.kind),
-        perm: (m.mode & 0o7777) as u16,
+        atime,
+        mtime,
+        ctime,
+        atimensec,
+        mtimensec,
+        ctimensec,
+        mode: file_type(m.kind) | (m.mode & 0o7777),
         nlink: m.nlink,
         uid: m.uid,
         gid: m.gid,
@@ -59,6 +68,11 @@ pub fn attr(m: &Metadata) -> FileAttr {
     }
 }
 
+/// A cache timeout as FUSE's (seconds, nanoseconds).
+pub fn timeout(d: Duration) -> (u64, u32) {
+    (d.as_secs(), d.subsec_nanos())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,7 +80,11 @@ mod tests {
     #[test]
     fn times_round_trip_on_both_sides_of_the_epoch() {
         for ns in [0, 1, -1, 1_700_000_000_123_456_789, -86_400_000_000_007] {
-            assert_eq!(nanos(system_time(ns)), ns);
+            let (s, n) = split_ns(ns);
+            assert!(n < 1_000_000_000);
+            assert_eq!(join_ns(s, n), ns);
         }
+        assert_eq!(dirent_type(Kind::Dir), libc::DT_DIR as u32);
+        assert_eq!(dirent_type(Kind::Symlink), libc::DT_LNK as u32);
     }
 }

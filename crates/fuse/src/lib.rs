@@ -1,20 +1,32 @@
 //! The augefs FUSE front end: every process on the machine reaches an augefs image
-//! through a kernel mount (docs/DESIGN.md §4d).
+//! through a kernel mount (docs/DESIGN.md §4d). The FUSE protocol is our own
+//! ([`proto`]), written from the kernel's header; no libfuse, no FUSE crate.
 //!
-//! - [`adapter`]: the [`fuser::Filesystem`] implementation, one vfs call per request.
-//! - [`tables`]: the open-file and open-directory tables behind FUSE file handles.
+//! - [`proto`]: the kernel ABI, request decoding, reply encoding.
+//! - [`channel`], [`session`]: /dev/fuse descriptors and the request threads.
+//! - [`mount`]: mount(2) as root, `fusermount3` otherwise; unmounting.
+//! - [`adapter`], [`files`], [`lockops`]: requests to vfs calls.
+//! - [`tables`], [`nodes`]: file handles, directory cursors, the kernel's lookup counts.
 //! - [`options`]: `-o` mount options.
 //! - [`serve`]: mounting, serving until the kernel unmounts, and unmounting the vfs.
 //!
 //! Invariants:
 //! - No file-system logic lives here: requests are converted, handed to `vfs`, and its
 //!   errors are returned as the errno `VfsError::errno` names.
-//! - Permissions are checked by the kernel (`default_permissions` is always set): the
-//!   vfs does not check them yet (docs/SEMANTICS.md §4).
+//! - Permissions are checked by the kernel (`default_permissions` is always set) and
+//!   again by the vfs with each request's caller.
 
 pub mod adapter;
+pub mod channel;
+pub mod constants;
+pub mod files;
+pub mod lockops;
+pub mod mount;
+pub mod nodes;
 pub mod options;
+pub mod proto;
 pub mod serve;
+pub mod session;
 pub mod tables;
 
 mod convert;

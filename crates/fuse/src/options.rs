@@ -7,12 +7,21 @@
 //!   `nofail`, `_netdev`, ...) are accepted and have no effect here.
 
 use std::path::PathBuf;
+use std::time::Duration;
 use thiserror::Error;
 
-/// Request threads when `threads=` is not given.
-pub const THREADS_DEFAULT: usize = 4;
 /// Most request threads `threads=` accepts.
 pub const THREADS_MAX: usize = 64;
+/// Longest `commit=` interval accepted, in seconds (a day).
+pub const COMMIT_MAX_SECS: u64 = 86_400;
+
+/// Request threads when `threads=` is not given: one per CPU. (A waiting SETLKW holds
+/// none of them, and the vfs does its device IO in parallel within a request.)
+pub fn threads_default() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, THREADS_MAX)
+}
 
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
@@ -49,6 +58,13 @@ pub struct MountOptions {
     /// Kernel mount flags passed through (`nosuid`, `nodev`, `noexec` and their
     /// opposites).
     pub flags: Vec<String>,
+    /// A read-only kernel mount (`ro`; `rw` is the default): /proc/mounts says `ro` and
+    /// the kernel refuses every change with EROFS. The caller decides how to open the
+    /// image for it.
+    pub read_only: bool,
+    /// Background commit (`commit=N` seconds, default 5; 0 turns it off): everything
+    /// written is durable within N seconds without fsync or sync (docs/SEMANTICS.md §2).
+    pub commit: Option<Duration>,
 }
 
 impl Default for MountOptions {
@@ -57,10 +73,12 @@ impl Default for MountOptions {
             allow_other: false,
             allow_root: false,
             writeback_cache: false,
-            threads: THREADS_DEFAULT,
+            threads: threads_default(),
             fsname: None,
             pmr: None,
             flags: Vec::new(),
+            read_only: false,
+            commit: Some(vfs::commit::COMMIT_INTERVAL_DEFAULT),
         }
     }
 }
@@ -75,7 +93,6 @@ const IGNORED: &[&str] = &[
     "user",
     "nouser",
     "users",
-    "rw",
     "async",
     "noatime",
     "relatime",
@@ -125,11 +142,23 @@ impl MountOptions {
                 }
                 self.threads = n;
             }
-            "ro" => {
-                return Err(OptionError::Unsupported(
-                    name.to_string(),
-                    "the vfs has no read-only mount",
-                ))
+            "ro" if value.is_none() => self.read_only = true,
+            "rw" if value.is_none() => self.read_only = false,
+            "commit" => {
+                let v = need(value)?;
+                let secs: u64 = v.parse().map_err(|_| OptionError::BadValue {
+                    name: name.to_string(),
+                    value: v.clone(),
+                    why: format!("seconds, 0 (off) to {COMMIT_MAX_SECS}"),
+                })?;
+                if secs > COMMIT_MAX_SECS {
+                    return Err(OptionError::BadValue {
+                        name: name.to_string(),
+                        value: v,
+                        why: format!("seconds, 0 (off) to {COMMIT_MAX_SECS}"),
+                    });
+                }
+                self.commit = (secs > 0).then(|| Duration::from_secs(secs));
             }
             "atime" | "strictatime" => {
                 return Err(OptionError::Unsupported(
@@ -174,7 +203,15 @@ mod tests {
         assert_eq!(err("threads"), OptionError::MissingValue("threads".into()));
         assert!(matches!(err("threads=0"), OptionError::BadValue { .. }));
         assert!(matches!(err("threads=x"), OptionError::BadValue { .. }));
-        assert!(matches!(err("ro"), OptionError::Unsupported(..)));
+        assert!(matches!(err("commit=x"), OptionError::BadValue { .. }));
+        assert!(matches!(err("commit=100000"), OptionError::BadValue { .. }));
+        assert!(matches!(err("atime"), OptionError::Unsupported(..)));
+        let o = MountOptions::parse(&["ro,commit=0"]).expect("valid");
+        assert!(o.read_only && o.commit.is_none());
+        let o = MountOptions::parse(&["ro,rw,commit=2"]).expect("valid");
+        assert!(!o.read_only);
+        assert_eq!(o.commit, Some(Duration::from_secs(2)));
+        assert_eq!(MountOptions::default().commit, Some(Duration::from_secs(5)));
         assert!(matches!(
             err("allow_other,allow_root"),
             OptionError::BadValue { .. }

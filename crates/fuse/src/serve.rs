@@ -1,20 +1,24 @@
 //! Mounting: [`serve`] mounts a vfs at a directory, serves requests on several threads
 //! until the kernel ends the mount (`umount`, `fusermount3 -u`, or an [`Unmounter`]
-//! called on a signal), then unmounts the vfs so everything is durable.
+//! called on a signal), then unmounts the vfs so everything is durable. [`Bridge`] is
+//! the interposer's mount of a vfs it keeps.
 //!
 //! Invariants:
 //! - `FileSystem::unmount` runs on every path out of [`serve`] once the vfs was handed
-//!   in, including a failed kernel mount; its error is [`serve`]'s error. (The one
-//!   exception, said as an error: a request thread panicked and fuser stopped waiting
-//!   for the others, which still hold the vfs.)
-//! - The mount is ready (the kernel's INIT exchange is done) when `on_ready` runs.
+//!   in, including a failed kernel mount or INIT; its error is [`serve`]'s error. (The
+//!   one exception, said as an error: a request thread panicked and still holds the
+//!   vfs.)
+//! - The mount is ready (the kernel's INIT exchange is done) when `on_ready` runs and
+//!   when [`Bridge::spawn`] returns.
+//! - The background commit (`commit=`) runs from the mount until the vfs unmounts.
 
-use crate::adapter::AugeFuse;
+use crate::adapter::{Admit, AugeFuse};
+use crate::channel::Channel;
+use crate::mount::{mount, unmount};
 use crate::options::MountOptions;
-use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
+use crate::session::{Running, Session};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use thiserror::Error;
 use vfs::{FileSystem, VfsError};
 
@@ -42,68 +46,42 @@ pub enum FuseError {
 /// one when files are still open there (the mount then ends at their last close).
 #[derive(Debug, Clone)]
 pub struct Unmounter {
-    session: Arc<Mutex<SessionUnmounter>>,
     dir: PathBuf,
 }
 
 impl Unmounter {
     pub fn unmount(&self) -> Result<(), FuseError> {
-        let plain = self.session.lock().expect("unmounter lock").unmount();
-        if plain.is_ok() {
+        if unmount(&self.dir, false).is_ok() {
             return Ok(());
         }
         // Busy: detach now, finish when the last user goes.
-        let out = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&self.dir)
-            .output()
-            .map_err(|e| FuseError::Unmount {
-                dir: self.dir.clone(),
-                why: format!("running fusermount3: {e}"),
-            })?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(FuseError::Unmount {
-                dir: self.dir.clone(),
-                why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            })
-        }
+        unmount(&self.dir, true).map_err(|e| FuseError::Unmount {
+            dir: self.dir.clone(),
+            why: e.to_string(),
+        })
     }
 }
 
-fn config(opts: &MountOptions, fsname: &str) -> Config {
-    let mut c = Config::default();
-    c.mount_options = vec![
-        MountOption::FSName(opts.fsname.clone().unwrap_or_else(|| fsname.to_string())),
-        MountOption::Subtype("augefs".to_string()),
-        // The vfs checks no permissions (docs/SEMANTICS.md §4): the kernel must.
-        MountOption::DefaultPermissions,
-        MountOption::NoAtime,
-    ];
-    for f in &opts.flags {
-        c.mount_options.push(match f.as_str() {
-            "dev" => MountOption::Dev,
-            "nodev" => MountOption::NoDev,
-            "suid" => MountOption::Suid,
-            "nosuid" => MountOption::NoSuid,
-            "exec" => MountOption::Exec,
-            "noexec" => MountOption::NoExec,
-            other => unreachable!("options.rs admits no flag {other}"),
-        });
-    }
-    c.acl = if opts.allow_other {
-        SessionACL::All
-    } else if opts.allow_root {
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
+/// Mounts `fs` on `dir` and completes INIT; `threads` request threads, each with its
+/// own /dev/fuse descriptor if `clone_fd`.
+fn start(
+    adapter: Arc<AugeFuse>,
+    dir: &Path,
+    fsname: &str,
+    opts: &MountOptions,
+    clone_fd: bool,
+) -> Result<Session, FuseError> {
+    let err = |source| FuseError::Mount {
+        dir: dir.to_path_buf(),
+        source,
     };
-    c.n_threads = Some(opts.threads);
-    // One /dev/fuse descriptor per thread: no contention on one queue.
-    c.clone_fd = true;
-    c
+    let fd = mount(dir, fsname, opts).map_err(err)?;
+    let session = Session::init(adapter, Channel::new(fd), opts.threads, clone_fd);
+    session.map_err(|e| {
+        // The kernel mount exists but cannot be served: take it away again.
+        let _ = unmount(dir, true);
+        err(e)
+    })
 }
 
 /// A bridge mount served from background threads of the calling process (the
@@ -111,7 +89,7 @@ fn config(opts: &MountOptions, fsname: &str) -> Config {
 /// the caller's: stopping leaves it mounted.
 #[derive(Debug)]
 pub struct Bridge {
-    session: fuser::BackgroundSession,
+    running: Running,
     dir: PathBuf,
 }
 
@@ -128,30 +106,33 @@ impl Bridge {
             threads,
             ..MountOptions::default()
         };
-        let mut c = config(&opts, fsname);
         // Every descriptor of the bridge is opened here, synchronously (no per-thread
         // clones opened later): the interposer numbers them out of programs' way.
-        c.clone_fd = false;
-        let session = Session::new(AugeFuse::bridge(fs), dir, &c)
-            .and_then(Session::spawn)
-            .map_err(|source| FuseError::Mount {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
+        let session = start(Arc::new(AugeFuse::bridge(fs)), dir, fsname, &opts, false)?;
+        let running = session.spawn().map_err(|source| FuseError::Serve {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
         Ok(Bridge {
-            session,
+            running,
             dir: dir.to_path_buf(),
         })
     }
 
     /// Unmounts the bridge and waits for its threads.
     pub fn stop(self) -> Result<(), FuseError> {
-        self.session
-            .umount_and_join()
+        let unmounted = unmount(&self.dir, true).map_err(|e| FuseError::Unmount {
+            dir: self.dir.clone(),
+            why: e.to_string(),
+        });
+        let joined = self
+            .running
+            .join_and_shutdown()
             .map_err(|source| FuseError::Serve {
                 dir: self.dir,
                 source,
-            })
+            });
+        unmounted.and(joined)
     }
 }
 
@@ -164,28 +145,29 @@ pub fn serve(
     opts: &MountOptions,
     on_ready: impl FnOnce(Unmounter),
 ) -> Result<(), FuseError> {
+    fs.set_commit_interval(opts.commit);
     let fs = Arc::new(fs);
-    let adapter = AugeFuse::new(fs.clone(), opts.writeback_cache);
-    let served = match Session::new(adapter, dir, &config(opts, fsname)) {
-        Err(source) => Err(FuseError::Mount {
+    let admit = if opts.allow_root {
+        // SAFETY: getuid has no preconditions.
+        Admit::RootAnd(unsafe { libc::getuid() })
+    } else {
+        Admit::Kernel
+    };
+    let adapter = Arc::new(AugeFuse::new(fs.clone(), opts.writeback_cache, admit));
+    let name = opts.fsname.clone().unwrap_or_else(|| fsname.to_string());
+    let served = start(adapter, dir, &name, opts, true).and_then(|session| {
+        on_ready(Unmounter {
+            dir: dir.to_path_buf(),
+        });
+        session.run().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
-        }),
-        Ok(mut session) => {
-            on_ready(Unmounter {
-                session: Arc::new(Mutex::new(session.unmount_callable())),
-                dir: dir.to_path_buf(),
-            });
-            session.run().map_err(|source| FuseError::Serve {
-                dir: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
+        })
+    });
     // Commands that find the image locked now wait for this unmount instead of refusing.
     fs.stop_serving();
     // The session and its adapter are gone, so this is the last reference, unless a
-    // request thread panicked and fuser returned before joining the others.
+    // request thread panicked.
     let unmounted = match Arc::into_inner(fs) {
         Some(fs) => fs.unmount().map_err(FuseError::from),
         None => Err(FuseError::Unmount {

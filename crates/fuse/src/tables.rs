@@ -1,7 +1,7 @@
 //! The tables behind FUSE file handles: open files (each holding a vfs [`OpenInode`], so
-//! an unlinked file keeps its data until the kernel releases the last handle) and open
-//! directories (each with the readdir cursor table that maps FUSE offsets to vfs name
-//! cursors).
+//! an unlinked file keeps its data until the kernel releases the last handle, and the
+//! lock owners that took record locks through it) and open directories (each with the
+//! readdir cursor table that maps FUSE offsets to vfs name cursors).
 //!
 //! Invariants:
 //! - File handle numbers are never reused within a mount (a 64-bit counter).
@@ -62,8 +62,46 @@ impl<T: Clone> Table<T> {
     }
 }
 
+/// One open file (an open file description of the kernel's).
+#[derive(Debug)]
+pub struct OpenFile {
+    /// Taken by the release (other threads may still hold the `Arc` for a moment).
+    open: Mutex<Option<OpenInode>>,
+    /// Kernel lock owners that set record locks through this handle: at its release
+    /// their locks on the inode go. (A process's locks go at its FLUSH; an OFD lock's
+    /// owner is the open file itself, which the kernel names in no FLUSH.)
+    lock_owners: Mutex<Vec<u64>>,
+}
+
+impl OpenFile {
+    pub fn new(open: OpenInode) -> Arc<OpenFile> {
+        Arc::new(OpenFile {
+            open: Mutex::new(Some(open)),
+            lock_owners: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The vfs handle, for the release (once).
+    pub fn take(&self) -> Option<OpenInode> {
+        self.open.lock().expect("open file lock").take()
+    }
+
+    /// The owners noted by [`OpenFile::note_owner`].
+    pub fn owners(&self) -> Vec<u64> {
+        self.lock_owners.lock().expect("lock owners lock").clone()
+    }
+
+    /// Notes that `owner` locked through this handle.
+    pub fn note_owner(&self, owner: u64) {
+        let mut o = self.lock_owners.lock().expect("lock owners lock");
+        if !o.contains(&owner) {
+            o.push(owner);
+        }
+    }
+}
+
 /// Open files.
-pub type Files = Table<OpenInode>;
+pub type Files = Table<Arc<OpenFile>>;
 /// Open directories.
 pub type Dirs = Table<Arc<Mutex<DirCursor>>>;
 

@@ -25,10 +25,6 @@ use vfs::{FileSystem, Kind, OpenInode};
 pub const SETFL_MASK: i32 =
     libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME;
 
-/// Lock owners of descriptions (flock and OFD locks): apart from process ids, which
-/// own classic record locks.
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1 << 40);
-
 /// One open file description.
 #[derive(Debug)]
 pub struct Description {
@@ -76,7 +72,7 @@ impl Description {
             ),
             offset: Mutex::new(0),
             path,
-            owner: LockOwner(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
+            owner: LockOwner::new_description(),
             dir: Mutex::new(DirStream::default()),
         }))
     }

@@ -139,7 +139,7 @@ impl Posix {
         let desc = self.table.remove(fd)?;
         self.fs
             .record_locks()
-            .release(desc.ino(), vfs::locks::LockOwner(self.pid as u64));
+            .release(desc.ino(), vfs::locks::LockOwner::Process(self.pid));
         Ok(())
     }
 

@@ -47,7 +47,7 @@ impl Posix {
         Ok(if ofd {
             (d.owner(), -1)
         } else {
-            (LockOwner(self.pid as u64), self.pid)
+            (LockOwner::Process(self.pid), self.pid)
         })
     }
 

@@ -29,7 +29,12 @@ pub fn mount_image(
         ..ImageOptions::default()
     };
     match open_image(image, &opts, &mut |_| {}) {
-        Ok(fs) => Ok(Arc::new(fs)),
+        Ok(fs) => {
+            // What the program writes is durable within the interval even if it never
+            // syncs (docs/SEMANTICS.md §2), as on a FUSE mount.
+            fs.set_commit_interval(Some(vfs::commit::COMMIT_INTERVAL_DEFAULT));
+            Ok(Arc::new(fs))
+        }
         Err(e) if e.in_use() => Err(MountError::InUse),
         Err(e) => Err(MountError::Failed(match e {
             vfs::image::ImageError::Mount { .. } => e.to_string(),

@@ -40,6 +40,9 @@ pub enum VfsError {
     WouldBlock(String),
     #[error("{0}: resource deadlock avoided")]
     Deadlock(String),
+    /// A wait was cancelled (a FUSE request the kernel interrupted).
+    #[error("{0}: interrupted")]
+    Interrupted(String),
     #[error("{0}: no data or hole at or after this offset")]
     NoSuchOffset(String),
     #[error("operation not supported: {0}")]
@@ -87,6 +90,7 @@ impl VfsError {
             VfsError::NoSuchOffset(_) => libc::ENXIO,
             VfsError::WouldBlock(_) => libc::EAGAIN,
             VfsError::Deadlock(_) => libc::EDEADLK,
+            VfsError::Interrupted(_) => libc::EINTR,
             VfsError::Unsupported(_) => libc::EOPNOTSUPP,
             VfsError::NoAttribute(_) => libc::ENODATA,
             VfsError::AttributeNamespace(_) => libc::EOPNOTSUPP,

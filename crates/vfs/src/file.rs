@@ -13,7 +13,6 @@ use crate::locks::{LockKind, LockOwner};
 use crate::records::Kind;
 use crate::sparse::Fallocate;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How to open a file (as `std::fs::OpenOptions`, plus the mode for new files).
@@ -145,7 +144,7 @@ impl OpenOptions {
             read: self.read,
             write: self.write || self.append,
             append: self.append,
-            owner: LockOwner(NEXT_OWNER.fetch_add(1, Ordering::Relaxed)),
+            owner: LockOwner::new_description(),
         }
     }
 }
@@ -161,9 +160,6 @@ pub struct File {
     /// This open file's identity as a lock owner (flock locks are per open file).
     owner: LockOwner,
 }
-
-/// Lock owners of `File`s: unique per open file in the process.
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1 << 62);
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -264,6 +264,8 @@ pub struct FileSystem {
     flocks: crate::locks::LockTable,
     /// The background flusher (stopped by unmount and drop).
     flusher: Mutex<Option<crate::data::Flusher>>,
+    /// The background commit, if asked for (stopped by unmount and drop).
+    committer: Mutex<Option<crate::commit::Committer>>,
     /// The background read-ahead, unless configured off (stopped by unmount and drop).
     pub(crate) readahead: Option<Arc<crate::readahead::ReadAhead>>,
     /// Held while this instance serves its image to programs (device::holder), from
@@ -275,6 +277,7 @@ impl Drop for FileSystem {
     /// Without an unmount, like a crash: dirty pages are lost (and the handles the cache
     /// kept for them released).
     fn drop(&mut self) {
+        self.set_commit_interval(None);
         self.stop_flusher();
         self.stop_readahead();
         self.core
@@ -394,6 +397,7 @@ impl FileSystem {
             record_locks: crate::locks::LockTable::default(),
             flocks: crate::locks::LockTable::default(),
             flusher: Mutex::new(flusher),
+            committer: Mutex::new(None),
             root: std::sync::OnceLock::new(),
             readahead,
             serving: Mutex::new(None),
@@ -421,6 +425,7 @@ impl FileSystem {
 
     /// Makes everything durable and unmounts. An error means something may not be.
     pub fn unmount(self) -> Result<(), VfsError> {
+        self.set_commit_interval(None);
         self.stop_flusher();
         self.stop_readahead();
         self.core.write_back_all()?;
@@ -437,6 +442,21 @@ impl FileSystem {
             .clear();
         core.engine.close()?;
         Ok(())
+    }
+
+    /// Background commit (docs/SEMANTICS.md §2): with `Some(every)`, everything written
+    /// is durable within `every` without fsync or sync; `None` (or zero) stops it. Idle
+    /// (nothing changed since the last commit) it does no IO.
+    pub fn set_commit_interval(&self, every: Option<std::time::Duration>) {
+        let mut slot = self.committer.lock().expect("committer lock");
+        if let Some(c) = slot.take() {
+            c.stop();
+        }
+        // A read-only file system has nothing to commit.
+        let writable = self.read_only_reason().is_none();
+        *slot = every
+            .filter(|e| !e.is_zero() && writable)
+            .map(|e| crate::commit::Committer::start(self.core.clone(), e));
     }
 
     fn stop_readahead(&self) {

@@ -15,6 +15,7 @@
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //! - [`locks`]: POSIX record locks and flock within one instance.
+//! - [`commit`]: background commit (everything durable within an interval).
 //! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
 //! - [`tmpfile`]: O_TMPFILE (nameless files, named later by `link`).
 //!
@@ -32,6 +33,7 @@
 
 pub mod at;
 mod caches;
+pub mod commit;
 pub mod creds;
 pub mod data;
 pub mod error;

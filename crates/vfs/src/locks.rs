@@ -1,7 +1,8 @@
 //! Advisory locks within one file-system instance: POSIX record locks (`fcntl` F_GETLK,
-//! F_SETLK, F_SETLKW, and open-file-description locks) and `flock`. Front ends that serve
-//! several processes from one instance (the interposer, the C ABI) use them; a FUSE mount
-//! leaves locks to the kernel, which sees every process.
+//! F_SETLK, F_SETLKW, and open-file-description locks) and `flock`. Every front end that
+//! serves processes from one instance uses the same two tables (the interposer's owner
+//! directly, the C ABI, the FUSE mount and the interposer's bridge through the kernel), so
+//! a process's lock conflicts with every other process's however each reaches augefs.
 //!
 //! Rules (POSIX, as Linux applies them):
 //! - A lock covers bytes `[start, end)` of one inode; `end` None means "to infinity" (a
@@ -18,18 +19,67 @@
 //! Invariants:
 //! - An owner's locks on an inode never overlap each other (they are kept merged).
 //! - A waiter is registered in the wait-for map exactly while it sleeps.
+//! - Owners of different front ends never compare equal: [`LockOwner`] is tagged with
+//!   the namespace that numbered it (a pid, a description, a kernel lock owner).
+//! - A cancellable wait ([`Wait::Cancellable`]) ends with EINTR at the latest when the
+//!   table is next notified after [`LockTable::cancel`] (which notifies it).
 
 use crate::error::VfsError;
 use format::InodeNo;
 use platform::Signal;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Who holds a lock: a process (classic fcntl locks) or an open file description (OFD
-/// locks and flock), as the front end numbers them.
+/// Who holds a lock. Each variant is a namespace of its own, so the owners the posix
+/// layer uses in a process and those the FUSE kernel module sends for other processes
+/// (which `augefs run` serves from the same instance) never collide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockOwner(pub u64);
+pub enum LockOwner {
+    /// A process of the posix layer (classic fcntl record locks), by pid.
+    Process(i32),
+    /// An open file description of this process: OFD locks and flock of the posix
+    /// layer, flock of a [`crate::File`] ([`LockOwner::new_description`]).
+    Description(u64),
+    /// A lock owner the kernel names in a FUSE request (its id of a process's file
+    /// table, or of an open file for flock and OFD locks).
+    Kernel(u64),
+}
+
+impl LockOwner {
+    /// A description owner no other owner of this process equals.
+    pub fn new_description() -> LockOwner {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        LockOwner::Description(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Whether and how [`LockTable::set_waiting`] waits for a conflicting lock.
+#[derive(Debug, Clone, Copy)]
+pub enum Wait<'a> {
+    /// Fail with EAGAIN (F_SETLK, LOCK_NB).
+    No,
+    /// Sleep until the lock can be taken (F_SETLKW, flock), or EDEADLK.
+    Yes,
+    /// As `Yes`, and fail with EINTR once `cancel` is cancelled ([`LockTable::cancel`]):
+    /// a FUSE SETLKW that the kernel interrupts.
+    Cancellable(&'a WaitCancel),
+}
+
+/// The cancellation flag of one [`Wait::Cancellable`] wait.
+#[derive(Debug, Default)]
+pub struct WaitCancel(AtomicBool);
+
+impl WaitCancel {
+    /// A flag cancelled from the start (the wait it is given to ends at once).
+    pub fn cancelled() -> WaitCancel {
+        WaitCancel(AtomicBool::new(true))
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockKind {
@@ -118,11 +168,25 @@ impl LockTable {
     pub fn set(
         &self,
         ino: InodeNo,
-        (start, end): (u64, Option<u64>),
+        span: (u64, Option<u64>),
         kind: Option<LockKind>,
         owner: LockOwner,
         pid: i32,
         wait: bool,
+    ) -> Result<(), VfsError> {
+        let wait = if wait { Wait::Yes } else { Wait::No };
+        self.set_waiting(ino, span, kind, owner, pid, wait)
+    }
+
+    /// [`LockTable::set`] with the choice of [`Wait`].
+    pub fn set_waiting(
+        &self,
+        ino: InodeNo,
+        (start, end): (u64, Option<u64>),
+        kind: Option<LockKind>,
+        owner: LockOwner,
+        pid: i32,
+        wait: Wait<'_>,
     ) -> Result<(), VfsError> {
         let mut t = self.lock();
         if let Some(kind) = kind {
@@ -133,10 +197,17 @@ impl LockTable {
                     .and_then(|ls| ls.iter().find(|l| l.conflicts(start, end, kind, owner)))
                     .map(|l| l.owner);
                 let Some(blocker) = blocker else { break };
-                if !wait {
+                if matches!(wait, Wait::No) {
                     return Err(VfsError::WouldBlock(format!(
                         "inode {ino}: bytes {start}.. locked by another owner"
                     )));
+                }
+                if let Wait::Cancellable(c) = wait {
+                    if c.is_cancelled() {
+                        return Err(VfsError::Interrupted(format!(
+                            "inode {ino}: waiting for bytes {start}.."
+                        )));
+                    }
                 }
                 // Would waiting for `blocker` close a cycle back to us?
                 let mut at = blocker;
@@ -165,6 +236,37 @@ impl LockTable {
         drop(t);
         self.changed.notify_all();
         Ok(())
+    }
+
+    /// flock(2) on `ino` for `owner` (`kind` None: LOCK_UN). Converting a lock the owner
+    /// holds drops it first, then takes the new kind (not atomic, as Linux), unless
+    /// nobody else holds the file.
+    pub fn flock(
+        &self,
+        ino: InodeNo,
+        kind: Option<LockKind>,
+        owner: LockOwner,
+        pid: i32,
+        wait: Wait<'_>,
+    ) -> Result<(), VfsError> {
+        let whole = (0, None);
+        let free = kind.is_some()
+            && self
+                .conflicting(ino, whole, LockKind::Write, owner)
+                .is_none();
+        if !free {
+            self.set_waiting(ino, whole, None, owner, pid, Wait::No)?;
+        }
+        self.set_waiting(ino, whole, kind, owner, pid, wait)
+    }
+
+    /// Ends the wait of `cancel` (with EINTR), now if it sleeps, else at its next check.
+    pub fn cancel(&self, cancel: &WaitCancel) {
+        cancel.0.store(true, Ordering::Release);
+        // Under the table's lock: a waiter between its check and its sleep holds it, so
+        // this notification cannot fall between the two.
+        drop(self.lock());
+        self.changed.notify_all();
     }
 
     /// Drops every lock `owner` holds on `ino` (a close: POSIX drops a process's record
@@ -263,12 +365,19 @@ mod tests {
     use std::sync::Arc;
 
     const F: InodeNo = InodeNo(7);
-    const A: LockOwner = LockOwner(1);
-    const B: LockOwner = LockOwner(2);
-    const C: LockOwner = LockOwner(3);
+    const A: LockOwner = LockOwner::Process(1);
+    const B: LockOwner = LockOwner::Process(2);
+    const C: LockOwner = LockOwner::Process(3);
+
+    fn pid(o: LockOwner) -> i32 {
+        match o {
+            LockOwner::Process(p) => p,
+            _ => 0,
+        }
+    }
 
     fn set(t: &LockTable, s: u64, len: u64, k: Option<LockKind>, o: LockOwner) -> i32 {
-        match t.set(F, range(s, len).unwrap(), k, o, o.0 as i32, false) {
+        match t.set(F, range(s, len).unwrap(), k, o, pid(o), false) {
             Ok(()) => 0,
             Err(e) => e.errno(),
         }
@@ -352,6 +461,61 @@ mod tests {
                 (20, Some(30), LockKind::Write)
             ]
         );
+    }
+
+    #[test]
+    fn owners_of_different_namespaces_never_collide() {
+        let t = LockTable::default();
+        let (p, d, k) = (
+            LockOwner::Process(5),
+            LockOwner::Description(5),
+            LockOwner::Kernel(5),
+        );
+        assert_eq!(set(&t, 0, 10, Some(LockKind::Write), p), 0);
+        assert_eq!(set(&t, 0, 10, Some(LockKind::Write), d), libc::EAGAIN);
+        assert_eq!(set(&t, 0, 10, Some(LockKind::Read), k), libc::EAGAIN);
+        assert_ne!(LockOwner::new_description(), LockOwner::new_description());
+    }
+
+    #[test]
+    fn a_cancelled_wait_ends_with_eintr_and_registers_nothing() {
+        let t = Arc::new(LockTable::default());
+        assert_eq!(set(&t, 0, 10, Some(LockKind::Write), A), 0);
+        let cancel = Arc::new(WaitCancel::default());
+        let (t2, c2) = (t.clone(), cancel.clone());
+        let waiter = std::thread::spawn(move || {
+            let w = Wait::Cancellable(&c2);
+            t2.set_waiting(F, range(0, 10).unwrap(), Some(LockKind::Read), B, 2, w)
+        });
+        while t.lock().waits_for.get(&B) != Some(&A) {
+            std::thread::yield_now();
+        }
+        t.cancel(&cancel);
+        let e = waiter.join().unwrap().unwrap_err();
+        assert_eq!(e.errno(), libc::EINTR);
+        assert!(t.lock().waits_for.is_empty());
+        assert_eq!(spans(&t, B), vec![]);
+        // A cancelled flag matters only to a wait: a free range is still taken.
+        let w = Wait::Cancellable(&cancel);
+        let r = t.set_waiting(F, range(20, 5).unwrap(), Some(LockKind::Read), B, 2, w);
+        assert!(r.is_ok());
+    }
+
+    #[test]
+    fn flock_converts_by_dropping_first() {
+        let t = LockTable::default();
+        let (x, y) = (LockOwner::Kernel(1), LockOwner::Kernel(2));
+        t.flock(F, Some(LockKind::Read), x, 1, Wait::No).unwrap();
+        t.flock(F, Some(LockKind::Read), y, 2, Wait::No).unwrap();
+        // x's upgrade fails while y reads, and x's read lock is gone (Linux drops it).
+        let e = t
+            .flock(F, Some(LockKind::Write), x, 1, Wait::No)
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EAGAIN);
+        assert!(t.held(F).iter().all(|l| l.owner == y));
+        t.flock(F, None, y, 2, Wait::No).unwrap();
+        t.flock(F, Some(LockKind::Write), x, 1, Wait::No).unwrap();
+        assert_eq!(t.held(F).len(), 1);
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn record_locks_of_one_instance() {
         .unwrap();
     let ino = format::InodeNo(f.ino());
     let locks = fs.record_locks();
-    let (p1, p2) = (LockOwner(100), LockOwner(200));
+    let (p1, p2) = (LockOwner::Process(100), LockOwner::Process(200));
     // sqlite's pattern: a shared lock on a byte range, then a writer's exclusive one.
     locks
         .set(

@@ -69,6 +69,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let image = image_path.display().to_string();
     let image_opts = vfs::image::ImageOptions {
         pmr: opts.pmr.clone(),
+        read_only: opts.read_only,
         backend: args.backend.into(),
         wait_for_holder: crate::ui::HOLDER_WAIT,
         ..vfs::image::ImageOptions::default()

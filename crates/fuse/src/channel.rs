@@ -1,0 +1,80 @@
+//! A /dev/fuse descriptor of one session: requests are read from it and replies written
+//! to it, one whole message per read(2) or write(2). A reply must go to the descriptor
+//! its request was read from (each cloned descriptor has its own list of requests in
+//! processing); [`Channel::clone_attached`] makes a descriptor per request thread.
+//!
+//! Invariants:
+//! - The descriptor is close-on-exec and owned: closing the last descriptor of a session
+//!   aborts the connection (the kernel fails every request in flight with ENOTCONN).
+
+use crate::proto::abi;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+#[derive(Debug)]
+pub struct Channel {
+    fd: OwnedFd,
+}
+
+fn cvt(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+impl Channel {
+    pub fn new(fd: OwnedFd) -> Channel {
+        Channel { fd }
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// A new descriptor of the same session (FUSE_DEV_IOC_CLONE).
+    pub fn clone_attached(&self) -> io::Result<Channel> {
+        let fd = open_dev_fuse()?;
+        let mut session = u32::try_from(self.raw()).expect("descriptors are non-negative");
+        // SAFETY: FUSE_DEV_IOC_CLONE reads a u32 descriptor number from the pointer,
+        // which points to a live u32; both descriptors are open.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), abi::DEV_IOC_CLONE as _, &mut session) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Channel { fd })
+    }
+
+    /// Reads one request into `buf`; its length.
+    pub fn receive(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its length for the call.
+        cvt(unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) })
+    }
+
+    /// Writes one reply. ENOENT (the request was interrupted and is gone) is not an
+    /// error: the kernel no longer waits for the answer.
+    pub fn send(&self, reply: &[u8]) -> io::Result<()> {
+        // SAFETY: `reply` is valid for reads of its length for the call.
+        match cvt(unsafe { libc::write(self.raw(), reply.as_ptr().cast(), reply.len()) }) {
+            Ok(n) if n == reply.len() => Ok(()),
+            Ok(n) => Err(io::Error::other(format!(
+                "short write of a reply: {n} of {} bytes",
+                reply.len()
+            ))),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Opens /dev/fuse (close-on-exec).
+pub fn open_dev_fuse() -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated path; the descriptor returned is ours.
+    let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

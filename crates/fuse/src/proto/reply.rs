@@ -1,0 +1,141 @@
+//! Encoding replies: a [`ReplyBuf`] per request thread, sized at mount for the largest
+//! reply (a READ of `max_pages` pages), so no reply allocates. A reply is the out
+//! header followed by the opcode's struct or data; an error is the header alone.
+//!
+//! Invariants:
+//! - The buffer is allocated once and zeroed once; `len` bytes of it are the reply in
+//!   progress (bytes past `len` are stale, never sent).
+//! - `finish` writes the header last, with the length of what was pushed.
+
+use super::abi::{self, bytes_of, OutHeader, Pod};
+
+const HEADER: usize = std::mem::size_of::<OutHeader>();
+
+/// One reply in the making.
+#[derive(Debug)]
+pub struct ReplyBuf {
+    buf: Box<[u8]>,
+    len: usize,
+    unique: u64,
+}
+
+impl ReplyBuf {
+    /// A buffer for replies of up to `payload_max` bytes after the header.
+    pub fn new(payload_max: usize) -> ReplyBuf {
+        ReplyBuf {
+            buf: vec![0u8; HEADER + payload_max].into_boxed_slice(),
+            len: HEADER,
+            unique: 0,
+        }
+    }
+
+    /// Starts the reply to request `unique`.
+    pub fn begin(&mut self, unique: u64) {
+        self.len = HEADER;
+        self.unique = unique;
+    }
+
+    /// Room left for the payload.
+    pub fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    /// Bytes of payload pushed so far.
+    pub fn payload_len(&self) -> usize {
+        self.len - HEADER
+    }
+
+    pub fn push<T: Pod>(&mut self, v: &T) {
+        self.push_bytes(bytes_of(v));
+    }
+
+    pub fn push_bytes(&mut self, b: &[u8]) {
+        assert!(
+            b.len() <= self.room(),
+            "reply of {} bytes overflows",
+            b.len()
+        );
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    /// `n` bytes of payload to fill in place (a READ's data); `commit` says how many
+    /// of them to keep.
+    pub fn tail(&mut self, n: usize) -> &mut [u8] {
+        let n = n.min(self.room());
+        &mut self.buf[self.len..self.len + n]
+    }
+
+    pub fn commit(&mut self, n: usize) {
+        assert!(n <= self.room());
+        self.len += n;
+    }
+
+    /// Appends a directory entry if it fits in `size` bytes of payload; false if not.
+    pub fn push_dirent(&mut self, size: usize, ino: u64, off: u64, typ: u32, name: &[u8]) -> bool {
+        let fixed = std::mem::size_of::<abi::Dirent>();
+        let rec = (fixed + name.len() + 7) & !7;
+        if self.payload_len() + rec > size.min(self.buf.len() - HEADER) {
+            return false;
+        }
+        let d = abi::Dirent {
+            ino,
+            off,
+            namelen: u32::try_from(name.len()).expect("names are at most 255 bytes"),
+            typ,
+        };
+        self.push(&d);
+        self.push_bytes(name);
+        let pad = rec - fixed - name.len();
+        self.push_bytes(&[0u8; 8][..pad]);
+        true
+    }
+
+    /// The finished reply: `error` 0 with the payload, else a negative errno alone.
+    pub fn finish(&mut self, error: i32) -> &[u8] {
+        assert!(error <= 0, "errors are negative errnos, got {error}");
+        if error != 0 {
+            self.len = HEADER;
+        }
+        let h = OutHeader {
+            len: u32::try_from(self.len).expect("replies are far below 4 GiB"),
+            error,
+            unique: self.unique,
+        };
+        self.buf[..HEADER].copy_from_slice(bytes_of(&h));
+        &self.buf[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_carry_their_length_and_errors_drop_the_payload() {
+        let mut r = ReplyBuf::new(64);
+        r.begin(7);
+        r.push(&abi::WriteOut {
+            size: 5,
+            padding: 0,
+        });
+        let out = r.finish(0).to_vec();
+        let h: OutHeader = abi::read(&out).unwrap();
+        assert_eq!((h.len, h.error, h.unique), (24, 0, 7));
+        r.begin(8);
+        r.push_bytes(b"abc");
+        let h: OutHeader = abi::read(r.finish(-libc::ENOENT)).unwrap();
+        assert_eq!((h.len, h.error, h.unique), (16, -libc::ENOENT, 8));
+    }
+
+    #[test]
+    fn dirents_are_padded_and_stop_at_the_size() {
+        let mut r = ReplyBuf::new(4096);
+        r.begin(1);
+        assert!(r.push_dirent(64, 5, 1, 4, b"abc"));
+        assert_eq!(r.payload_len(), 32);
+        assert!(r.push_dirent(64, 6, 2, 4, b"0123456"));
+        assert!(!r.push_dirent(64, 7, 3, 4, b"x"));
+        assert_eq!(r.payload_len(), 64);
+    }
+}

@@ -1,0 +1,410 @@
+//! A FUSE session: the INIT exchange, then request threads that each read a request
+//! from their /dev/fuse descriptor, decode it, hand it to the adapter and write the
+//! reply, until the kernel ends the session (ENODEV: the file system was unmounted or
+//! the connection aborted).
+//!
+//! Structure, so a second transport (FUSE over io_uring) and notifications can be added
+//! without touching the adapter: the protocol ([`crate::proto`]) knows no descriptors;
+//! the [`Channel`] moves whole messages; the adapter answers through an [`Out`], which
+//! knows only "send these bytes for this request" and "answer later" ([`Deferred`]).
+//!
+//! Invariants:
+//! - Every request gets exactly one reply, except FORGET, BATCH_FORGET and INTERRUPT,
+//!   which get none; a deferred reply (a SETLKW that waits) is sent later by its owner.
+//!   `Out` asserts it.
+//! - A malformed request is answered with EINVAL (or dropped, if even its header is
+//!   unreadable), never a panic.
+//! - No request allocates in the session: each thread owns a read buffer and a reply
+//!   buffer sized at INIT for the negotiated maximum.
+
+use crate::adapter::AugeFuse;
+use crate::channel::Channel;
+use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_BYTES};
+use crate::proto::abi::{self, init, Pod};
+use crate::proto::reply::ReplyBuf;
+use crate::proto::request::{self, Op};
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// What the INIT exchange settled.
+#[derive(Debug, Clone, Copy)]
+pub struct Negotiated {
+    /// The kernel's minor version, or ours if lower.
+    pub minor: u32,
+    pub max_write: u32,
+    pub max_pages: u32,
+    /// Flags both sides agreed on.
+    pub flags: u64,
+}
+
+impl Negotiated {
+    fn request_buffer_bytes(&self) -> usize {
+        (self.max_write as usize + REQUEST_SLACK_BYTES).max(abi::MIN_READ_BUFFER)
+    }
+
+    fn reply_buffer_bytes(&self) -> usize {
+        (self.max_pages * PAGE_BYTES).max(self.max_write) as usize + REQUEST_SLACK_BYTES
+    }
+}
+
+/// A session whose INIT is done, ready to serve.
+#[derive(Debug)]
+pub struct Session {
+    fs: Arc<AugeFuse>,
+    first: Arc<Channel>,
+    negotiated: Negotiated,
+    threads: usize,
+    clone_fd: bool,
+}
+
+/// The kernel's fs.fuse.max_pages_limit (256 where the sysctl does not exist).
+fn max_pages_limit() -> u32 {
+    std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(abi::MAX_PAGES_DEFAULT)
+}
+
+impl Session {
+    /// Reads the kernel's INIT from `channel`, answers it with what `fs` wants, and
+    /// returns the session. `clone_fd`: each further request thread gets a descriptor
+    /// of its own (else they share `channel`).
+    pub fn init(
+        fs: Arc<AugeFuse>,
+        channel: Channel,
+        threads: usize,
+        clone_fd: bool,
+    ) -> io::Result<Session> {
+        assert!(threads >= 1);
+        let mut buf = vec![0u8; abi::MIN_READ_BUFFER.max(4096 + REQUEST_SLACK_BYTES)];
+        loop {
+            let n = match channel.receive(&mut buf) {
+                Ok(n) => n,
+                Err(e) if retry(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let req = match request::decode(&buf[..n]) {
+                Ok(r) => r,
+                Err(e) => return Err(io::Error::other(format!("before INIT: {e}"))),
+            };
+            let Op::Init(arg) = req.op else {
+                // Nothing but INIT comes first; answer anything else with EIO.
+                let mut r = ReplyBuf::new(0);
+                r.begin(req.header.unique);
+                channel.send(r.finish(-libc::EIO))?;
+                continue;
+            };
+            let (reply, negotiated) = negotiate(&arg, fs.wanted_flags())?;
+            let mut r = ReplyBuf::new(std::mem::size_of::<abi::InitOut>());
+            r.begin(req.header.unique);
+            r.push(&reply);
+            channel.send(r.finish(0))?;
+            fs.set_negotiated(negotiated);
+            return Ok(Session {
+                fs,
+                first: Arc::new(channel),
+                negotiated,
+                threads,
+                clone_fd,
+            });
+        }
+    }
+
+    /// Serves on `threads` threads (this one among them) until the kernel ends the
+    /// session, then ends the adapter's lock waits.
+    pub fn run(self) -> io::Result<()> {
+        let running = self.spawn_workers(1)?;
+        let first = serve_thread(&self.fs, &self.first, self.negotiated);
+        let rest = running.join();
+        self.fs.shutdown();
+        first.and(rest)
+    }
+
+    /// Serves from `threads` background threads; [`Running::join`] waits for them.
+    pub fn spawn(self) -> io::Result<Running> {
+        self.spawn_workers(0)
+    }
+
+    /// Starts the request threads past the first `skip`.
+    fn spawn_workers(&self, skip: usize) -> io::Result<Running> {
+        let mut handles = Vec::new();
+        for i in skip..self.threads {
+            let ch = if self.clone_fd && i > 0 {
+                Arc::new(self.first.clone_attached()?)
+            } else {
+                self.first.clone()
+            };
+            let (fs, n) = (self.fs.clone(), self.negotiated);
+            let h = std::thread::Builder::new()
+                .name(format!("augefs-fuse-{i}"))
+                .spawn(move || serve_thread(&fs, &ch, n))?;
+            handles.push(h);
+        }
+        Ok(Running {
+            handles,
+            fs: self.fs.clone(),
+        })
+    }
+}
+
+/// Request threads serving in the background.
+#[derive(Debug)]
+pub struct Running {
+    handles: Vec<JoinHandle<io::Result<()>>>,
+    fs: Arc<AugeFuse>,
+}
+
+impl Running {
+    /// Waits for every thread (they end when the kernel ends the session); the first
+    /// error any of them met.
+    pub fn join(self) -> io::Result<()> {
+        let mut result = Ok(());
+        for h in self.handles {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a request thread panicked")));
+            result = result.and(r);
+        }
+        result
+    }
+
+    /// [`Running::join`], then ends the adapter's lock waits.
+    pub fn join_and_shutdown(self) -> io::Result<()> {
+        let fs = self.fs.clone();
+        let r = self.join();
+        fs.shutdown();
+        r
+    }
+}
+
+/// Errors of a /dev/fuse read after which the next read may succeed.
+fn retry(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::EINTR | libc::EAGAIN)
+    )
+}
+
+/// The INIT reply for the kernel's `arg` and the flags the adapter `wants`.
+fn negotiate(arg: &abi::InitIn, wants: u64) -> io::Result<(abi::InitOut, Negotiated)> {
+    if arg.major != abi::KERNEL_VERSION || arg.minor < 23 {
+        return Err(io::Error::other(format!(
+            "the kernel speaks FUSE {}.{}; augefs needs 7.23 or later",
+            arg.major, arg.minor
+        )));
+    }
+    let mut offered = u64::from(arg.flags);
+    if offered & init::INIT_EXT != 0 {
+        offered |= u64::from(arg.flags2) << 32;
+    }
+    let base = init::ASYNC_READ | init::BIG_WRITES | init::MAX_PAGES | init::INIT_EXT;
+    let flags = (base | wants) & offered;
+    let max_pages = if flags & init::MAX_PAGES != 0 {
+        max_pages_limit().clamp(1, MAX_PAGES_CAP)
+    } else {
+        // Without FUSE_MAX_PAGES the kernel sends at most 32 pages per request.
+        32
+    };
+    let max_write = max_pages * PAGE_BYTES;
+    let out = abi::InitOut {
+        major: abi::KERNEL_VERSION,
+        minor: abi::KERNEL_MINOR_VERSION,
+        max_readahead: arg.max_readahead,
+        flags: flags as u32,
+        flags2: (flags >> 32) as u32,
+        max_background: MAX_BACKGROUND,
+        congestion_threshold: MAX_BACKGROUND * 3 / 4,
+        max_write,
+        time_gran: 1,
+        max_pages: u16::try_from(max_pages).expect("MAX_PAGES_CAP fits in u16"),
+        ..abi::InitOut::default()
+    };
+    let negotiated = Negotiated {
+        minor: arg.minor.min(abi::KERNEL_MINOR_VERSION),
+        max_write,
+        max_pages,
+        flags,
+    };
+    Ok((out, negotiated))
+}
+
+/// One request thread: read, decode, dispatch, until the session ends.
+fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<()> {
+    let mut buf = vec![0u8; n.request_buffer_bytes()];
+    let mut reply = ReplyBuf::new(n.reply_buffer_bytes());
+    loop {
+        let len = match ch.receive(&mut buf) {
+            // End of file: not /dev/fuse's way, but a transport that closes (a test's).
+            Ok(0) => return Ok(()),
+            Ok(len) => len,
+            Err(e) if retry(&e) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let bytes = &buf[..len];
+        match request::decode(bytes) {
+            Ok(req) => {
+                reply.begin(req.header.unique);
+                let mut out = Out::new(&mut reply, ch);
+                fs.dispatch(&req, &mut out);
+                out.check(&req.op);
+            }
+            Err(e) => {
+                eprintln!("augefs: malformed FUSE request: {e}");
+                if let Ok(h) = request::header(bytes) {
+                    reply.begin(h.unique);
+                    send(ch, reply.finish(-libc::EINVAL));
+                }
+            }
+        }
+    }
+}
+
+fn send(ch: &Channel, bytes: &[u8]) {
+    if let Err(e) = ch.send(bytes) {
+        // ENODEV: the session ended meanwhile; the read loop sees it next.
+        if e.raw_os_error() != Some(libc::ENODEV) {
+            eprintln!("augefs: writing a FUSE reply: {e}");
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Pending,
+    Sent,
+    NoReply,
+    Deferred,
+}
+
+/// Where the adapter answers one request.
+#[derive(Debug)]
+pub struct Out<'a> {
+    buf: &'a mut ReplyBuf,
+    channel: &'a Arc<Channel>,
+    state: State,
+}
+
+impl<'a> Out<'a> {
+    fn new(buf: &'a mut ReplyBuf, channel: &'a Arc<Channel>) -> Out<'a> {
+        Out {
+            buf,
+            channel,
+            state: State::Pending,
+        }
+    }
+
+    fn done(&mut self, s: State) {
+        assert_eq!(self.state, State::Pending, "a request answered twice");
+        self.state = s;
+    }
+
+    /// The reply buffer, to push a payload into before [`Out::send_payload`].
+    pub fn buf(&mut self) -> &mut ReplyBuf {
+        self.buf
+    }
+
+    /// Success with what was pushed into [`Out::buf`].
+    pub fn send_payload(&mut self) {
+        self.done(State::Sent);
+        send(self.channel, self.buf.finish(0));
+    }
+
+    /// Success with `v` as the payload.
+    pub fn send<T: Pod>(&mut self, v: &T) {
+        self.buf.push(v);
+        self.send_payload();
+    }
+
+    /// Success without a payload.
+    pub fn ok(&mut self) {
+        self.send_payload();
+    }
+
+    /// Failure with `errno` (positive).
+    pub fn error(&mut self, errno: i32) {
+        assert!(errno > 0, "errno {errno}");
+        self.done(State::Sent);
+        send(self.channel, self.buf.finish(-errno));
+    }
+
+    /// The request takes no reply (FORGET, BATCH_FORGET, INTERRUPT).
+    pub fn no_reply(&mut self) {
+        self.done(State::NoReply);
+    }
+
+    /// The reply will be sent later, from another thread.
+    pub fn defer(&mut self, unique: u64) -> Deferred {
+        self.done(State::Deferred);
+        Deferred {
+            channel: self.channel.clone(),
+            unique,
+        }
+    }
+
+    fn check(&self, op: &Op<'_>) {
+        let silent = matches!(op, Op::Forget(_) | Op::BatchForget(_) | Op::Interrupt(_));
+        assert!(
+            match self.state {
+                State::Pending => false,
+                State::NoReply => silent,
+                State::Sent | State::Deferred => !silent,
+            },
+            "request {op:?} left in state {:?}",
+            self.state
+        );
+    }
+}
+
+/// A reply owed to the kernel, sent from another thread (a lock wait's).
+#[derive(Debug)]
+pub struct Deferred {
+    channel: Arc<Channel>,
+    unique: u64,
+}
+
+impl Deferred {
+    /// Sends the reply: `Ok` with `payload`, or the errno.
+    pub fn reply(self, r: Result<&[u8], i32>) {
+        let mut buf = ReplyBuf::new(64);
+        buf.begin(self.unique);
+        let bytes = match r {
+            Ok(p) => {
+                buf.push_bytes(p);
+                buf.finish(0)
+            }
+            Err(e) => buf.finish(-e),
+        };
+        send(&self.channel, bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_agrees_on_what_both_sides_offer() {
+        let arg = abi::InitIn {
+            major: 7,
+            minor: 45,
+            max_readahead: 1 << 17,
+            flags: (init::ASYNC_READ | init::POSIX_LOCKS | init::MAX_PAGES | init::INIT_EXT) as u32,
+            ..abi::InitIn::default()
+        };
+        let (out, n) = negotiate(&arg, init::POSIX_LOCKS | init::FLOCK_LOCKS).unwrap();
+        assert_eq!((out.major, out.minor), (7, abi::KERNEL_MINOR_VERSION));
+        let flags = u64::from(out.flags);
+        assert!(flags & init::POSIX_LOCKS != 0 && flags & init::FLOCK_LOCKS == 0);
+        assert_eq!(out.max_write, n.max_pages * PAGE_BYTES);
+        assert!(n.max_pages >= 1 && n.max_pages <= MAX_PAGES_CAP);
+        assert!(n.request_buffer_bytes() >= n.max_write as usize + 80);
+        let old = abi::InitIn {
+            major: 7,
+            minor: 22,
+            ..abi::InitIn::default()
+        };
+        assert!(negotiate(&old, 0).is_err());
+    }
+}
