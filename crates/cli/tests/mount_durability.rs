@@ -135,7 +135,11 @@ fn a_read_only_mount_reads_and_refuses_changes() {
     fx.mount();
     fs::write(fx.mnt.join("f"), b"kept").expect("write");
     fx.unmount();
+    let before = fs::read(&fx.image).expect("the image");
     fx.mount_with(BIN, &["mount"], &["-o", "ro"]);
+    // Readers share the image with a read-only mount.
+    let out = augefs(&["inspect".as_ref(), fx.image.as_os_str()]);
+    check("augefs inspect beside a read-only mount", &out);
     let mounts = fs::read_to_string("/proc/mounts").expect("/proc/mounts");
     let dir = fx.mnt.to_string_lossy();
     let line = mounts
@@ -150,4 +154,8 @@ fn a_read_only_mount_reads_and_refuses_changes() {
     let err = fs::remove_file(fx.mnt.join("f")).expect_err("an unlink on a ro mount");
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
     fx.unmount();
+    assert!(
+        fs::read(&fx.image).expect("the image") == before,
+        "a read-only mount changed the image"
+    );
 }
