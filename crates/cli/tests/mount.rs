@@ -497,3 +497,56 @@ fn commands_right_after_umount_wait_for_the_finishing_daemon() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+/// A user other than the owner writes to, truncates and O_TRUNC-opens set-id files on a
+/// mount (allow_other): each succeeds and drops the bits as on ext4 (S_ISUID always,
+/// S_ISGID when group-executable or the writer is outside the file's group); root's
+/// write keeps them.
+#[test]
+fn a_non_owner_write_drops_set_id_bits_through_the_mount() {
+    let fx = Fixture::new();
+    fx.mount_with(BIN, &["mount"], &["-o", "allow_other"]);
+    let v = fx.vars();
+    sh("chmod 1777 \"$MNT\"", &v);
+    let ops = [
+        ("append", "echo more >> \"$F\""),
+        ("truncate", "truncate -s 1 \"$F\""),
+        ("o_trunc", "echo new > \"$F\""),
+    ];
+    for (op, cmd) in ops {
+        for mode in ["4777", "2777", "6777", "2767"] {
+            let f = fx.mnt.join(format!("{op}-{mode}"));
+            sh(
+                &format!(
+                    "echo x > \"{0}\" && chmod {mode} \"{0}\" && echo root >> \"{0}\"",
+                    f.display()
+                ),
+                &v,
+            );
+            let kept = sh(&format!("stat -c %a \"{}\"", f.display()), &v);
+            assert_eq!(
+                kept.trim(),
+                mode,
+                "{op} {mode}: root's write keeps the bits"
+            );
+            let out = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                    cmd,
+                ])
+                .env("F", &f)
+                .output()
+                .expect("setpriv");
+            check(&format!("{op} of a {mode} file by nobody"), &out);
+            let now = sh(&format!("stat -c %a \"{}\"", f.display()), &v);
+            let want = if mode == "2767" { "767" } else { "777" };
+            assert_eq!(now.trim(), want, "{op} of a {mode} file by nobody");
+        }
+    }
+    fx.unmount();
+    fx.fsck_clean();
+}

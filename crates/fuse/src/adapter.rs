@@ -116,7 +116,13 @@ impl AugeFuse {
 
     /// INIT flags this adapter asks for (the session adds the protocol's own).
     pub(crate) fn wanted_flags(&self) -> u64 {
-        let mut f = init::PARALLEL_DIROPS | init::POSIX_LOCKS | init::FLOCK_LOCKS;
+        // HANDLE_KILLPRIV_V2: without it the kernel keeps S_ISGID on a write to a file
+        // that is not group-executable, which Linux's own file systems drop for a
+        // writer outside the file's group (vfs/src/setid.rs decides, told who writes).
+        let mut f = init::PARALLEL_DIROPS
+            | init::POSIX_LOCKS
+            | init::FLOCK_LOCKS
+            | init::HANDLE_KILLPRIV_V2;
         if self.writeback_cache {
             f |= init::WRITEBACK_CACHE;
         }

@@ -30,7 +30,10 @@ impl AugeFuse {
         let h = &req.header;
         let i = h.nodeid;
         match &req.op {
-            Op::Open(_) => match self.fs.open_ino(ino(i)) {
+            Op::Open(o) => match self
+                .kill_setid(h, o.open_flags & abi::OPEN_KILL_SUIDGID != 0, out)
+                .and_then(|()| self.fs.open_ino(ino(i)))
+            {
                 Ok(open) => {
                     let fh = self.files.insert(OpenFile::new(open));
                     out.send(&abi::OpenOut {
@@ -51,7 +54,10 @@ impl AugeFuse {
                     Err(e) => out.error(errno(&e)),
                 }
             }
-            Op::Write { arg, data } => match self.fs.write_at(ino(i), arg.offset, data) {
+            Op::Write { arg, data } => match self
+                .kill_setid(h, arg.write_flags & abi::WRITE_KILL_SUIDGID != 0, out)
+                .and_then(|()| self.fs.write_at(ino(i), arg.offset, data))
+            {
                 Ok(n) => out.send(&abi::WriteOut {
                     size: u32::try_from(n).expect("a FUSE write is below 4 GiB"),
                     padding: 0,
@@ -143,6 +149,29 @@ impl AugeFuse {
         }
     }
 
+    /// The kernel says an unprivileged caller writes or opens with O_TRUNC (`asked`):
+    /// the vfs drops the set-id bits that caller's write drops, and the kernel, which
+    /// caches the mode and made no change itself, is told to forget it.
+    fn kill_setid(
+        &self,
+        h: &abi::InHeader,
+        asked: bool,
+        out: &mut Out<'_>,
+    ) -> Result<(), VfsError> {
+        if !asked {
+            return Ok(());
+        }
+        match self.fs.drop_setid_as(&creds(h), ino(h.nodeid)) {
+            Ok(true) => {
+                out.inval_attrs(h.nodeid);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) if gone(&e) && self.nodes.kind(h.nodeid).is_some() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn setattr(&self, h: &abi::InHeader, a: &abi::SetattrIn, out: &mut Out<'_>) {
         let i = h.nodeid;
         let time = |set: u32, now: u32, secs: u64, nsec: u32| {
@@ -163,6 +192,10 @@ impl AugeFuse {
         };
         let r = (|| {
             if a.valid & fattr::SIZE != 0 {
+                // The reply carries the new attributes: no invalidation needed.
+                if a.valid & fattr::KILL_SUIDGID != 0 {
+                    self.fs.drop_setid_as(&creds(h), ino(i))?;
+                }
                 self.fs.truncate(ino(i), a.size)?;
             }
             if change != AttrChanges::default() {

@@ -329,6 +329,32 @@ impl<'a> Out<'a> {
         send(self.channel, self.buf.finish(-errno));
     }
 
+    /// Tells the kernel, before this reply, that its cached attributes of `ino` are
+    /// stale (a change the kernel did not make itself, such as set-id bits a flagged
+    /// write dropped). Attributes only: no page is invalidated, so nothing the request
+    /// holds is waited for.
+    pub fn inval_attrs(&mut self, ino: u64) {
+        let body = abi::NotifyInvalInodeOut {
+            ino,
+            off: -1,
+            len: 0,
+        };
+        let head = abi::OutHeader {
+            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
+            error: abi::notify::INVAL_INODE,
+            unique: 0,
+        };
+        let mut msg = [0u8; 40];
+        msg[..16].copy_from_slice(abi::bytes_of(&head));
+        msg[16..].copy_from_slice(abi::bytes_of(&body));
+        // ENOENT: the kernel no longer caches the inode, so nothing is stale.
+        if let Err(e) = self.channel.send(&msg) {
+            if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
+                eprintln!("augefs: invalidating the kernel's attributes of {ino}: {e}");
+            }
+        }
+    }
+
     /// The request takes no reply (FORGET, BATCH_FORGET, INTERRUPT).
     pub fn no_reply(&mut self) {
         self.done(State::NoReply);

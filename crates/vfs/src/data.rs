@@ -431,13 +431,13 @@ impl FileSystem {
         data: &[u8],
     ) -> Result<(u64, usize), VfsError> {
         let ino = h.ino;
-        let file_size = || -> Result<u64, VfsError> {
+        let file_size = || -> Result<(u64, bool), VfsError> {
             let st = h.read();
             let inode = live(&st, ino)?;
             if inode.kind != Kind::File {
                 return Err(VfsError::IsDir(format!("inode {ino}")));
             }
-            Ok(inode.size)
+            Ok((inode.size, inode.perm & crate::setid::SETID_BITS != 0))
         };
         let span = |offset: u64| -> Result<u64, VfsError> {
             offset
@@ -445,7 +445,7 @@ impl FileSystem {
                 .filter(|&e| e <= FILE_SIZE_MAX)
                 .ok_or_else(|| VfsError::TooLarge(format!("write to {offset} + {}", data.len())))
         };
-        let mut size = file_size()?;
+        let (mut size, setid) = file_size()?;
         if data.is_empty() {
             let offset = at.offset(size);
             return Ok((offset, 0));
@@ -456,6 +456,9 @@ impl FileSystem {
         // overwrite of mapped blocks needs no room in the end, but its write-back takes
         // new blocks before the old ones are freed.)
         self.core.engine.check_writable()?;
+        if setid {
+            self.drop_setid(h)?;
+        }
         let pages_bytes = (data.len() as u64).div_ceil(BLOCK).saturating_add(1) * BLOCK;
         let claim = match self.core.cache.claim_room(pages_bytes) {
             Some(claim) => claim,
@@ -476,7 +479,7 @@ impl FileSystem {
             let end = span(offset)?;
             let range = needed_range(offset, end, size);
             let guard = h.ranges.lock(range);
-            size = file_size()?;
+            size = file_size()?.0;
             let offset = at.offset(size);
             let end = span(offset)?;
             if !covers(&guard.range, &needed_range(offset, end, size)) {
@@ -793,6 +796,7 @@ impl FileSystem {
     /// zeroed, growth leaves a hole.
     pub fn truncate(&self, ino: InodeNo, size: u64) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
+        self.drop_setid(&h)?;
         let _range = h.ranges.lock(BlockRange::ALL);
         let mut st = h.write();
         self.truncate_locked(&h, &mut st, size)

@@ -1432,8 +1432,13 @@ impl FileSystem {
                 return Err(VfsError::NotPermitted(format!("{}: chgrp", what())));
             }
         }
-        if changes.perm.is_some() && !owner {
-            return Err(VfsError::NotPermitted(format!("{}: chmod", what())));
+        match changes.perm {
+            // A writer may drop the set-id bits (the kernel asks a FUSE file system to,
+            // in the writer's name, before a write: crate::setid).
+            Some(p) if !owner && !crate::setid::may_drop_only(cx, &inode, p) => {
+                return Err(VfsError::NotPermitted(format!("{}: chmod", what())));
+            }
+            _ => {}
         }
         for t in [changes.atime, changes.mtime].into_iter().flatten() {
             match t {

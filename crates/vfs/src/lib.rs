@@ -15,6 +15,7 @@
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //! - [`locks`]: POSIX record locks and flock within one instance.
+//! - `setid`: set-user-ID and set-group-ID bits dropped by writes and truncates.
 //! - [`commit`]: background commit (everything durable within an interval).
 //! - [`inode_api`]: inode-level calls for front ends that hold inode numbers (FUSE).
 //! - [`tmpfile`]: O_TMPFILE (nameless files, named later by `link`).
@@ -47,6 +48,7 @@ pub mod path;
 mod rangelock;
 mod readahead;
 pub mod records;
+mod setid;
 mod slab;
 pub mod sparse;
 pub mod tmpfile;

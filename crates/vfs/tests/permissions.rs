@@ -284,3 +284,69 @@ fn root_searches_every_directory_and_its_walk_keeps_the_errors() {
     }
     assert_eq!(errno(fs.resolve("/l/f", true)), libc::ENOENT);
 }
+
+/// A write or truncate by anyone but root drops S_ISUID, and S_ISGID when the file is
+/// group-executable or the writer is outside its group (Linux); the write succeeds. A
+/// writer who is not the owner may make exactly that change through set_attr (what the
+/// kernel asks of a FUSE file system), and nothing more.
+#[test]
+fn writes_and_truncates_drop_set_id_bits() {
+    let fs = mounted();
+    tree(&fs);
+    let perm = |p: &str| fs.metadata(p).unwrap().mode & 0o7777;
+    // (mode, what bob's write leaves, what root's write leaves)
+    let cases = [
+        (0o4777, 0o0777),
+        (0o2777, 0o0777),
+        (0o6777, 0o0777),
+        (0o2767, 0o0767), // bob is outside group 50
+    ];
+    for (i, (mode, after)) in cases.into_iter().enumerate() {
+        let path = format!("/tmp/s{i}");
+        fs.set_creds(Creds::root());
+        assert_eq!(write_file(&fs, &path, 0o644), 0);
+        fs.chown(&path, 1000, 50).unwrap();
+        fs.set_permissions(&path, mode).unwrap();
+        // Root's write keeps the bits.
+        assert_eq!(write_file(&fs, &path, 0o644), 0);
+        assert_eq!(perm(&path), mode, "{path}: root wrote");
+        fs.set_creds(bob());
+        assert_eq!(write_file(&fs, &path, 0o644), 0, "{path}: bob's write");
+        assert_eq!(perm(&path), after, "{path}: bob wrote");
+        // Truncate likewise.
+        fs.set_creds(Creds::root());
+        fs.set_permissions(&path, mode).unwrap();
+        fs.set_creds(bob());
+        let f = OpenOptions::new().write(true).open(&fs, &path).unwrap();
+        f.set_len(1).unwrap();
+        assert_eq!(perm(&path), after, "{path}: bob truncated");
+    }
+    // A member of the file's group keeps S_ISGID without group execute.
+    fs.set_creds(Creds::root());
+    fs.set_permissions("/tmp/s3", 0o2767).unwrap();
+    fs.set_creds(alice());
+    assert_eq!(write_file(&fs, "/tmp/s3", 0o644), 0);
+    assert_eq!(perm("/tmp/s3"), 0o2767);
+
+    // set_attr by a writer who is not the owner: only set-id bits may go.
+    fs.set_creds(Creds::root());
+    fs.chown("/tmp/s0", 0, 0).unwrap();
+    fs.set_permissions("/tmp/s0", 0o6777).unwrap();
+    fs.set_creds(bob());
+    let chmod = |p: u32| {
+        errno(fs.set_attr_path(
+            "/tmp/s0",
+            &AttrChanges {
+                perm: Some(p),
+                ..AttrChanges::default()
+            },
+        ))
+    };
+    assert_eq!(chmod(0o0755), libc::EPERM, "other bits");
+    assert_eq!(chmod(0o0777), 0, "the kill of both bits");
+    assert_eq!(perm("/tmp/s0"), 0o0777);
+    fs.set_creds(Creds::root());
+    fs.set_permissions("/tmp/s0", 0o4755).unwrap();
+    fs.set_creds(bob());
+    assert_eq!(chmod(0o0755), libc::EPERM, "bob may not write it");
+}

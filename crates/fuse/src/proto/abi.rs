@@ -103,7 +103,15 @@ pub mod init {
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const INIT_EXT: u64 = 1 << 30;
+    /// The server drops set-id bits on writes, truncates and opens with O_TRUNC by an
+    /// unprivileged caller, told by the flags below (protocol 7.33).
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
 }
+
+/// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID (HANDLE_KILLPRIV_V2).
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `fuse_open_in.open_flags`: an O_TRUNC open by a caller lacking CAP_FSETID.
+pub const OPEN_KILL_SUIDGID: u32 = 1 << 0;
 
 /// `fuse_open_out.open_flags`.
 pub mod fopen {
@@ -122,6 +130,8 @@ pub mod fattr {
     pub const MTIME: u32 = 1 << 5;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    /// With SIZE: the truncating caller lacks CAP_FSETID (HANDLE_KILLPRIV_V2).
+    pub const KILL_SUIDGID: u32 = 1 << 11;
 }
 
 pub const RELEASE_FLOCK_UNLOCK: u32 = 1 << 1;
@@ -514,7 +524,23 @@ pub struct Dirent {
     pub typ: u32,
 }
 
+/// `fuse_notify_inval_inode_out`: forget cached attributes of `ino` and, from `off`
+/// (negative: none), `len` bytes of its pages (0: to the end).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NotifyInvalInodeOut {
+    pub ino: u64,
+    pub off: i64,
+    pub len: i64,
+}
+
+/// Notification codes, sent in `OutHeader::error` with `unique` 0.
+pub mod notify {
+    pub const INVAL_INODE: i32 = 2;
+}
+
 pod! {
+    NotifyInvalInodeOut = 24,
     InHeader = 40, OutHeader = 16, Attr = 88, EntryOut = 128, AttrOut = 104,
     Kstatfs = 80, FileLock = 24, ForgetIn = 8, ForgetOne = 16, BatchForgetIn = 8,
     GetattrIn = 16, MknodIn = 16, MkdirIn = 8, RenameIn = 8, Rename2In = 16, LinkIn = 8,
