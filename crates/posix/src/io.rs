@@ -125,6 +125,52 @@ impl Posix {
         }
     }
 
+    /// `preadv2`: `preadv` at `offset` (-1: at and past the description's offset).
+    /// RWF_HIPRI is a polling hint and the write-only flags mean nothing to a read;
+    /// RWF_NOWAIT, RWF_ATOMIC, RWF_DONTCACHE and unknown flags are EOPNOTSUPP, as on a
+    /// Linux file system without them.
+    pub fn readv2(
+        &self,
+        fd: i32,
+        bufs: &mut [&mut [u8]],
+        offset: i64,
+        flags: i32,
+    ) -> Result<usize> {
+        check_rwf(flags)?;
+        self.readv(fd, bufs, (offset != -1).then_some(offset))
+    }
+
+    /// `pwritev2`: `pwritev` at `offset` (-1: at the description's offset), with
+    /// RWF_APPEND (at the end whatever the offset), RWF_NOAPPEND (at the offset even on
+    /// an O_APPEND description), RWF_DSYNC and RWF_SYNC (durable before it returns, as
+    /// fdatasync and fsync would make it) honoured; the rest as [`Posix::readv2`].
+    pub fn writev2(&self, fd: i32, bufs: &[&[u8]], offset: i64, flags: i32) -> Result<usize> {
+        check_rwf(flags)?;
+        let d = self.writable(fd)?;
+        let data = bufs.concat();
+        let append = flags & libc::RWF_APPEND != 0
+            || (d.flags() & libc::O_APPEND != 0 && flags & libc::RWF_NOAPPEND == 0);
+        let n = if append {
+            let (at, n) = self.fs.append_ino(d.ino(), &data)?;
+            if offset == -1 {
+                *d.offset() = at + n as u64;
+            }
+            n
+        } else if offset == -1 {
+            let mut off = d.offset();
+            let n = self.fs.write_at(d.ino(), *off, &data)?;
+            *off += n as u64;
+            n
+        } else {
+            let at = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+            self.fs.write_at(d.ino(), at, &data)?
+        };
+        if flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
+            self.fs.fsync_ino(d.ino(), flags & libc::RWF_SYNC == 0)?;
+        }
+        Ok(n)
+    }
+
     /// `lseek`: SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA, SEEK_HOLE. On a directory,
     /// only a rewind to 0 is meaningful (it restarts the stream).
     pub fn lseek(&self, fd: i32, offset: i64, whence: i32) -> Result<i64> {
@@ -194,4 +240,19 @@ impl Posix {
         let op = Fallocate::from_mode(mode)?;
         Ok(self.fs.fallocate(d.ino(), op, offset as u64, len as u64)?)
     }
+}
+
+/// The RWF_* flags of `preadv2`/`pwritev2` augefs knows (docs/SEMANTICS.md §4).
+const RWF_KNOWN: i32 =
+    libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND | libc::RWF_NOAPPEND;
+
+/// EOPNOTSUPP for a flag augefs does not honour: RWF_NOWAIT (a read may wait for the
+/// device, a write for room), RWF_ATOMIC (no untorn-write guarantee is offered),
+/// RWF_DONTCACHE, and any unknown bit; Linux answers the same for a file system without
+/// them.
+fn check_rwf(flags: i32) -> Result<()> {
+    if flags & !RWF_KNOWN != 0 {
+        return Err(err(libc::EOPNOTSUPP));
+    }
+    Ok(())
 }

@@ -577,6 +577,63 @@ pub unsafe extern "C" fn pwritev64(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        let mut bufs = unsafe { iovs(iov, cnt) };
+        return sized(px.readv2(fd, bufs.as_mut(), off, flags));
+    }
+    let real = real!(preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t);
+    unsafe { real(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { preadv2(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    if let Some(px) = route::fd(fd) {
+        let _g = guard::enter();
+        let mut bufs = unsafe { iovs(iov, cnt) };
+        let refs: Vec<&[u8]> = bufs.as_mut().iter().map(|b| &**b).collect();
+        return sized(px.writev2(fd, &refs, off, flags));
+    }
+    let real = real!(pwritev2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t);
+    unsafe { real(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { pwritev2(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
     if let Some(px) = route::fd(fd) {
         let _g = guard::enter();

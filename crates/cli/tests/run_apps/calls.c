@@ -138,6 +138,25 @@ int main(void) {
     CHECK(sendfile(out, m, &off, 100) == 100 && off == 100);
     CHECK(copy_file_range(m, NULL, out, NULL, 50, 0) == 50);
     CHECK(fstat(out, &st) == 0 && st.st_size == 150);
+    /* preadv2 / pwritev2: offsets, RWF_APPEND, RWF_DSYNC, refused flags */
+    int v2 = open("/augefs/c/v2", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(v2 >= 0);
+    struct iovec w1[2] = {{"abc", 3}, {"def", 3}};
+    CHECK(pwritev2(v2, w1, 2, -1, 0) == 6 && lseek(v2, 0, SEEK_CUR) == 6);
+    struct iovec w2 = {"XY", 2};
+    CHECK(pwritev2(v2, &w2, 1, 1, RWF_DSYNC) == 2 && lseek(v2, 0, SEEK_CUR) == 6);
+    struct iovec w3 = {"end", 3};
+    CHECK(pwritev2(v2, &w3, 1, 0, RWF_APPEND | RWF_SYNC) == 3);
+    char r2[16] = {0};
+    struct iovec rv = {r2, sizeof r2};
+    CHECK(preadv2(v2, &rv, 1, 0, RWF_HIPRI) == 9 && memcmp(r2, "aXYdefend", 9) == 0);
+    CHECK(lseek(v2, 2, SEEK_SET) == 2);
+    memset(r2, 0, sizeof r2);
+    CHECK(preadv2(v2, &rv, 1, -1, 0) == 7 && memcmp(r2, "Ydefend", 7) == 0);
+    CHECK(lseek(v2, 0, SEEK_CUR) == 9);
+    CHECK(preadv2(v2, &rv, 1, 0, RWF_NOWAIT) == -1 && errno == EOPNOTSUPP);
+    CHECK(pwritev2(v2, &w2, 1, 0, 0x40000000) == -1 && errno == EOPNOTSUPP);
+    CHECK(close(v2) == 0 && unlink("/augefs/c/v2") == 0);
     /* not a terminal; unsupported calls fail with ENOTSUP (and one log line) */
     CHECK(isatty(m) == 0 && errno == ENOTTY);
     int arg = 0;
