@@ -159,3 +159,124 @@ fn a_read_only_mount_reads_and_refuses_changes() {
         "a read-only mount changed the image"
     );
 }
+
+/// A tmpfs the test mounts and always unmounts (its holder is the image of a mount).
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn new(size: &str) -> Tmpfs {
+        let dir = tempfile::TempDir::new().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount tmpfs");
+        check("mount -t tmpfs", &out);
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// A device failure (the host file system under a sparse image runs full, so the
+/// daemon's writes fail with ENOSPC) turns the mount read-only, and that is said where
+/// users look: the daemon's log, the kernel's log and the mount's flags (/proc/mounts
+/// `ro`, statfs ST_RDONLY). What was fsync'd before is intact after a remount.
+#[test]
+fn a_device_failure_turns_the_mount_read_only_and_says_so() {
+    let host = Tmpfs::new("300m");
+    let fx = Fixture::new();
+    let image = host.path().join("img");
+    let log = fx.host.join("daemon.log");
+    sh(
+        "truncate -s 256M \"$IMG\" && \"$AUGEFS\" mkfs \"$IMG\" --size 256M >/dev/null",
+        &[("IMG", &image), ("AUGEFS", Path::new(BIN))],
+    );
+    let out = std::process::Command::new(BIN)
+        .arg("mount")
+        .arg(&image)
+        .arg(&fx.mnt)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .expect("augefs mount");
+    check("augefs mount", &out);
+    let v = [("MNT", fx.mnt.as_path()), ("HOST", host.path())];
+    sh(
+        "head -c 3000000 /dev/urandom > \"$MNT/kept\" && sync \"$MNT/kept\" && \
+         sha256sum < \"$MNT/kept\" > \"$HOST/kept.sum\"",
+        &v,
+    );
+    // Fill the host file system: the image's holes can no longer be written.
+    sh(
+        "dd if=/dev/zero of=\"$HOST/filler\" bs=1M status=none 2>/dev/null || true",
+        &v,
+    );
+    let failed = sh(
+        "dd if=/dev/urandom of=\"$MNT/big\" bs=1M count=60 conv=fsync status=none 2>/dev/null \
+         && echo 0 || echo $?",
+        &v,
+    );
+    assert_ne!(
+        failed.trim(),
+        "0",
+        "a write that cannot reach the device succeeded"
+    );
+    let erofs = sh("(echo x > \"$MNT/after\") 2>&1 || true", &v);
+    assert!(erofs.contains("Read-only file system"), "{erofs}");
+    let dir = fx.mnt.to_string_lossy().into_owned();
+    wait_until("the mount shows ro", || {
+        let mounts = fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+        mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.get(1) == Some(&dir.as_str())
+                && f.get(3).is_some_and(|o| o.split(',').any(|x| x == "ro"))
+        })
+    });
+    let statfs = sh(
+        "stat -f -c %a \"$MNT\" >/dev/null; findmnt -no OPTIONS \"$MNT\"",
+        &v,
+    );
+    assert!(statfs.split(',').any(|o| o.trim() == "ro"), "{statfs}");
+    let said = fs::read_to_string(&log).expect("daemon log");
+    assert!(said.contains("read-only from now on"), "{said}");
+    let dmesg = sh("dmesg 2>/dev/null | tail -n 50 || true", &v);
+    if !dmesg.is_empty() {
+        assert!(dmesg.contains("read-only from now on"), "{dmesg}");
+    }
+    // Reads still work; unmount, give the host room, remount: the fsync'd file is intact.
+    let sum = sh("sha256sum < \"$MNT/kept\"", &v);
+    assert_eq!(
+        sum,
+        fs::read_to_string(host.path().join("kept.sum")).unwrap()
+    );
+    fx.unmount();
+    fs::remove_file(host.path().join("filler")).expect("filler");
+    let out = augefs(&["fsck".as_ref(), image.as_os_str(), "-n".as_ref()]);
+    check("augefs fsck -n after the failure", &out);
+    let out = std::process::Command::new(BIN)
+        .arg("mount")
+        .arg(&image)
+        .arg(&fx.mnt)
+        .output()
+        .expect("augefs mount");
+    check("augefs mount again", &out);
+    assert_eq!(
+        sh("sha256sum < \"$MNT/kept\"", &v),
+        fs::read_to_string(host.path().join("kept.sum")).unwrap()
+    );
+    fx.unmount();
+}

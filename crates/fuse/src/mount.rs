@@ -207,3 +207,45 @@ pub fn unmount(dir: &Path, lazy: bool) -> io::Result<()> {
         ))
     }
 }
+
+/// Marks the mount on `dir` read-only in the kernel: a bind remount changes the mount's
+/// own flags, so /proc/mounts shows `ro`, statfs reports ST_RDONLY and the kernel
+/// refuses writes with EROFS before they reach the daemon. The mount's other flags are
+/// kept. EBUSY while a file there is open for writing (the caller retries).
+pub fn remount_read_only(dir: &Path) -> io::Result<()> {
+    let path = cstr(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs fills the struct for a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let keep = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+    for (st_flag, ms_flag) in keep {
+        if st.f_flag & st_flag != 0 {
+            flags |= ms_flag;
+        }
+    }
+    // SAFETY: NUL-terminated path; no source, type or data for a bind remount.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -478,6 +478,13 @@ impl FileSystem {
         self.core.engine.set_read_only(why);
     }
 
+    /// `tell` runs once, with the reason, when a device failure turns the file system
+    /// read-only (the mount daemon says so in its log, the kernel's log and the mount's
+    /// flags).
+    pub fn on_read_only(&self, tell: Box<dyn Fn(&str) + Send + Sync>) {
+        self.core.engine.on_failure(tell);
+    }
+
     /// Why changes fail, if they do: a read-only mount, or an earlier device failure
     /// (the file system then stays read-only until remounted).
     pub fn read_only_reason(&self) -> Option<String> {

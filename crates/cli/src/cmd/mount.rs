@@ -80,6 +80,9 @@ pub fn run(args: Args) -> Result<(), String> {
         &mut crate::ui::say_waiting(&args.image),
     )
     .map_err(|e| e.to_string())?;
+    let dir = std::fs::canonicalize(&args.dir).unwrap_or_else(|_| args.dir.clone());
+    let (img, at) = (image.clone(), dir.clone());
+    fs.on_read_only(Box::new(move |why| say_read_only(&img, &at, why)));
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let daemon = args.daemon_child;
@@ -103,6 +106,36 @@ pub fn run(args: Args) -> Result<(), String> {
         eprintln!("augefs: {} unmounted", args.image.display());
     }
     served
+}
+
+/// A device failure turned the file system read-only: says so where users look. The
+/// daemon's standard error (its `--log`), the kernel's log (dmesg, as a kernel file
+/// system reports "remounting read-only"), and the mount's own flags: a bind remount
+/// read-only, retried each second while files are open for writing there (EBUSY), so
+/// /proc/mounts and statfs show `ro`.
+fn say_read_only(image: &str, dir: &Path, why: &str) {
+    let line = format!(
+        "augefs: {image} on {}: the file system is read-only from now on: {why}",
+        dir.display()
+    );
+    eprintln!("{line}");
+    if let Ok(mut kmsg) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
+        // "<3>": error level. Best effort: only root may write the kernel's log.
+        let _ = kmsg.write_all(format!("<3>{line}\n").as_bytes());
+    }
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || loop {
+        match augefs_fuse::mount::remount_read_only(&dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            Err(e) => {
+                eprintln!("augefs: cannot mark {} read-only: {e}", dir.display());
+                return;
+            }
+            Ok(()) => return,
+        }
+    });
 }
 
 /// Errors a user can fix, found before anything is opened.

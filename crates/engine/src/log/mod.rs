@@ -172,6 +172,8 @@ pub struct Engine {
     /// Set by [`Engine::set_read_only`] (a read-only mount): writes fail with EROFS and
     /// `close` persists nothing.
     read_only: OnceLock<String>,
+    /// Told once, with the reason, when a failure turns the engine read-only.
+    on_failure: OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
     global_checkpoint_seq: AtomicU64,
     counters: EngineCounters,
     mount: MountReport,
@@ -248,7 +250,18 @@ impl Engine {
 
     /// Records the first failure: the engine is read-only from now on.
     fn fail(&self, e: &EngineError) {
-        let _ = self.failure.set(format!("after an earlier failure ({e})"));
+        let why = format!("after an earlier failure ({e})");
+        if self.failure.set(why.clone()).is_ok() {
+            if let Some(tell) = self.on_failure.get() {
+                tell(&why);
+            }
+        }
+    }
+
+    /// `tell` runs once, with the reason, when a device failure turns the engine
+    /// read-only (a front end says so where users look). Only the first call counts.
+    pub fn on_failure(&self, tell: Box<dyn Fn(&str) + Send + Sync>) {
+        let _ = self.on_failure.set(tell);
     }
 
     fn failing<T>(&self, r: Result<T, EngineError>) -> Result<T, EngineError> {

@@ -110,6 +110,7 @@ impl Engine {
             config,
             failure: OnceLock::new(),
             read_only: OnceLock::new(),
+            on_failure: OnceLock::new(),
             global_checkpoint_seq: AtomicU64::new(global_seq),
             counters: EngineCounters::default(),
             mount: report,
