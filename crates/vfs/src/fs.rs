@@ -481,7 +481,7 @@ impl FileSystem {
     /// `tell` runs once, with the reason, when a device failure turns the file system
     /// read-only (the mount daemon says so in its log, the kernel's log and the mount's
     /// flags).
-    pub fn on_read_only(&self, tell: Box<dyn Fn(&str) + Send + Sync>) {
+    pub fn on_read_only(&self, tell: engine::log::FailureHook) {
         self.core.engine.on_failure(tell);
     }
 

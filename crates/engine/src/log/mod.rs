@@ -160,6 +160,9 @@ impl Domain {
     }
 }
 
+/// What a front end runs when a failure turns the engine read-only.
+pub type FailureHook = Box<dyn Fn(&str) + Send + Sync>;
+
 /// A mounted engine.
 pub struct Engine {
     device: Arc<Device>,
@@ -173,7 +176,7 @@ pub struct Engine {
     /// `close` persists nothing.
     read_only: OnceLock<String>,
     /// Told once, with the reason, when a failure turns the engine read-only.
-    on_failure: OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
+    on_failure: OnceLock<FailureHook>,
     global_checkpoint_seq: AtomicU64,
     counters: EngineCounters,
     mount: MountReport,
@@ -260,7 +263,7 @@ impl Engine {
 
     /// `tell` runs once, with the reason, when a device failure turns the engine
     /// read-only (a front end says so where users look). Only the first call counts.
-    pub fn on_failure(&self, tell: Box<dyn Fn(&str) + Send + Sync>) {
+    pub fn on_failure(&self, tell: FailureHook) {
         let _ = self.on_failure.set(tell);
     }
 
