@@ -427,3 +427,14 @@ fn an_unreachable_image_fails_closed() {
     let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
     assert!(log.contains("could not take over the image"), "{log}");
 }
+
+/// A program that changes its identity reaches augefs as its new self (the set*id
+/// family is followed: crates/preload/src/ident.rs).
+#[test]
+fn a_program_that_drops_root_is_checked_as_its_new_self() {
+    let fx = Fixture::new();
+    let exe = compile(&fx, "setuid");
+    let out = run(&fx, &[exe.to_str().unwrap()]);
+    assert_eq!(stdout("setuid", &out).trim(), "setuid ok");
+    fx.fsck_clean();
+}

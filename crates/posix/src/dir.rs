@@ -89,7 +89,7 @@ impl Posix {
                     dtype: libc::DT_DIR,
                     name: b".".to_vec(),
                 });
-                let parent = self.fs.lookup_ino(&self.creds, ino, b"..")?;
+                let parent = self.fs.lookup_ino(&self.creds(), ino, b"..")?;
                 s.queued.push_back(Dirent {
                     ino: parent.0,
                     off: 2,
@@ -99,7 +99,7 @@ impl Posix {
             } else {
                 let page = self
                     .fs
-                    .readdir(&self.creds, ino, s.after.as_deref(), BATCH)?;
+                    .readdir(&self.creds(), ino, s.after.as_deref(), BATCH)?;
                 s.ended = page.len() < BATCH;
                 let mut off = s.pos;
                 s.queued.extend(page.into_iter().map(|e: DirEntry| {

@@ -78,7 +78,9 @@ pub struct Cwd {
 #[derive(Debug)]
 pub struct Posix {
     fs: Arc<FileSystem>,
-    creds: Creds,
+    /// Who the process is (its file-system uid and gid, its groups): replaced when it
+    /// changes them (`set_creds`), read by every name call without a lock.
+    creds: arc_swap::ArcSwap<Creds>,
     table: Table,
     cwd: Mutex<Cwd>,
     pid: i32,
@@ -87,9 +89,10 @@ pub struct Posix {
 impl Posix {
     /// A process acting as `creds` over `fs`, its working directory the root.
     pub fn new(fs: Arc<FileSystem>, creds: Creds, pid: i32) -> Posix {
+        fs.set_creds(creds.clone());
         Posix {
             fs,
-            creds,
+            creds: arc_swap::ArcSwap::from_pointee(creds),
             table: Table::default(),
             cwd: Mutex::new(Cwd {
                 ino: vfs::records::ROOT,
@@ -103,8 +106,16 @@ impl Posix {
         &self.fs
     }
 
-    pub fn creds(&self) -> &Creds {
-        &self.creds
+    /// Who the process is now.
+    pub fn creds(&self) -> arc_swap::Guard<Arc<Creds>> {
+        self.creds.load()
+    }
+
+    /// The process changed its identity (setuid and friends): every later call, and
+    /// the vfs's own decisions for this process's writes (set-id bits), use `creds`.
+    pub fn set_creds(&self, creds: Creds) {
+        self.fs.set_creds(creds.clone());
+        self.creds.store(Arc::new(creds));
     }
 
     /// The description behind `fd` (EBADF if none).

@@ -32,7 +32,7 @@ impl Posix {
             };
         }
         let (start, _) = self.start(at, path)?;
-        Ok(self.fs.resolve_at(&self.creds, start, path, follow)?)
+        Ok(self.fs.resolve_at(&self.creds(), start, path, follow)?)
     }
 
     fn parent(&self, at: At, path: &[u8]) -> Result<(InodeNo, Vec<u8>)> {
@@ -40,7 +40,7 @@ impl Posix {
             return Err(err(libc::ENOENT));
         }
         let (start, _) = self.start(at, path)?;
-        let (dir, name) = self.fs.resolve_parent_at(&self.creds, start, path)?;
+        let (dir, name) = self.fs.resolve_parent_at(&self.creds(), start, path)?;
         Ok((dir, name.to_vec()))
     }
 
@@ -56,7 +56,7 @@ impl Posix {
     pub fn mkdir(&self, at: At, path: &[u8], mode: u32) -> Result<()> {
         let (dir, name) = self.parent(at, path)?;
         self.fs
-            .create(&self.creds, dir, &name, Kind::Dir, mode & 0o7777, None)?;
+            .create(&self.creds(), dir, &name, Kind::Dir, mode & 0o7777, None)?;
         Ok(())
     }
 
@@ -65,8 +65,14 @@ impl Posix {
             return Err(err(libc::ENOENT));
         }
         let (dir, name) = self.parent(at, path)?;
-        self.fs
-            .create(&self.creds, dir, &name, Kind::Symlink, 0o777, Some(target))?;
+        self.fs.create(
+            &self.creds(),
+            dir,
+            &name,
+            Kind::Symlink,
+            0o777,
+            Some(target),
+        )?;
         Ok(())
     }
 
@@ -78,7 +84,7 @@ impl Posix {
     /// `unlinkat` (`dir`: AT_REMOVEDIR).
     pub fn unlink(&self, at: At, path: &[u8], dir: bool) -> Result<()> {
         let (parent, name) = self.parent(at, path)?;
-        Ok(self.fs.remove(&self.creds, parent, &name, dir)?)
+        Ok(self.fs.remove(&self.creds(), parent, &name, dir)?)
     }
 
     /// `renameat2` with RENAME_NOREPLACE or RENAME_EXCHANGE in `flags`.
@@ -91,26 +97,28 @@ impl Posix {
         };
         let (sp, sname) = self.parent(from_at, from)?;
         let (dp, dname) = self.parent(to_at, to)?;
-        Ok(self.fs.rename(&self.creds, sp, &sname, dp, &dname, mode)?)
+        Ok(self
+            .fs
+            .rename(&self.creds(), sp, &sname, dp, &dname, mode)?)
     }
 
     /// `linkat` (`follow`: AT_SYMLINK_FOLLOW).
     pub fn link(&self, from_at: At, from: &[u8], to_at: At, to: &[u8], follow: bool) -> Result<()> {
         let ino = self.lookup(from_at, from, follow, false)?;
         let (dp, dname) = self.parent(to_at, to)?;
-        Ok(self.fs.link(&self.creds, ino, dp, &dname)?)
+        Ok(self.fs.link(&self.creds(), ino, dp, &dname)?)
     }
 
     /// `faccessat` (`mode`: R_OK, W_OK, X_OK bits, or F_OK).
     pub fn access(&self, at: At, path: &[u8], mode: i32, follow: bool) -> Result<()> {
         let ino = self.lookup(at, path, follow, true)?;
         let mask = (mode & 7) as u32;
-        Ok(self.fs.access(&self.creds, ino, mask)?)
+        Ok(self.fs.access(&self.creds(), ino, mask)?)
     }
 
     /// chmod, chown, utimens of an inode.
     pub fn set_attr(&self, ino: InodeNo, changes: &AttrChanges) -> Result<()> {
-        Ok(self.fs.set_attr(&self.creds, ino, changes)?)
+        Ok(self.fs.set_attr(&self.creds(), ino, changes)?)
     }
 
     /// `truncate(2)`: by name, needs write permission.
@@ -122,7 +130,7 @@ impl Posix {
             Kind::Symlink => return Err(err(libc::EINVAL)),
             Kind::File => {}
         }
-        self.fs.access(&self.creds, ino, vfs::creds::MAY_WRITE)?;
+        self.fs.access(&self.creds(), ino, vfs::creds::MAY_WRITE)?;
         Ok(self.fs.truncate(ino, size)?)
     }
 
@@ -133,17 +141,19 @@ impl Posix {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return Err(err(libc::EINVAL)),
         };
-        Ok(self.fs.set_xattr_ino(&self.creds, ino, name, value, mode)?)
+        Ok(self
+            .fs
+            .set_xattr_ino(&self.creds(), ino, name, value, mode)?)
     }
 
     pub fn get_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        Ok(self.fs.get_xattr_ino(&self.creds, ino, name)?)
+        Ok(self.fs.get_xattr_ino(&self.creds(), ino, name)?)
     }
 
     /// The names, each followed by a NUL (listxattr's format).
     pub fn list_xattr(&self, ino: InodeNo) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        for n in self.fs.list_xattr_ino(&self.creds, ino)? {
+        for n in self.fs.list_xattr_ino(&self.creds(), ino)? {
             out.extend_from_slice(&n);
             out.push(0);
         }
@@ -151,7 +161,7 @@ impl Posix {
     }
 
     pub fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        Ok(self.fs.remove_xattr_ino(&self.creds, ino, name)?)
+        Ok(self.fs.remove_xattr_ino(&self.creds(), ino, name)?)
     }
 
     /// `chdir`: the working directory becomes `path` (needs search permission).
@@ -173,7 +183,7 @@ impl Posix {
         if self.fs.stat_ino(ino)?.kind != Kind::Dir {
             return Err(err(libc::ENOTDIR));
         }
-        self.fs.access(&self.creds, ino, vfs::creds::MAY_EXEC)?;
+        self.fs.access(&self.creds(), ino, vfs::creds::MAY_EXEC)?;
         let path = path()?;
         *self.cwd.lock().expect("cwd lock") = Cwd { ino, path };
         Ok(())

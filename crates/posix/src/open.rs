@@ -28,7 +28,7 @@ impl Posix {
             return Err(err(libc::EINVAL));
         }
         let (start, base) = self.start(at, path)?;
-        let cx = &self.creds;
+        let cx = &self.creds();
         let excl = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
         let follow = flags & libc::O_NOFOLLOW == 0 && !excl;
         let found = self.fs.resolve_at(cx, start, path, follow);

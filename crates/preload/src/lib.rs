@@ -13,6 +13,7 @@
 //! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
 //!   descriptors.
 //! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
+//! - [`ident`]: the set*id family: augefs follows the program's identity.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //! - [`uaccess`]: reading the program's path strings without trusting its pointers.
 //!
@@ -36,6 +37,7 @@ mod dirs;
 mod exec;
 mod fds;
 mod guard;
+mod ident;
 mod log;
 mod mmap;
 mod names;
