@@ -438,3 +438,21 @@ fn a_program_that_drops_root_is_checked_as_its_new_self() {
     assert_eq!(stdout("setuid", &out).trim(), "setuid ok");
     fx.fsck_clean();
 }
+
+/// `augefs run` on an image a mount serves refuses at once, naming the mount, instead
+/// of starting a program whose every call under the prefix would fail.
+#[test]
+fn run_refuses_a_mounted_image_naming_the_mount() {
+    let fx = Fixture::new();
+    fx.mount();
+    let started = std::time::Instant::now();
+    let out = run(&fx, &["true"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("is mounted at {}", fx.mnt.display())),
+        "{err}"
+    );
+    fx.unmount();
+}

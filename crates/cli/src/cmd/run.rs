@@ -63,6 +63,32 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// An image another instance serves (a mount, another `augefs run`) cannot be attached:
+/// say so at once, and where, instead of starting a program whose every call under the
+/// prefix would fail. A holder that is only finishing is waited for by the program.
+fn refuse_if_served(image: &Path) -> Result<(), String> {
+    let opts = device::OpenOptions {
+        read_only: true,
+        lock: device::LockMode::Shared,
+        ..device::OpenOptions::default()
+    };
+    match device::open(image, &opts) {
+        Err(device::DeviceError::InUse { .. }) => {
+            let h = device::holder::holder(image);
+            match &h.mounted_at {
+                Some(dir) => Err(format!(
+                    "{} is mounted at {}: run the program on the mount, or unmount it first",
+                    image.display(),
+                    dir.display()
+                )),
+                None if h.serving => Err(format!("{} is {h}", image.display())),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 fn run_inner(args: Args) -> Result<ExitCode, String> {
     let image = args
         .image
@@ -78,6 +104,7 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
             args.prefix
         ));
     }
+    refuse_if_served(&image)?;
     let lib = preload_lib()?;
     let scratch = tempfile_dir()?;
     let bridge = scratch.join("bridge");
