@@ -20,6 +20,16 @@ pub enum EngineError {
     Space(#[from] SpaceError),
     #[error("the device already holds {what}; refusing to format it without --force")]
     ExistingFileSystem { what: String },
+    /// The device (an image cut short, or a smaller device than the one formatted) ends
+    /// before the file system its superblock describes.
+    #[error(
+        "the device is shorter than its file system: it has {device_size_bytes} bytes, \
+         the superblock says {fs_size_bytes} (truncated image or wrong device)"
+    )]
+    DeviceTooShort {
+        device_size_bytes: u64,
+        fs_size_bytes: u64,
+    },
     #[error(
         "the PMR belongs to another file system (PMR names {pmr_uuid}, image is {image_uuid})"
     )]
@@ -66,6 +76,7 @@ impl EngineError {
             EngineError::Pmr(_) => 5,
             EngineError::Space(e) => e.errno(),
             EngineError::ExistingFileSystem { .. } => 17, // EEXIST
+            EngineError::DeviceTooShort { .. } => 117,    // EUCLEAN
             EngineError::PmrMismatch { .. }
             | EngineError::PmrSizeMismatch { .. }
             | EngineError::PmrRequired

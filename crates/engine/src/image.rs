@@ -14,13 +14,26 @@ use format::superblock::{self, SuperblockChoice};
 use serde::Serialize;
 
 /// Reads both superblock copies and picks the valid one with the highest sequence.
+///
+/// Every open of an image passes here (mount, fsck, inspect, the C ABI and the
+/// interposer through the engine), so this is where a device shorter than the file
+/// system its superblock describes is refused: nothing after it reads or writes past
+/// the device's end. A device larger than the superblock says is fine (FORMAT.md §3).
 pub fn read_superblock(device: &Device) -> Result<SuperblockChoice, EngineError> {
     let block = BLOCK_SIZE_BYTES as usize;
     if device.size_bytes() < 2 * BLOCK_SIZE_BYTES {
         return Err(format::FormatError::NotAugefs { what: "image" }.into());
     }
     let buf = device.read(0, AlignedBuf::zeroed(2 * block), IoCause::Superblock)?;
-    Ok(superblock::choose(&buf[..block], &buf[block..])?)
+    let choice = superblock::choose(&buf[..block], &buf[block..])?;
+    let fs_size_bytes = choice.superblock.geometry.device_size_bytes;
+    if device.size_bytes() < fs_size_bytes {
+        return Err(EngineError::DeviceTooShort {
+            device_size_bytes: device.size_bytes(),
+            fs_size_bytes,
+        });
+    }
+    Ok(choice)
 }
 
 /// What one checkpoint slot holds.
