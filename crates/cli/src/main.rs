@@ -98,8 +98,26 @@ fn arguments() -> Vec<OsString> {
     out
 }
 
+/// Gives SIGPIPE back its default action (Rust's runtime ignores it, so a write to a
+/// closed pipe fails with EPIPE and `println!` panics): `augefs inspect IMAGE | head`
+/// then ends quietly when `head` exits, as other command-line tools do. Commands that
+/// own kernel state while they run keep ignoring it: `mount` (its daemon must outlive a
+/// parent that went away, or the mount is left dead) and `bench` (mounts and loop
+/// devices it must clean up).
+fn restore_sigpipe(args: &[OsString]) {
+    let keep_ignored = args.get(1).is_some_and(|a| a == "mount" || a == "bench");
+    if !keep_ignored {
+        // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a
+        // valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = arguments();
+    restore_sigpipe(&args);
     let fsck = args.get(1).is_some_and(|a| a == "fsck");
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
