@@ -131,9 +131,13 @@ impl Geometry {
         let summary_bytes = SUMMARY_BLOCKS_PER_SEGMENT * BLOCK_SIZE_BYTES;
         let mut n = device_size_bytes.saturating_sub(summaries_start)
             / (SEGMENT_SIZE_BYTES + summary_bytes);
+        // The sizes come from a superblock too, so a device size near u64::MAX must not
+        // overflow: n x 8 KiB and n x 2 MiB are below the size, their sum may not be.
         let fits = |n: u64| {
             let seg_start = align_up(summaries_start + n * summary_bytes, SEGMENT_SIZE_BYTES);
-            seg_start + n * SEGMENT_SIZE_BYTES <= device_size_bytes
+            seg_start
+                .checked_add(n * SEGMENT_SIZE_BYTES)
+                .is_some_and(|end| end <= device_size_bytes)
         };
         while n > 0 && !fits(n) {
             n -= 1;
