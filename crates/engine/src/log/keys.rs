@@ -253,7 +253,7 @@ impl Extent {
 
     /// The last file block (the key's block).
     pub fn last(&self) -> FileBlock {
-        FileBlock(self.first.0 + self.count() - 1)
+        FileBlock(self.first.0 + (self.count() - 1))
     }
 
     pub fn contains(&self, block: FileBlock) -> bool {
@@ -274,14 +274,15 @@ impl Extent {
     /// The part of the extent inside blocks `from..to`, if any.
     pub fn slice(&self, from: FileBlock, to: FileBlock) -> Option<Extent> {
         let lo = from.max(self.first).0;
-        let hi = to.0.min(self.last().0 + 1);
-        (lo < hi).then(|| {
+        // An inclusive end: the last block may be u64::MAX, which has no successor.
+        let hi = to.0.checked_sub(1)?.min(self.last().0);
+        (lo <= hi).then(|| {
             let k = (lo - self.first.0) as usize;
             Extent {
                 first: FileBlock(lo),
                 addr: BlockAddr(self.addr.0 + k as u64),
                 write_seq: self.write_seq,
-                crcs: self.crcs[k..k + (hi - lo) as usize].to_vec(),
+                crcs: self.crcs[k..=k + (hi - lo) as usize].to_vec(),
             }
         })
     }
@@ -313,7 +314,9 @@ impl Extent {
             return Err(bad("extent value length", "at least 20", v.len()));
         }
         let count = u64::from(E_COUNT.get_u32(v));
-        if !(1..=EXTENT_MAX_BLOCKS).contains(&count) || count > last.0 + 1 {
+        // `count - 1 > last` rather than `count > last + 1`: `last` comes from the key's
+        // bytes and may be u64::MAX.
+        if !(1..=EXTENT_MAX_BLOCKS).contains(&count) || count - 1 > last.0 {
             return Err(bad(
                 "extent count",
                 format!("1..={EXTENT_MAX_BLOCKS}, at most last block + 1"),
@@ -324,8 +327,17 @@ impl Extent {
         if v.len() != want {
             return Err(bad("extent value length", want, v.len()));
         }
+        // Every block of the run has an address (`mapping` and `slice` add to it).
+        let addr = E_ADDR.get_u64(v);
+        if addr.checked_add(count - 1).is_none() {
+            return Err(bad(
+                "extent address",
+                format!("at most {}", u64::MAX - (count - 1)),
+                addr,
+            ));
+        }
         Ok(Extent {
-            first: FileBlock(last.0 + 1 - count),
+            first: FileBlock(last.0 - (count - 1)),
             addr: BlockAddr(E_ADDR.get_u64(v)),
             write_seq: E_SEQ.get_u64(v),
             crcs: v[EXTENT_HEADER_BYTES..]
@@ -379,6 +391,14 @@ impl ReverseExtent {
         };
         if r.count == 0 || u64::from(r.count) > EXTENT_MAX_BLOCKS {
             return Err(bad("reverse-extent count", "1..=256", r.count));
+        }
+        // The run's last file block must exist: `owner_of` adds up to count - 1.
+        if r.file_block.0.checked_add(u64::from(r.count) - 1).is_none() {
+            return Err(bad(
+                "reverse-extent file block",
+                format!("at most {}", u64::MAX - (u64::from(r.count) - 1)),
+                r.file_block.0,
+            ));
         }
         Ok(r)
     }
