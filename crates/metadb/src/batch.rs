@@ -188,6 +188,11 @@ impl WriteBatch {
             {
                 return Err(bad("operation body past the end or too large"));
             }
+            if kind == ValueKind::Delete && value_len != 0 {
+                // FORMAT.md §5.1: a delete carries no value; one that does was not
+                // written by MetaDB.
+                return Err(bad("delete with a value"));
+            }
             let key = bytes[at..at + key_len].to_vec();
             let value = bytes[at + key_len..at + key_len + value_len].to_vec();
             at += key_len + value_len;
