@@ -182,7 +182,7 @@ fn read_unit_heads(
 }
 
 /// Hands the chunk's records, up to the first one that does not check out, to `collector`.
-fn parse_chunk(
+pub(super) fn parse_chunk(
     buf: &[u8],
     header: &ChunkHeader,
     crc: u32,

@@ -31,6 +31,9 @@
 
 mod chunk;
 mod flush;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod pmr;
 mod record;
 mod recovery;

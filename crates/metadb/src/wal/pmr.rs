@@ -30,7 +30,7 @@
 
 mod migrate;
 mod open;
-mod scan;
+pub(super) mod scan;
 mod tail;
 
 pub use self::open::PmrWalRecovered;

@@ -138,7 +138,7 @@ pub(super) fn scan_limit(found: &[FoundSlot], index: usize, geometry: &PmrGeomet
 
 /// What a scan of one range found.
 #[derive(Debug, Default)]
-pub(super) struct RangeScan {
+pub(crate) struct RangeScan {
     /// Complete entries in range order.
     pub entries: Vec<(RecordId, Vec<u8>)>,
     /// End of the last 64-byte line of the range that is not all zero (the range's
@@ -153,6 +153,12 @@ pub(super) fn scan_range(pmr: &Pmr, start: u64, end: u64) -> RangeScan {
     for (i, piece) in bytes.chunks_mut(SCAN_READ_BYTES).enumerate() {
         pmr.read(start + (i * SCAN_READ_BYTES) as u64, piece, IoCause::Wal);
     }
+    scan_bytes(&bytes, start)
+}
+
+/// The scan of [`scan_range`] over `bytes`, read from PMR offset `start`: no IO, so the
+/// decoder can be fed any bytes (the fuzz targets do).
+pub(crate) fn scan_bytes(bytes: &[u8], start: u64) -> RangeScan {
     let line = ENTRY_ALIGN_BYTES;
     let mut scan = RangeScan {
         entries: Vec::new(),
