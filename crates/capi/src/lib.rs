@@ -64,11 +64,8 @@ pub unsafe extern "C" fn augefs_mount(
         }
         Err(e) => {
             if !err.is_null() {
-                let code = match e {
-                    posix::mount::MountError::InUse => libc::EBUSY,
-                    _ => libc::EIO,
-                };
-                unsafe { *err = -code };
+                // SAFETY: the caller passes NULL or a pointer to an int (augefs.h).
+                unsafe { *err = -e.errno() };
             }
             std::ptr::null_mut()
         }

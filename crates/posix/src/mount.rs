@@ -12,8 +12,28 @@ use vfs::FileSystem;
 pub enum MountError {
     /// Another process holds the image.
     InUse,
-    /// Anything else, said in words (the path included).
-    Failed(String),
+    /// Anything else, said in words (the path included), with the errno the layer that
+    /// refused it gives (EUCLEAN for a damaged or truncated image, for instance).
+    Failed { message: String, errno: i32 },
+}
+
+impl MountError {
+    /// The errno a front end reports.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MountError::InUse => libc::EBUSY,
+            MountError::Failed { errno, .. } => *errno,
+        }
+    }
+}
+
+impl std::fmt::Display for MountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MountError::InUse => write!(f, "the image is in use by another process"),
+            MountError::Failed { message, .. } => write!(f, "{message}"),
+        }
+    }
 }
 
 /// Mounts `image` (with the PMR file `pmr`, if it was formatted with one), waiting up
@@ -36,9 +56,12 @@ pub fn mount_image(
             Ok(Arc::new(fs))
         }
         Err(e) if e.in_use() => Err(MountError::InUse),
-        Err(e) => Err(MountError::Failed(match e {
-            vfs::image::ImageError::Mount { .. } => e.to_string(),
-            _ => format!("{}: {e}", image.display()),
-        })),
+        Err(e) => Err(MountError::Failed {
+            errno: e.errno(),
+            message: match e {
+                vfs::image::ImageError::Mount { .. } => e.to_string(),
+                _ => format!("{}: {e}", image.display()),
+            },
+        }),
     }
 }

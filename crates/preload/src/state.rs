@@ -214,8 +214,8 @@ fn decide() -> Mode {
         Ok(fs) => fs,
         Err(posix::mount::MountError::InUse) => return wait_for_bridge(),
         Err(e) => {
-            log::line(&format!("cannot attach: {e:?}"));
-            return Mode::Refused(libc::EIO);
+            log::line(&format!("cannot attach: {e}"));
+            return Mode::Refused(e.errno());
         }
     };
     UMASK.store(read_umask(), Ordering::Relaxed);
