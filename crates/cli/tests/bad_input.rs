@@ -1,0 +1,213 @@
+//! The binary on bad input: an image shorter than its file system is refused by every
+//! command that opens images, with both sizes and the documented exit code and no
+//! panic; a reader that goes away ends the command quietly (docs/TESTING.md §1).
+
+mod common;
+
+use common::{augefs, is_mounted, BIN};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const FS_BYTES: u64 = 256 << 20;
+const CUT_BYTES: u64 = 128 << 20;
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A 256 MiB image with a file in it (so recovery has a WAL to replay), cut to half.
+fn truncated_image(path: &Path) {
+    let o = augefs(&[
+        OsStr::new("mkfs"),
+        path.as_os_str(),
+        OsStr::new("--size"),
+        OsStr::new("256M"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let dev = device::open(path, &device::OpenOptions::default()).unwrap();
+    let env = engine::log::EngineEnv {
+        device: std::sync::Arc::new(dev),
+        pmr: None,
+        clock: std::sync::Arc::new(platform::ManualClock::new(1)),
+    };
+    let fs = std::sync::Arc::new(
+        vfs::FileSystem::mount(env, engine::log::EngineConfig::default()).unwrap(),
+    );
+    let f = vfs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/f")
+        .unwrap();
+    f.write_at(&[7u8; 100_000], 0).unwrap();
+    drop(f);
+    std::sync::Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_len(CUT_BYTES).unwrap();
+}
+
+/// The refusal every command must print: the reason and both sizes, and no panic.
+fn assert_refused(what: &str, o: &Output, exit: i32) {
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(exit), "{what}: {}", text(o));
+    assert!(
+        stderr.contains("shorter than its file system")
+            && stderr.contains(&CUT_BYTES.to_string())
+            && stderr.contains(&FS_BYTES.to_string()),
+        "{what} does not say the image is shorter than its file system, with both sizes: {}",
+        text(o)
+    );
+    assert!(!stderr.contains("panicked"), "{what} panicked: {}", text(o));
+}
+
+#[test]
+fn a_truncated_image_is_refused_by_every_command() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("img");
+    truncated_image(&image);
+    let img = image.as_os_str();
+    let run = |args: &[&str]| {
+        let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        all.push(img);
+        augefs(&all)
+    };
+    // fsck: e2fsck's operational error (8) in every mode; -n changes nothing.
+    let before = std::fs::read(&image).unwrap();
+    for mode in [
+        &["fsck", "-n"][..],
+        &["fsck"],
+        &["fsck", "-p"],
+        &["fsck", "-y"],
+        &["fsck", "--json"],
+    ] {
+        assert_refused(&mode.join(" "), &run(mode), 8);
+    }
+    assert!(
+        std::fs::read(&image).unwrap() == before,
+        "fsck changed the image"
+    );
+    assert_refused("inspect", &run(&["inspect"]), 1);
+    assert_refused("inspect --json", &run(&["inspect", "--json"]), 1);
+
+    // mount, as a daemon (the parent prints the daemon's error) and in the foreground.
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    for fg in [false, true] {
+        let mut args = vec![OsStr::new("mount"), img, mnt.as_os_str()];
+        if fg {
+            args.push(OsStr::new("-f"));
+        }
+        let o = augefs(&args);
+        if is_mounted(&mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+        }
+        assert_refused(if fg { "mount -f" } else { "mount" }, &o, 1);
+    }
+
+    // run: the interposer's owner cannot attach; the program sees the errno (EUCLEAN)
+    // and the log line says why.
+    let preload = Path::new(BIN).with_file_name("libaugefs_preload.so");
+    if preload.exists() {
+        let o = Command::new(BIN)
+            .args([
+                OsStr::new("run"),
+                OsStr::new("--image"),
+                img,
+                OsStr::new("--"),
+            ])
+            .args(["stat", "/augefs"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "run: {}", text(&o));
+        assert!(
+            stderr.contains("shorter than its file system")
+                && stderr.contains(&CUT_BYTES.to_string())
+                && stderr.contains(&FS_BYTES.to_string())
+                && stderr.contains("Structure needs cleaning"),
+            "run: {}",
+            text(&o)
+        );
+        assert!(!stderr.contains("panicked"), "run panicked: {}", text(&o));
+    } else {
+        eprintln!(
+            "note: {} not built; `augefs run` not checked here",
+            preload.display()
+        );
+    }
+}
+
+/// A larger device than the superblock says is fine (docs/FORMAT.md §3).
+#[test]
+fn a_grown_image_still_opens() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("img");
+    let o = augefs(&[
+        OsStr::new("mkfs"),
+        image.as_os_str(),
+        OsStr::new("--size"),
+        OsStr::new("64M"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    file.set_len(80 << 20).unwrap();
+    let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = augefs(&[OsStr::new("inspect"), image.as_os_str()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `augefs inspect img | head -1`: the reader goes away before the command writes; the
+/// command ends by SIGPIPE (what a shell reports as 141) or exit 0, never a panic.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("img");
+    let o = augefs(&[
+        OsStr::new("mkfs"),
+        image.as_os_str(),
+        OsStr::new("--size"),
+        OsStr::new("64M"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    for args in [
+        &["inspect"][..],
+        &["inspect", "--json"],
+        &["fsck", "-n"],
+        &["fsck", "-n", "--json"],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .arg(&image)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end at once: the command has not printed yet (it is still
+        // opening the image), so its first write meets a pipe without a reader.
+        drop(child.stdout.take());
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            status.success() || status.signal() == Some(libc::SIGPIPE),
+            "{args:?}: {status}, stderr: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    }
+}
