@@ -167,6 +167,15 @@ impl WriteHooks for EngineHooks {
                 }
             }
         }
+        // A record that checked out but maps a block past the device is damage, not a
+        // write in flight: refuse it rather than read past the end.
+        let device_blocks = self.device.size_bytes() / BLOCK_SIZE_BYTES;
+        if let Some((_, ino, block, m)) = checks.iter().find(|c| c.3.addr.0 >= device_blocks) {
+            return Err(corrupt(format!(
+                "inode {ino} block {} mapped to device block {}, past the device's {device_blocks}",
+                block.0, m.addr.0
+            )));
+        }
         let mut bad = vec![false; records.len()];
         for chunk in checks.chunks(256) {
             let requests = chunk

@@ -158,6 +158,19 @@ impl Engine {
                     Some(m) => wanted.push((i, *m)),
                 }
             }
+            // Mappings come from MetaDB's bytes: one naming a block outside the segment
+            // area is corruption, never a read past the device's end.
+            if let Some((i, m)) = wanted
+                .iter()
+                .find(|(_, m)| !self.geometry.segments.contains(m.addr))
+            {
+                return Err(EngineError::corruption(
+                    "block mapping",
+                    format!("inode {ino} block {}", first.0 + i),
+                    "an address in the segment area",
+                    m.addr,
+                ));
+            }
             let runs = device_runs(&wanted);
             let requests = runs
                 .iter()
