@@ -171,6 +171,11 @@ impl WriteBatch {
             at += n * REQUIRE_BYTES;
         }
         let count = (count & !REQUIRES_FLAG) as usize;
+        // Operation i has sequence number first_seq + i; recovery adds them up, and the
+        // gate hands out numbers up to SEQ_MAX only.
+        if first_seq.saturating_add(count as u64) > crate::gate::SEQ_MAX + 1 {
+            return Err(bad("sequence numbers past the last one MetaDB hands out"));
+        }
         for _ in 0..count {
             if bytes.len() < at + OP_HEADER_BYTES {
                 return Err(bad("operation header past the end"));

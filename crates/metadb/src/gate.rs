@@ -79,6 +79,9 @@ impl InFlightGate {
 const IDLE: u64 = u64::MAX;
 /// Slot value meaning "taking a sequence number": its value is not known yet.
 const PENDING: u64 = u64::MAX - 1;
+/// The highest sequence number a batch may hold: the gate's slot values sit above it.
+/// Decoders of numbers read from the device (WAL batches, manifest edits) refuse more.
+pub const SEQ_MAX: u64 = PENDING - 2;
 
 /// Sequence numbers and the writer slots that make snapshots consistent.
 #[derive(Debug)]
@@ -101,7 +104,7 @@ impl SeqGate {
     /// wait for a free slot).
     pub fn new(last_seq: u64, slots: usize) -> SeqGate {
         assert!(slots > 0);
-        assert!(last_seq < PENDING - 1);
+        assert!(last_seq <= SEQ_MAX);
         SeqGate {
             next: AtomicU64::new(last_seq + 1),
             slots: (0..slots).map(|_| AtomicU64::new(IDLE)).collect(),

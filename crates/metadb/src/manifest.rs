@@ -598,6 +598,12 @@ pub fn decode_edit(bytes: &[u8]) -> Result<VersionEdit, String> {
         next_table_id: present(FLAG_NEXT_TABLE_ID, E_NEXT_TABLE_ID),
         ..VersionEdit::default()
     };
+    if edit.last_seq.is_some_and(|s| s > crate::gate::SEQ_MAX) {
+        return Err(format!(
+            "last sequence number {} past the last one MetaDB hands out",
+            edit.last_seq.unwrap_or_default()
+        ));
+    }
     let removed_count = E_REMOVED_COUNT.get_u32(head);
     edit.removed
         .reserve(r.capacity(removed_count, REMOVED_BYTES));

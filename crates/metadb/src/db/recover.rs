@@ -44,6 +44,17 @@ struct Replay {
     last_seq: Seq,
 }
 
+/// The generation after every one the WAL and the manifest name. Both numbers come
+/// from the device: one at u64::MAX leaves no next generation, which is corruption.
+fn next_generation(generation_max: u64, released: u64) -> Result<u64, MetaDbError> {
+    generation_max.max(released).checked_add(1).ok_or_else(|| {
+        MetaDbError::corruption(
+            "WAL and manifest generations",
+            format!("generation {} leaves no next one", u64::MAX),
+        )
+    })
+}
+
 /// Decodes every recovered record once, asks `hooks` which to keep and checks that the
 /// answer keeps a prefix of each lane, then drops records whose requirements were lost.
 fn filter_records(
@@ -181,13 +192,13 @@ impl Inner {
                     wal_lanes,
                     released,
                 )?;
-                let next = recovery.generation_max.max(released) + 1;
+                let next = next_generation(recovery.generation_max, released)?;
                 (Box::new(recovered.start(next)?), recovery)
             }
             None => {
                 let (recovered, recovery) =
                     SsdWal::recover(env.device.clone(), env.geometry.wal, wal_lanes, released)?;
-                let next = recovery.generation_max.max(released) + 1;
+                let next = next_generation(recovery.generation_max, released)?;
                 (Box::new(recovered.start(next)?), recovery)
             }
         };
