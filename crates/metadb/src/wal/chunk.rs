@@ -281,7 +281,13 @@ impl ChunkStore {
         let region = scan.region;
         let units = unit_count(region);
         let io_bytes = io_bytes_for(&device);
-        let incarnation = scan.incarnation_max + 1;
+        // Incarnations are read from the region's headers: one at u64::MAX leaves none.
+        let incarnation = scan.incarnation_max.checked_add(1).ok_or_else(|| {
+            MetaDbError::corruption(
+                "WAL region",
+                format!("incarnation {} leaves no next one", u64::MAX),
+            )
+        })?;
         let copy = match scan.header_copies {
             [Some(a), Some(b)] => usize::from(b < a),
             [Some(_), None] => 1,
