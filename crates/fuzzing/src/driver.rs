@@ -37,7 +37,13 @@ pub struct Target {
     pub check: fn(&[u8]) -> Outcome,
     /// Largest input the mutator produces.
     pub len_max: usize,
+    /// Cases CI runs (tests/decoders.rs): [`CI_CASES`] unless a case is slow.
+    pub ci_cases: u64,
 }
+
+/// CI's budget per target: at most a few seconds each in the test profile on two
+/// loaded cores (most decoders run 200,000-2,000,000 cases a second there).
+pub const CI_CASES: u64 = 100_000;
 
 /// How much to run: a number of cases, a time, or both (whichever ends first).
 #[derive(Debug, Clone, Copy)]

@@ -5,13 +5,9 @@
 use fuzzing::driver::{run, Budget};
 use fuzzing::targets;
 
-/// CI's budget per target: at most a few seconds each in the test profile on two
-/// loaded cores (most decoders run 200,000-2,000,000 cases a second there).
-const CI_CASES: u64 = 100_000;
-
 fn fuzz(name: &str) {
     let target = targets::by_name(name).expect("target exists");
-    let report = run(&target, Budget::from_env(CI_CASES));
+    let report = run(&target, Budget::from_env(target.ci_cases));
     println!("{name}: {report}");
     assert!(report.cases > 0);
 }
@@ -49,6 +45,8 @@ fuzz_tests!(
     table,
     manifest_region,
     manifest_edit,
+    wal_ssd_region,
+    wal_pmr,
     engine_keys,
     mapping_value,
     extent_value,

@@ -2,7 +2,7 @@
 //! keys and values of the block index, reverse maps, segment information, domain
 //! records, inodes, directory entries and orphan records.
 
-use crate::driver::{Outcome, Target};
+use crate::driver::{Outcome, Target, CI_CASES};
 use engine::log::keys::{self, DomainRecord, Extent, FileBlock, Mapping, Reverse, ReverseExtent};
 use engine::space::seginfo::SegInfo;
 use format::checksum::crc32c_skipping;
@@ -320,6 +320,7 @@ pub fn targets() -> Vec<Target> {
         reseal,
         check,
         len_max,
+        ci_cases: CI_CASES,
     };
     vec![
         t("engine_keys", key_seeds, no_reseal, key_check, 32),

@@ -1,7 +1,7 @@
 //! Targets for the fixed structures of the device and the PMR (crates/format;
 //! docs/FORMAT.md §2-§4, §6, §7), and the engine's reading of checkpoint payloads.
 
-use crate::driver::{Outcome, Target};
+use crate::driver::{Outcome, Target, CI_CASES};
 use engine::image::{OwnerCheckpoint, SlotState};
 use engine::log::keys::DomainRecord;
 use format::checkpoint::{CheckpointSlot, HEADER_BYTES as CKPT_HEADER_BYTES, PAYLOAD_BYTES_MAX};
@@ -289,6 +289,7 @@ pub fn targets() -> Vec<Target> {
             reseal: superblock_reseal,
             check: superblock_check,
             len_max: BLOCK_SIZE_BYTES as usize,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "geometry",
@@ -296,6 +297,7 @@ pub fn targets() -> Vec<Target> {
             reseal: no_reseal,
             check: geometry_check,
             len_max: 12,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "checkpoint_slot",
@@ -303,6 +305,7 @@ pub fn targets() -> Vec<Target> {
             reseal: checkpoint_reseal,
             check: checkpoint_check,
             len_max: CHECKPOINT_SLOT_BYTES as usize,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "segment_summary",
@@ -310,6 +313,7 @@ pub fn targets() -> Vec<Target> {
             reseal: summary_reseal,
             check: summary_check,
             len_max: SUMMARY_BYTES,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "pmr_header",
@@ -317,6 +321,7 @@ pub fn targets() -> Vec<Target> {
             reseal: pmr_header_reseal,
             check: pmr_header_check,
             len_max: 4096,
+            ci_cases: CI_CASES,
         },
     ]
 }

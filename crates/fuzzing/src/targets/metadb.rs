@@ -3,7 +3,7 @@
 //! index, bloom filter and data blocks, opened and read as a mount reads them); the
 //! manifest region (half headers, framed records, edits, replayed as recovery does).
 
-use crate::driver::{Outcome, Target};
+use crate::driver::{Outcome, Target, CI_CASES};
 use device::memory::MemoryBackend;
 use device::{AlignedBuf, Device, IoCause};
 use format::checksum::crc32c_skipping;
@@ -356,6 +356,7 @@ pub fn targets() -> Vec<Target> {
             reseal: no_reseal,
             check: batch_check,
             len_max: 8192,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "wal_region_header",
@@ -363,6 +364,7 @@ pub fn targets() -> Vec<Target> {
             reseal: wal::region_header_reseal,
             check: wal_region_header_check,
             len_max: 128,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "wal_chunk",
@@ -370,6 +372,7 @@ pub fn targets() -> Vec<Target> {
             reseal: wal::chunk_reseal,
             check: wal_chunk_check,
             len_max: 4096,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "pmr_wal_entries",
@@ -377,6 +380,7 @@ pub fn targets() -> Vec<Target> {
             reseal: wal::pmr_entries_reseal,
             check: pmr_entries_check,
             len_max: 2048,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "pmr_wal_slot",
@@ -384,6 +388,7 @@ pub fn targets() -> Vec<Target> {
             reseal: no_reseal,
             check: pmr_slot_check,
             len_max: 8,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "table",
@@ -391,6 +396,7 @@ pub fn targets() -> Vec<Target> {
             reseal: table_reseal,
             check: table_check,
             len_max: 16384,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "manifest_region",
@@ -398,6 +404,7 @@ pub fn targets() -> Vec<Target> {
             reseal: manifest_reseal,
             check: manifest_check,
             len_max: MANIFEST_REGION.size_bytes() as usize,
+            ci_cases: CI_CASES,
         },
         Target {
             name: "manifest_edit",
@@ -405,6 +412,7 @@ pub fn targets() -> Vec<Target> {
             reseal: no_reseal,
             check: edit_check,
             len_max: 4096,
+            ci_cases: CI_CASES,
         },
     ]
 }

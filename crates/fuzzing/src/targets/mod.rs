@@ -5,6 +5,7 @@
 mod engine;
 mod format;
 mod metadb;
+mod wal;
 
 use crate::driver::Target;
 
@@ -12,6 +13,7 @@ use crate::driver::Target;
 pub fn all() -> Vec<Target> {
     let mut out = format::targets();
     out.extend(metadb::targets());
+    out.extend(wal::targets());
     out.extend(engine::targets());
     out
 }
