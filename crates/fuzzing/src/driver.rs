@@ -32,7 +32,7 @@ pub struct Target {
     pub seeds: fn() -> Vec<Vec<u8>>,
     /// Recomputes the checksums of a mutated input, so that a mutation reaches the
     /// fields behind them instead of stopping at the CRC; identity where there is none.
-    pub reseal: fn(&mut Vec<u8>),
+    pub reseal: fn(&mut [u8]),
     /// Decodes the input. Must not panic; asserts the round trip of what it decodes.
     pub check: fn(&[u8]) -> Outcome,
     /// Largest input the mutator produces.

@@ -46,18 +46,18 @@ fn open(device: Arc<Device>, geometry: Geometry) -> Result<MetaDb, MetaDbError> 
 #[test]
 fn the_last_generation_leaves_no_next_one() {
     let (device, geometry) = device_with_record(u64::MAX, 1);
-    let e = open(device, geometry)
-        .err()
-        .expect("a WAL at generation u64::MAX opened");
+    let Err(e) = open(device, geometry) else {
+        panic!("a WAL at generation u64::MAX opened")
+    };
     assert!(matches!(e, MetaDbError::Corruption { .. }), "{e}");
 }
 
 #[test]
 fn sequence_numbers_past_the_last_are_corruption() {
     let (device, geometry) = device_with_record(1, u64::MAX);
-    let e = open(device, geometry)
-        .err()
-        .expect("a batch numbered past u64::MAX opened");
+    let Err(e) = open(device, geometry) else {
+        panic!("a batch numbered past u64::MAX opened")
+    };
     assert!(matches!(e, MetaDbError::Corruption { .. }), "{e}");
     let (device, geometry) = device_with_record(1, SEQ_MAX + 1);
     assert!(open(device, geometry).is_err());
@@ -77,8 +77,8 @@ fn a_manifest_past_the_last_sequence_number_is_corruption() {
     };
     manifest.apply(&edit).unwrap();
     drop(manifest);
-    let e = open(device, geometry)
-        .err()
-        .expect("a manifest at u64::MAX opened");
+    let Err(e) = open(device, geometry) else {
+        panic!("a manifest at u64::MAX opened")
+    };
     assert!(matches!(e, MetaDbError::Corruption { .. }), "{e}");
 }

@@ -1,5 +1,7 @@
 //! Long-mode fuzzing: `augefs-fuzz [--seconds N] [--cases N] [--seed S] [TARGET...]`
-//! runs each named target (all by default) for the budget and prints its cases. Build
+//! runs each named target (all by default) for the budget and prints its cases;
+//! `--list` names the targets, `--write-corpus DIR` writes their seeds as a cargo-fuzz
+//! corpus (default fuzz/corpus). Build
 //! it with the `fuzz` profile (release speed, overflow checks and debug assertions on):
 //! `cargo run --profile fuzz -p fuzzing --bin augefs-fuzz -- --seconds 600`.
 
@@ -28,6 +30,14 @@ fn main() -> ExitCode {
             "--seconds" => budget.time = Some(Duration::from_secs(value("--seconds"))),
             "--cases" => budget.cases = Some(value("--cases")),
             "--seed" => budget.seed = value("--seed"),
+            "--write-corpus" => {
+                let dir = args.next().unwrap_or_else(|| "fuzz/corpus".into());
+                if let Err(e) = fuzzing::write_corpus(std::path::Path::new(&dir)) {
+                    eprintln!("augefs-fuzz: {dir}: {e}");
+                    return ExitCode::FAILURE;
+                }
+                return ExitCode::SUCCESS;
+            }
             "--list" => {
                 for t in targets::all() {
                     println!("{}", t.name);

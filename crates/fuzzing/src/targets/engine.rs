@@ -20,7 +20,7 @@ fn outcome<T, E>(r: &Result<T, E>) -> Outcome {
     }
 }
 
-fn no_reseal(_: &mut Vec<u8>) {}
+fn no_reseal(_: &mut [u8]) {}
 
 // ---- Keys of the block index, reverse maps and segment information ----
 
@@ -212,7 +212,7 @@ fn seginfo_table_seeds() -> Vec<Vec<u8>> {
     vec![info.encode(), empty.encode()]
 }
 
-fn seginfo_table_reseal(buf: &mut Vec<u8>) {
+fn seginfo_table_reseal(buf: &mut [u8]) {
     if buf.len() >= 24 {
         let crc = crc32c_skipping(buf, 20);
         buf[20..24].copy_from_slice(&crc.to_le_bytes());

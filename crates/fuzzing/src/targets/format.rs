@@ -53,7 +53,7 @@ fn superblock_seeds() -> Vec<Vec<u8>> {
     out
 }
 
-fn superblock_reseal(buf: &mut Vec<u8>) {
+fn superblock_reseal(buf: &mut [u8]) {
     if buf.len() >= SUPERBLOCK_BYTES {
         let crc = crc32c(&buf[..SUPERBLOCK_BYTES - 4]);
         put_u32(buf, SUPERBLOCK_BYTES - 4, crc);
@@ -144,7 +144,7 @@ const CKPT_PAYLOAD_LEN_AT: usize = 24;
 const CKPT_PAYLOAD_CRC_AT: usize = 28;
 const CKPT_TRAILER_PAYLOAD_CRC_AT: usize = 16;
 
-fn checkpoint_reseal(buf: &mut Vec<u8>) {
+fn checkpoint_reseal(buf: &mut [u8]) {
     let slot = CHECKPOINT_SLOT_BYTES as usize;
     if buf.len() != slot {
         return;
@@ -224,7 +224,7 @@ fn summary_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
-fn summary_reseal(buf: &mut Vec<u8>) {
+fn summary_reseal(buf: &mut [u8]) {
     if buf.len() == SUMMARY_BYTES {
         let crc = crc32c_skipping(buf, 60);
         put_u32(buf, 60, crc);
@@ -261,7 +261,7 @@ fn pmr_header_seeds() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn pmr_header_reseal(buf: &mut Vec<u8>) {
+fn pmr_header_reseal(buf: &mut [u8]) {
     if buf.len() >= 128 {
         let crc = crc32c(&buf[..124]);
         put_u32(buf, 124, crc);
@@ -279,7 +279,7 @@ fn pmr_header_check(data: &[u8]) -> Outcome {
     }
 }
 
-fn no_reseal(_: &mut Vec<u8>) {}
+fn no_reseal(_: &mut [u8]) {}
 
 pub fn targets() -> Vec<Target> {
     vec![

@@ -36,7 +36,7 @@ fn put_u32(buf: &mut [u8], at: usize, v: u32) {
     buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-fn no_reseal(_: &mut Vec<u8>) {}
+fn no_reseal(_: &mut [u8]) {}
 
 fn memory_device(image: Vec<u8>) -> Arc<Device> {
     Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))))
@@ -116,7 +116,7 @@ fn table_seeds() -> Vec<Vec<u8>> {
 
 /// Recomputes the footer's checksum, then the checksum of every block it and the
 /// index name (each bound to the table and its offset).
-fn table_reseal(buf: &mut Vec<u8>) {
+fn table_reseal(buf: &mut [u8]) {
     if buf.len() < FOOTER_BYTES || buf.len() % 4096 != 0 {
         return;
     }
@@ -127,7 +127,7 @@ fn table_reseal(buf: &mut Vec<u8>) {
     for at in [32usize, 40] {
         handles.push((get_u32(buf, footer + at), get_u32(buf, footer + at + 4)));
     }
-    let seal = |buf: &mut Vec<u8>, offset: u32, len: u32| {
+    let seal = |buf: &mut [u8], offset: u32, len: u32| {
         let (start, end) = (offset as usize, offset as usize + len as usize);
         if len >= 4 && end <= footer {
             let crc = block_crc(TABLE_ID, offset, &buf[start..end - 4]);
@@ -247,7 +247,7 @@ fn manifest_seeds() -> Vec<Vec<u8>> {
 
 /// Reseals both halves: header CRC, then each record's CRC and `prev_crc` chain from
 /// the snapshot on, and the header's snapshot length and CRC.
-fn manifest_reseal(buf: &mut Vec<u8>) {
+fn manifest_reseal(buf: &mut [u8]) {
     let half_bytes = MANIFEST_REGION.size_bytes() as usize / 2;
     if buf.len() != 2 * half_bytes {
         return;

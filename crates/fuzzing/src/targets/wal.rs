@@ -2,7 +2,7 @@
 //! started as a mount does, so the decoded headers, chunks, slots and entries are also
 //! used (unit maps, incarnations, slot ranges) and not only parsed.
 
-use crate::driver::{Outcome, Target, CI_CASES};
+use crate::driver::{Outcome, Target};
 use device::memory::MemoryBackend;
 use device::{AlignedBuf, Device, IoCause};
 use format::Region;
@@ -72,22 +72,17 @@ fn ssd_seeds() -> Vec<Vec<u8>> {
     out
 }
 
-fn ssd_reseal(input: &mut Vec<u8>) {
-    let mut pieces: Vec<Vec<u8>> = input.chunks(UNIT_HEAD).map(<[u8]>::to_vec).collect();
-    for (u, piece) in pieces.iter_mut().enumerate() {
+fn ssd_reseal(input: &mut [u8]) {
+    for (u, piece) in input.chunks_mut(UNIT_HEAD).enumerate() {
         if u == 0 {
             wal::region_header_reseal(piece);
             if piece.len() > 4096 {
-                let mut copy = piece[4096..].to_vec();
-                wal::region_header_reseal(&mut copy);
-                piece.truncate(4096);
-                piece.extend_from_slice(&copy);
+                wal::region_header_reseal(&mut piece[4096..]);
             }
         } else {
             wal::chunk_reseal(piece);
         }
     }
-    *input = pieces.concat();
 }
 
 fn ssd_check(input: &[u8]) -> Outcome {
@@ -139,12 +134,9 @@ fn pmr_seeds() -> Vec<Vec<u8>> {
     out
 }
 
-fn pmr_reseal(input: &mut Vec<u8>) {
+fn pmr_reseal(input: &mut [u8]) {
     if input.len() > 8192 {
-        let mut area = input[8192..].to_vec();
-        wal::pmr_entries_reseal(&mut area);
-        input.truncate(8192);
-        input.extend_from_slice(&area);
+        wal::pmr_entries_reseal(&mut input[8192..]);
     }
 }
 

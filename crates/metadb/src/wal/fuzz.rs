@@ -43,7 +43,7 @@ pub fn region_header_seeds() -> Vec<Vec<u8>> {
         .collect()
 }
 
-pub fn region_header_reseal(buf: &mut Vec<u8>) {
+pub fn region_header_reseal(buf: &mut [u8]) {
     if buf.len() >= REGION_HEADER_BYTES {
         let crc = crc32c::crc32c(&buf[..REGION_HEADER_BYTES - 4]);
         put_u32(buf, REGION_HEADER_BYTES - 4, crc);
@@ -97,7 +97,7 @@ pub fn chunk_seeds() -> Vec<Vec<u8>> {
 
 /// Recomputes the chunk header's CRC, then walks the records as recovery does, giving
 /// each the header's CRC and a correct record CRC.
-pub fn chunk_reseal(buf: &mut Vec<u8>) {
+pub fn chunk_reseal(buf: &mut [u8]) {
     if buf.len() < CHUNK_HEADER_BYTES {
         return;
     }
@@ -179,7 +179,7 @@ pub fn pmr_entries_seeds() -> Vec<Vec<u8>> {
 }
 
 /// Gives every TxB that announces a plausible length a correct TxE and CRC.
-pub fn pmr_entries_reseal(buf: &mut Vec<u8>) {
+pub fn pmr_entries_reseal(buf: &mut [u8]) {
     let mut at = 0;
     while at + ENTRY_ALIGN_BYTES <= buf.len() {
         match entry_txb(&buf[at..]) {
