@@ -49,6 +49,8 @@ pub enum VfsError {
     Unsupported(String),
     #[error("file too large: {0}")]
     TooLarge(String),
+    #[error("{0}: too many links")]
+    TooManyLinks(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -87,6 +89,7 @@ impl VfsError {
             VfsError::Invalid(_) => libc::EINVAL,
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
+            VfsError::TooManyLinks(_) => libc::EMLINK,
             VfsError::NoSuchOffset(_) => libc::ENXIO,
             VfsError::WouldBlock(_) => libc::EAGAIN,
             VfsError::Deadlock(_) => libc::EDEADLK,

@@ -717,6 +717,9 @@ impl FileSystem {
         let _name = self.name_stripe(parent, name);
         let _forget = self.core.names.forget_on_drop(parent, name);
         let pinode = self.free_name(cx, &pst, parent, name)?;
+        if kind == Kind::Dir {
+            relinked(parent, pinode.nlink, 1)?;
+        }
         let ino = self.allocate_ino()?;
         let mut inode = new_inode(cx, &pinode, parent, kind, perm, self.now());
         inode.size = target.map_or(0, |t| t.len() as u64);
@@ -742,7 +745,9 @@ impl FileSystem {
                 pinode.mtime_ns = pinode.mtime_ns.max(now);
                 pinode.ctime_ns = pinode.ctime_ns.max(now);
                 if kind == Kind::Dir {
-                    pinode.nlink += 1;
+                    // Checked above; creates of other names (the directory in read
+                    // mode too) may each add one since, so saturate, never overflow.
+                    pinode.nlink = pinode.nlink.saturating_add(1);
                 }
                 batch.put(
                     records::inode_key(parent).to_vec(),
@@ -812,11 +817,12 @@ impl FileSystem {
         };
         // The first key past this directory's entries: the next inode's prefix (a byte
         // increment of the last byte would overflow for inodes ending in 0xff).
-        let next = dir
-            .0
-            .checked_add(1)
-            .expect("directory inode below u64::MAX");
-        let end = records::dentry_prefix(InodeNo(next));
+        // (Inode u64::MAX, named by a damaged entry, has no next: its entries run to the
+        // end of the entry keys.)
+        let end = match dir.0.checked_add(1) {
+            Some(next) => records::dentry_prefix(InodeNo(next)),
+            None => vec![records::DENTRY_TAG + 1],
+        };
         let mut out = Vec::new();
         for item in self.core.engine.metadb().range(&start, Some(&end), None)? {
             let (key, value) = item?;
@@ -901,10 +907,10 @@ impl FileSystem {
         let mut batch = WriteBatch::new();
         batch.delete(records::dentry_key(parent, name));
         if dir {
-            pinode.nlink -= 1;
+            pinode.nlink = relinked(parent, pinode.nlink, -1)?;
             child.nlink = 0;
         } else {
-            child.nlink -= 1;
+            child.nlink = relinked(entry.ino, child.nlink, -1)?;
         }
         child.ctime_ns = now;
         let gone = child.nlink == 0 && cst.open == 0;
@@ -1102,7 +1108,7 @@ impl FileSystem {
             // orphan. Its orphan record's lane is made durable first (`record_in_names`).
             batch.delete(records::orphan_key(ino).to_vec());
         }
-        inode.nlink += 1;
+        inode.nlink = relinked(ino, inode.nlink, 1)?;
         inode.ctime_ns = now;
         pinode.mtime_ns = now;
         pinode.ctime_ns = now;
@@ -1245,7 +1251,7 @@ impl FileSystem {
                         tinode.nlink = 0;
                         d_links -= 1;
                     } else {
-                        tinode.nlink -= 1;
+                        tinode.nlink = relinked(t.ino, tinode.nlink, -1)?;
                     }
                     if tinode.nlink == 0 && tst.open == 0 && tinode.kind == Kind::File {
                         follow_up = Some((t.ino, tinode));
@@ -1278,19 +1284,15 @@ impl FileSystem {
         spi.ctime_ns = now;
         dpi.mtime_ns = now;
         dpi.ctime_ns = now;
-        let relink = |inode: &mut Inode, delta: i64| {
-            inode.nlink =
-                u32::try_from(i64::from(inode.nlink) + delta).expect("link count in range");
-        };
         let mut parents = WriteBatch::new();
         if sp == dp {
             // One directory carries both changes.
-            relink(&mut spi, s_links + d_links);
+            spi.nlink = relinked(sp, spi.nlink, s_links + d_links)?;
             dpi = spi;
             parents.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
         } else {
-            relink(&mut spi, s_links);
-            relink(&mut dpi, d_links);
+            spi.nlink = relinked(sp, spi.nlink, s_links)?;
+            dpi.nlink = relinked(dp, dpi.nlink, d_links)?;
             parents.put(records::inode_key(sp).to_vec(), spi.encode().to_vec());
             parents.put(records::inode_key(dp).to_vec(), dpi.encode().to_vec());
         }
@@ -1578,6 +1580,25 @@ fn check_name(name: &[u8]) -> Result<(), VfsError> {
         return Err(VfsError::Invalid(format!("file name {:?}", show(name))));
     }
     Ok(())
+}
+
+/// `nlink` changed by `delta`. Link counts are read from MetaDB: one that would pass
+/// u32::MAX is EMLINK (as Linux refuses a link beyond its maximum), one that would go
+/// below 0 is corruption (an entry named an inode that counts no links).
+pub(crate) fn relinked(ino: InodeNo, nlink: u32, delta: i64) -> Result<u32, VfsError> {
+    let n = i64::from(nlink) + delta;
+    u32::try_from(n).map_err(|_| {
+        if n < 0 {
+            VfsError::corrupt(
+                format!("inode {ino}"),
+                "nlink",
+                "a link for each entry",
+                nlink,
+            )
+        } else {
+            VfsError::TooManyLinks(format!("inode {ino}"))
+        }
+    })
 }
 
 pub(crate) fn show(name: &[u8]) -> String {
