@@ -143,6 +143,36 @@ fn a_truncated_image_is_refused_by_every_command() {
     }
 }
 
+/// An image cut inside its superblocks (copy 0 whole) is still called a cut augefs
+/// image, not a foreign file.
+#[test]
+fn an_image_cut_inside_its_superblocks_is_recognised() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("img");
+    let o = augefs(&[
+        OsStr::new("mkfs"),
+        image.as_os_str(),
+        OsStr::new("--size"),
+        OsStr::new("64M"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    file.set_len(4608).unwrap();
+    let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(
+        stderr.contains("shorter than its file system")
+            && stderr.contains("4608")
+            && stderr.contains(&(64u64 << 20).to_string()),
+        "{}",
+        text(&o)
+    );
+}
+
 /// A larger device than the superblock says is fine (docs/FORMAT.md §3).
 #[test]
 fn a_grown_image_still_opens() {

@@ -22,6 +22,16 @@ use serde::Serialize;
 pub fn read_superblock(device: &Device) -> Result<SuperblockChoice, EngineError> {
     let block = BLOCK_SIZE_BYTES as usize;
     if device.size_bytes() < 2 * BLOCK_SIZE_BYTES {
+        // An image cut inside its superblocks is still recognised by copy 0.
+        if device.size_bytes() >= BLOCK_SIZE_BYTES {
+            let buf = device.read(0, AlignedBuf::zeroed(block), IoCause::Superblock)?;
+            if let Ok(sb) = superblock::Superblock::decode(&buf, 0) {
+                return Err(EngineError::DeviceTooShort {
+                    device_size_bytes: device.size_bytes(),
+                    fs_size_bytes: sb.geometry.device_size_bytes,
+                });
+            }
+        }
         return Err(format::FormatError::NotAugefs { what: "image" }.into());
     }
     let buf = device.read(0, AlignedBuf::zeroed(2 * block), IoCause::Superblock)?;
