@@ -26,11 +26,7 @@ fn set_nlink(fs: &FileSystem, ino: InodeNo, nlink: u32) {
 }
 
 fn remount(dev: &Arc<device::Device>, fs: Arc<FileSystem>) -> Arc<FileSystem> {
-    Arc::try_unwrap(fs)
-        .ok()
-        .expect("one holder")
-        .unmount()
-        .unwrap();
+    Arc::try_unwrap(fs).expect("one holder").unmount().unwrap();
     mount(dev)
 }
 
