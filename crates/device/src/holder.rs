@@ -2,21 +2,22 @@
 //!
 //! Every open of an image holds an `flock` on it (crates/device/src/file.rs). A process
 //! that keeps an image for a long time and serves others from it (the `augefs mount`
-//! daemon, the interposer's owner) also holds a *serving mark*: an open-file-description
-//! read lock on byte 0 of the image file, taken with [`ServingMark::take`] once it serves
-//! and dropped the moment it stops (the kernel ended the mount) while it goes on to make
-//! everything durable and close the image. So a command that finds the image locked can
-//! tell apart:
+//! daemon, the interposer's owner) also holds a *mark*: an open-file-description read
+//! lock on one byte of the image file. Byte 0 while it serves ([`Mark::serving`]); when
+//! it stops serving (the kernel ended the mount) and goes on to make everything
+//! durable and close the image, it moves the mark to byte 1 ([`Mark::finishing`]). So
+//! a command that finds the image locked can tell apart:
 //! - a holder that serves: the image is in use (mounted at a directory, or attached by a
 //!   program); waiting would not help, so the open fails at once and says by whom;
-//! - a holder without the mark: a daemon finishing its unmount, an fsck, a `mkfs`, a
-//!   process that has exited while the kernel tears its io_uring down, this very
-//!   process before an exec; it lets go by itself, so [`open_waiting`] waits a bounded
-//!   time, saying so in one line.
+//! - a holder that finishes, has exited (the kernel tears its io_uring down, which
+//!   keeps the lock a moment), or is this very process before an exec: it lets go by
+//!   itself, so [`open_waiting`] waits a bounded time, saying so in one line;
+//! - any other holder (an fsck, a `mkfs`, a program using the library): in use.
 //!
 //! Invariants:
-//! - The serving mark and the image's flock are independent locks (Linux keeps OFD
-//!   record locks and flocks apart), so the mark never changes who may open the image.
+//! - The marks and the image's flock are independent locks (Linux keeps OFD record
+//!   locks and flocks apart), so a mark never changes who may open the image.
+//! - A mark moves from serving to finishing without a moment of neither.
 //! - [`Holder`] is best effort: it reads /proc/locks and /proc/self/mountinfo, and a
 //!   field it cannot learn is None; the lock itself is the only authority.
 
@@ -40,8 +41,10 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// Its command line, space-separated.
     pub command: Option<String>,
-    /// It holds the serving mark: a mount or an attached program, not a finishing one.
+    /// It holds the serving mark: a mount or an attached program.
     pub serving: bool,
+    /// It holds the finishing mark: it no longer serves and lets go soon.
+    pub finishing: bool,
     /// Where the image is mounted (an `augefs` FUSE mount whose source is the image).
     pub mounted_at: Option<PathBuf>,
 }
@@ -50,8 +53,8 @@ impl std::fmt::Display for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.mounted_at {
             Some(dir) => write!(f, "mounted at {}", dir.display())?,
-            None if self.serving => write!(f, "in use")?,
-            None => write!(f, "held")?,
+            None if self.finishing => write!(f, "still held, while its unmount finishes,")?,
+            None => write!(f, "in use")?,
         }
         match (self.pid, &self.command) {
             (Some(pid), Some(cmd)) => write!(f, " by process {pid} ({cmd})"),
@@ -61,45 +64,65 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// Held while a process serves an image (see the module doc); dropping it (or the
-/// process's death) ends the mark.
+/// The byte of the image file a mark locks.
+const SERVING_BYTE: i64 = 0;
+const FINISHING_BYTE: i64 = 1;
+
+/// Held while a process serves an image, then while it finishes (see the module doc);
+/// dropping it (or the process's death) ends the mark.
 #[derive(Debug)]
-pub struct ServingMark {
-    _file: File,
+pub struct Mark {
+    file: File,
 }
 
-impl ServingMark {
-    /// Takes the mark on `path` (which the caller has opened and locked already).
-    pub fn take(path: &Path) -> io::Result<ServingMark> {
+impl Mark {
+    /// Takes the serving mark on `path` (which the caller has opened and locked).
+    pub fn serving(path: &Path) -> io::Result<Mark> {
         let file = File::open(path)?;
-        let mut l = byte0(libc::F_RDLCK);
-        // SAFETY: fcntl reads and writes the flock struct we own, for this call only.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(ServingMark { _file: file })
+        set_lock(&file, SERVING_BYTE, libc::F_RDLCK)?;
+        Ok(Mark { file })
+    }
+
+    /// Moves the mark from serving to finishing: others now wait for this holder.
+    pub fn finishing(&self) -> io::Result<()> {
+        set_lock(&self.file, FINISHING_BYTE, libc::F_RDLCK)?;
+        set_lock(&self.file, SERVING_BYTE, libc::F_UNLCK)
     }
 }
 
-fn byte0(kind: i32) -> libc::flock {
+fn one_byte(at: i64, kind: i32) -> libc::flock {
     libc::flock {
         l_type: kind as i16,
         l_whence: libc::SEEK_SET as i16,
-        l_start: 0,
+        l_start: at,
         l_len: 1,
         l_pid: 0,
     }
 }
 
-/// Whether some process holds the serving mark on `path`.
-pub fn is_served(path: &Path) -> bool {
+fn set_lock(file: &File, at: i64, kind: i32) -> io::Result<()> {
+    let mut l = one_byte(at, kind);
+    // SAFETY: fcntl reads the flock struct we own, for this call only.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether some process holds the lock on byte `at` of `path`.
+fn is_marked(path: &Path, at: i64) -> bool {
     let Ok(file) = File::open(path) else {
         return false;
     };
-    let mut l = byte0(libc::F_WRLCK);
-    // SAFETY: as in `ServingMark::take`.
+    let mut l = one_byte(at, libc::F_WRLCK);
+    // SAFETY: fcntl reads and writes the flock struct we own, for this call only.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
     r == 0 && i32::from(l.l_type) != libc::F_UNLCK
+}
+
+/// Whether some process holds the serving mark on `path`.
+pub fn is_served(path: &Path) -> bool {
+    is_marked(path, SERVING_BYTE)
 }
 
 /// What can be learnt of whoever holds `path`'s flock.
@@ -118,6 +141,7 @@ pub fn holder(path: &Path) -> Holder {
         pid,
         command,
         serving: is_served(path),
+        finishing: is_marked(path, FINISHING_BYTE),
         mounted_at: mounted_at(path),
     }
 }
@@ -205,10 +229,10 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// [`open`], but while the image is held by a process that does not serve it (a daemon
-/// finishing its unmount), waits up to `wait` for it to let go, calling `on_wait` once
-/// with the holder when the wait begins. A serving holder, or one still there after
-/// `wait`, is `InUse` with what is known of it.
+/// [`open`], but while the image is held by a process that is letting go of it (it
+/// finishes, has exited, or is this process before an exec), waits up to `wait` for
+/// it, calling `on_wait` once with the holder when the wait begins. Any other holder,
+/// or one still there after `wait`, is `InUse` with what is known of it.
 pub fn open_waiting(
     path: &Path,
     opts: &OpenOptions,
@@ -221,15 +245,9 @@ pub fn open_waiting(
         match open(path, opts) {
             Err(DeviceError::InUse { path: p, .. }) => {
                 let h = holder(path);
-                // This very process before an exec (its descriptors closed, its
-                // io_uring still being torn down) finishes too, whatever mount of
-                // its old incarnation is left.
-                let own = h.pid == Some(std::process::id());
-                // A holder that has exited (its io_uring still holds the image for a
-                // moment) serves nothing, whatever dead mount it left.
-                let dead = h.pid.is_some_and(|p| !process_alive(p));
-                let serves = !dead && (h.serving || (h.mounted_at.is_some() && !own));
-                if serves || started.elapsed() >= wait {
+                // Once waiting, a holder that lets go is waited for to the end (it may
+                // have exited meanwhile, leaving the lock to its io_uring a moment).
+                if h.serving || (!told && !lets_go(&h)) || started.elapsed() >= wait {
                     return Err(DeviceError::InUse {
                         path: p,
                         holder: Some(h),
@@ -244,6 +262,21 @@ pub fn open_waiting(
             other => return other,
         }
     }
+}
+
+/// Whether `h` lets go of the image by itself soon.
+fn lets_go(h: &Holder) -> bool {
+    if h.serving {
+        return false;
+    }
+    // An exited holder (its io_uring still holds the image a moment) or this very
+    // process before an exec (its marks were closed with it) serves nothing, whatever
+    // dead mount it left in mountinfo.
+    // No process in /proc/locks: the lock outlives its process (an io_uring being torn
+    // down after its exit).
+    let dead = h.pid.is_none_or(|p| !process_alive(p));
+    let own = h.pid == Some(std::process::id());
+    h.finishing || dead || own
 }
 
 #[cfg(test)]
@@ -289,29 +322,35 @@ mod tests {
     }
 
     #[test]
-    fn the_serving_mark_is_seen_and_ends_with_its_holder() {
+    fn a_mark_moves_from_serving_to_finishing_and_ends_with_its_holder() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
         std::fs::write(&path, [0u8; 4096]).unwrap();
-        assert!(!is_served(&path));
-        let mark = ServingMark::take(&path).unwrap();
-        assert!(is_served(&path));
+        let finishing = || is_marked(&path, FINISHING_BYTE);
+        assert!(!is_served(&path) && !finishing());
+        let mark = Mark::serving(&path).unwrap();
+        assert!(is_served(&path) && !finishing());
+        mark.finishing().unwrap();
+        assert!(!is_served(&path) && finishing());
         drop(mark);
-        assert!(!is_served(&path));
+        assert!(!is_served(&path) && !finishing());
     }
 
     #[test]
-    fn an_open_waits_for_a_holder_that_does_not_serve() {
+    fn an_open_waits_for_a_finishing_holder() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
         crate::file::create_image(&path, 1 << 20).unwrap();
         let opts = OpenOptions::default();
         let first = open(&path, &opts).unwrap();
+        let mark = Mark::serving(&path).unwrap();
+        mark.finishing().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let releaser = std::thread::spawn(move || {
             rx.recv().unwrap();
             std::thread::sleep(Duration::from_millis(100));
             drop(first);
+            drop(mark);
         });
         let mut waited = Vec::new();
         let second = open_waiting(&path, &opts, Duration::from_secs(30), &mut |h| {
@@ -322,7 +361,45 @@ mod tests {
         assert!(second.is_ok(), "{second:?}");
         assert_eq!(waited.len(), 1, "one line for the wait");
         assert_eq!(waited[0].pid, Some(std::process::id()));
-        assert!(!waited[0].serving);
+        assert!(!waited[0].serving && waited[0].finishing);
+    }
+
+    #[test]
+    fn an_open_refuses_a_holder_without_a_mark_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        crate::file::create_image(&path, 1 << 20).unwrap();
+        let opts = OpenOptions::default();
+        // Another process holds it (a shell with the image open and flocked).
+        let mut child = std::process::Command::new("flock")
+            .arg("-x")
+            .arg(&path)
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let got = loop {
+            match open_waiting(&path, &opts, Duration::from_secs(30), &mut |_| {
+                panic!("no wait for a holder without a mark")
+            }) {
+                Ok(_) if started.elapsed() < Duration::from_secs(5) => {
+                    // flock(1) has not taken the lock yet.
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other,
+            }
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        match got {
+            Err(DeviceError::InUse {
+                holder: Some(h), ..
+            }) => {
+                assert!(!h.serving && !h.finishing, "{h:?}");
+                assert!(h.to_string().starts_with("in use by process"), "{h}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -332,7 +409,7 @@ mod tests {
         crate::file::create_image(&path, 1 << 20).unwrap();
         let opts = OpenOptions::default();
         let _first = open(&path, &opts).unwrap();
-        let _mark = ServingMark::take(&path).unwrap();
+        let _mark = Mark::serving(&path).unwrap();
         let started = Instant::now();
         let second = open_waiting(&path, &opts, Duration::from_secs(30), &mut |_| {
             panic!("no wait for a serving holder")

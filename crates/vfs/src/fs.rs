@@ -270,7 +270,7 @@ pub struct FileSystem {
     pub(crate) readahead: Option<Arc<crate::readahead::ReadAhead>>,
     /// Held while this instance serves its image to programs (device::holder), from
     /// `crate::image::open_image` until [`FileSystem::stop_serving`] or the end.
-    serving: Mutex<Option<device::holder::ServingMark>>,
+    serving: Mutex<Option<device::holder::Mark>>,
 }
 
 impl Drop for FileSystem {
@@ -425,6 +425,12 @@ impl FileSystem {
 
     /// Makes everything durable and unmounts. An error means something may not be.
     pub fn unmount(self) -> Result<(), VfsError> {
+        // Finishing from here on: commands that find the image locked wait for this
+        // unmount; the mark is held until the image is closed.
+        let mark = self.serving.lock().expect("serving lock").take();
+        if let Some(m) = &mark {
+            let _ = m.finishing();
+        }
         self.set_commit_interval(None);
         self.stop_flusher();
         self.stop_readahead();
@@ -441,6 +447,7 @@ impl FileSystem {
             .expect("dirty inodes lock")
             .clear();
         core.engine.close()?;
+        drop(mark);
         Ok(())
     }
 
@@ -491,16 +498,21 @@ impl FileSystem {
         self.core.engine.read_only_reason()
     }
 
-    /// Holds `mark` while this instance serves its image (see device::holder).
-    pub fn hold_serving_mark(&self, mark: device::holder::ServingMark) {
+    /// Holds `mark` while this instance serves its image and then while it finishes
+    /// (see device::holder).
+    pub fn hold_serving_mark(&self, mark: device::holder::Mark) {
         *self.serving.lock().expect("serving lock") = Some(mark);
     }
 
     /// The instance no longer serves programs (the kernel ended its mount): other
     /// commands that find the image locked now wait for it to finish instead of
-    /// refusing at once.
+    /// refusing at once. The mark goes with the instance.
     pub fn stop_serving(&self) {
-        self.serving.lock().expect("serving lock").take();
+        if let Some(mark) = self.serving.lock().expect("serving lock").as_ref() {
+            if let Err(e) = mark.finishing() {
+                eprintln!("augefs: marking the image as finishing: {e}");
+            }
+        }
     }
 
     /// Page-cache counters.

@@ -141,8 +141,8 @@ pub fn open_image(
     if opts.read_only {
         fs.set_read_only(READ_ONLY_REASON);
     }
-    // Best effort: without the mark, others wait for this holder instead of refusing.
-    if let Ok(mark) = device::holder::ServingMark::take(image) {
+    // Best effort: without the mark, others are told "in use" but not where.
+    if let Ok(mark) = device::holder::Mark::serving(image) {
         fs.hold_serving_mark(mark);
     }
     Ok(fs)

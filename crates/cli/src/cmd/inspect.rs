@@ -58,9 +58,7 @@ pub fn run(args: Args) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let pmr = match &args.pmr {
-        Some(p) => {
-            Some(pmr::Pmr::open_copy(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?)
-        }
+        Some(p) => Some(pmr::Pmr::open(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?),
         None => None,
     };
     let report = engine::inspect::inspect(&dev, pmr.as_ref())
