@@ -51,6 +51,14 @@ pub struct Recovered {
     pub replay_dropped: u64,
 }
 
+/// Whether recovery keeps the log up to damage it proves (fsck -y, and -n on its
+/// overlay) or refuses it as a mount does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    Refuse,
+    Salvage,
+}
+
 impl std::fmt::Debug for Recovered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recovered")
@@ -76,7 +84,11 @@ fn config(geometry: &Geometry) -> MetaDbConfig {
 }
 
 /// Recovers the MetaDB of the image on `device`.
-pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, FsckError> {
+pub fn recover(
+    device: Arc<Device>,
+    pmr: Option<Arc<Pmr>>,
+    damage: Damage,
+) -> Result<Recovered, FsckError> {
     let sb = read_superblock(&device)?.superblock;
     check_pmr(&sb, pmr.as_deref())?;
     let geometry = sb.geometry;
@@ -98,13 +110,22 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
             table_store: space.clone(),
             hooks: Some(hooks.clone()),
         },
-        config(&geometry),
+        MetaDbConfig {
+            wal_durable: engine::log::wal_durable(&slots)?,
+            salvage_damage: damage == Damage::Salvage,
+            ..config(&geometry)
+        },
         &mut |db| {
             claim_domain_segments(db, &geometry, &pool, &mut conflicts)?;
             claim_lost_segments(db, &geometry, &pool, &mut lost)
         },
     )
-    .map_err(|e| FsckError::Unrecoverable(e.to_string()))?;
+    .map_err(|e| match e {
+        e @ (metadb::MetaDbError::Damaged(_) | metadb::MetaDbError::Corruption { .. }) => {
+            FsckError::MetaDb(e)
+        }
+        e => FsckError::Unrecoverable(e.to_string()),
+    })?;
     if let Err(e) = space.claim_result() {
         return Err(FsckError::Unrecoverable(format!(
             "MetaDB's manifest names a segment twice: {e}"

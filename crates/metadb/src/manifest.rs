@@ -706,6 +706,24 @@ fn parse_record(half: &[u8], at: usize) -> Option<(Frame, &[u8])> {
     Some((parsed, &record[FRAME_BYTES..]))
 }
 
+/// The first intact edit record of `epoch` with an index above `index` at or after byte
+/// `from + 1` of a half's bytes (docs/FORMAT.md §5.4, "what proves damage"). Records are
+/// packed byte to byte, so every offset is tried; the epoch, kind and index are compared
+/// before the CRC is computed.
+fn later_record(half: &[u8], from: usize, epoch: u64, index: u32) -> Option<(usize, Frame)> {
+    let last = half.len().checked_sub(FRAME_BYTES)?;
+    (from + 1..=last).find_map(|at| {
+        let frame = &half[at..at + FRAME_BYTES];
+        if R_EPOCH.get_u64(frame) != epoch
+            || R_KIND.get_u8(frame) != KIND_EDIT
+            || R_INDEX.get_u32(frame) <= index
+        {
+            return None;
+        }
+        parse_record(half, at).map(|(f, _)| (at, f))
+    })
+}
+
 /// A half header that checked out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HalfHeader {
@@ -978,6 +996,21 @@ impl Manifest {
             }
             fold(&mut state, payload, at)?;
             (at, index, prev_crc) = (at + FRAME_BYTES + frame.payload_len, index + 1, frame.crc);
+        }
+        if let Some((later_at, later)) = later_record(&bytes, at, header.epoch, index) {
+            // Each record is flushed before the next is written, so a crash leaves at
+            // most the last one torn: an intact later record proves this one damaged.
+            return Err(MetaDbError::damaged(
+                "MetaDB manifest record",
+                format!("half {} byte {} (record index {index})", header.half, start + at as u64),
+                format!(
+                    "a record whose CRC, epoch, index and prev_crc check out (record {} of epoch {} follows at byte {})",
+                    later.index,
+                    header.epoch,
+                    start + later_at as u64
+                ),
+                "bytes that do not".to_string(),
+            ));
         }
         let end = at as u64;
         let tail = bytes[round_down(end, self.sector_bytes) as usize..at].to_vec();

@@ -47,6 +47,7 @@ impl Engine {
         let pool = Arc::new(SpacePool::new(geometry, pool_config));
         let space = Arc::new(MetaDbSpace::new(pool.clone()));
         let slots = read_checkpoints(&device, &geometry)?;
+        metadb_config.wal_durable = wal_durable(&slots)?;
         let hooks = Arc::new(EngineHooks::new(
             device.clone(),
             checkpoint_watermarks(&slots, domain_count)?,
@@ -133,6 +134,21 @@ pub fn checkpoint_watermarks(
         .collect()
 }
 
+/// The WAL records the current global checkpoint names as durable (none before its
+/// payload version 2): MetaDB's recovery refuses a log that lacks one.
+pub fn wal_durable(slots: &[OwnerCheckpoint]) -> Result<Vec<metadb::wal::WalExtent>, EngineError> {
+    let found = slots
+        .iter()
+        .find(|o| o.owner == CheckpointOwner::Global)
+        .and_then(|o| o.current.as_ref());
+    match found {
+        Some(slot) if slot.payload_version == super::global::GLOBAL_PAYLOAD_VERSION => {
+            Ok(super::global::decode(&slot.payload)?.1)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// The sequence and payload of `owner`'s current checkpoint slot (zeros if none, or a
 /// freshly formatted one).
 fn slot_state(
@@ -146,6 +162,9 @@ fn slot_state(
     match found {
         Some(slot) if slot.payload_version == CHECKPOINT_PAYLOAD_VERSION => {
             Ok((slot.sequence, DomainRecord::decode(&slot.payload)?))
+        }
+        Some(slot) if slot.payload_version == super::global::GLOBAL_PAYLOAD_VERSION => {
+            Ok((slot.sequence, super::global::decode(&slot.payload)?.0))
         }
         Some(slot) => Ok((slot.sequence, DomainRecord::default())),
         None => Ok((0, DomainRecord::default())),

@@ -181,7 +181,11 @@ fn read_unit_heads(
     Ok(heads)
 }
 
-/// Hands the chunk's records, up to the first one that does not check out, to `collector`.
+/// Hands every intact record of the chunk to `collector`. Where a record does not check
+/// out, the scan resumes at the next byte offset where one does: records are packed
+/// byte to byte, and intact records beyond a gap are what tells damage from a torn tail
+/// (`WalRecovery::damage`). A record of another chunk never checks out here (it names
+/// its own chunk header's CRC).
 fn parse_chunk(
     buf: &[u8],
     header: &ChunkHeader,
@@ -189,7 +193,11 @@ fn parse_chunk(
     collector: &mut Collector,
 ) -> Result<(), MetaDbError> {
     let mut at = CHUNK_DATA_OFFSET;
-    while let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) {
+    while at < buf.len() {
+        let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) else {
+            at += 1;
+            continue;
+        };
         collector.add(RecoveredRecord {
             generation: id.generation,
             lane: id.lane,

@@ -568,6 +568,31 @@ impl Wal for PmrWal {
         }
     }
 
+    fn durable_extents(&self) -> Vec<super::WalExtent> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (0..self.lanes.len())
+            .filter_map(|lane| {
+                let state = self.lanes[lane].lock();
+                if state.generation != generation {
+                    return None;
+                }
+                // Entries before the lane's first pending one of this generation are
+                // persisted (pending ones of a migrated visit are durable too, but
+                // counting them out only weakens the evidence).
+                let count = state
+                    .pending
+                    .iter()
+                    .find(|p| p.generation == generation)
+                    .map_or(state.next_seq, |p| p.lane_seq);
+                (count > 0).then_some(super::WalExtent {
+                    generation,
+                    lane: lane as u16,
+                    count,
+                })
+            })
+            .collect()
+    }
+
     fn check_health(&self) -> Result<(), MetaDbError> {
         self.health_check()
     }

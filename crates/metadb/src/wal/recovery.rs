@@ -8,7 +8,7 @@
 //!   different payloads for one (generation, lane, lane_seq) are corruption.
 //! - `dropped_after_hole` counts the distinct complete records beyond each run.
 
-use super::{RecoveredRecord, WalRecovery};
+use super::{LaneHole, RecoveredRecord, WalRecovery};
 use crate::error::MetaDbError;
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -74,9 +74,11 @@ impl Collector {
         for ((generation, lane), records) in self.lanes {
             let found = records.len() as u64;
             let mut run = 0u64;
+            let mut beyond = Vec::new();
             for (lane_seq, payload) in records {
-                if lane_seq != run {
-                    break;
+                if lane_seq != run || !beyond.is_empty() {
+                    beyond.push((lane_seq, payload));
+                    continue;
                 }
                 recovery.records.push(RecoveredRecord {
                     generation,
@@ -87,6 +89,14 @@ impl Collector {
                 run += 1;
             }
             recovery.dropped_after_hole += found - run;
+            if !beyond.is_empty() {
+                recovery.holes.push(LaneHole {
+                    generation,
+                    lane,
+                    run,
+                    beyond,
+                });
+            }
         }
         debug_assert!(recovery.records.windows(2).all(|w| (
             w[0].generation,

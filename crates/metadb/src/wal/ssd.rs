@@ -554,6 +554,22 @@ impl Wal for SsdWal {
         Ok(())
     }
 
+    fn durable_extents(&self) -> Vec<super::WalExtent> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (0..self.lanes.len())
+            .filter_map(|lane| {
+                let state = self.lanes[lane].lock();
+                (state.generation == generation && state.durable_count > 0).then(|| {
+                    super::WalExtent {
+                        generation,
+                        lane: lane as u16,
+                        count: state.durable_count,
+                    }
+                })
+            })
+            .collect()
+    }
+
     fn check_health(&self) -> Result<(), MetaDbError> {
         self.store.health().check()
     }
