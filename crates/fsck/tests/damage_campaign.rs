@@ -72,7 +72,7 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         force: false,
     };
     format(&dev, None, &opts, &NoProgress).unwrap();
-    let fs = mount(dev.clone()).unwrap();
+    let fs = Arc::new(mount(dev.clone()).unwrap());
     let mut tree = BTreeMap::new();
     for d in ["/a", "/a/b", "/c"] {
         fs.create_dir(d, 0o755).unwrap();
@@ -100,6 +100,8 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         }
         tree.insert(path.to_string(), Obj::File(data));
     }
+    // What came before goes to tables (and the manifest); what follows stays in the WAL.
+    fs.engine().metadb().flush().unwrap();
     fs.hard_link("/a/b/mid", "/c/mid-link").unwrap();
     tree.insert("/c/mid-link".into(), tree["/a/b/mid"].clone());
     fs.symlink("/a/small", "/c/to-small").unwrap();
@@ -118,7 +120,7 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         names.sort();
         tree.insert(d.to_string(), Obj::Dir(names));
     }
-    fs.unmount().unwrap();
+    Arc::try_unwrap(fs).expect("no other holder").unmount().unwrap();
     let image = device_image(&dev);
     (image, tree)
 }
@@ -151,16 +153,25 @@ fn is_damage(errno: i32) -> bool {
 
 /// Reads everything the tree names through `fs`. Returns (wrong answers, whether any
 /// read failed). A read that fails with EIO/EUCLEAN is allowed; a wrong answer is not.
-fn read_all(fs: &FileSystem, tree: &BTreeMap<String, Obj>) -> (Vec<String>, bool) {
-    let mut wrong = Vec::new();
-    let mut failed = false;
-    let mut check = |path: &str, errno: i32, what: &str| {
+#[derive(Default)]
+struct Seen {
+    wrong: Vec<String>,
+    failed: bool,
+}
+
+impl Seen {
+    fn err(&mut self, path: &str, errno: i32, what: &str) {
         if is_damage(errno) {
-            failed = true;
+            self.failed = true;
         } else {
-            wrong.push(format!("{path}: {what} failed with errno {errno}"));
+            self.wrong
+                .push(format!("{path}: {what} failed with errno {errno}"));
         }
-    };
+    }
+}
+
+fn read_all(fs: &Arc<FileSystem>, tree: &BTreeMap<String, Obj>) -> (Vec<String>, bool) {
+    let mut seen = Seen::default();
     for (path, obj) in tree {
         match obj {
             Obj::Dir(names) => match fs.read_dir(path) {
@@ -168,29 +179,29 @@ fn read_all(fs: &FileSystem, tree: &BTreeMap<String, Obj>) -> (Vec<String>, bool
                     let mut got: Vec<Vec<u8>> = entries.into_iter().map(|e| e.name).collect();
                     got.sort();
                     if &got != names {
-                        wrong.push(format!("{path}: entries differ"));
+                        seen.wrong.push(format!("{path}: entries differ"));
                     }
                 }
-                Err(e) => check(path, e.errno(), "readdir"),
+                Err(e) => seen.err(path, e.errno(), "readdir"),
             },
             Obj::Link(target) => match fs.read_link(path) {
                 Ok(t) if &t == target => {}
-                Ok(_) => wrong.push(format!("{path}: wrong target")),
-                Err(e) => check(path, e.errno(), "readlink"),
+                Ok(_) => seen.wrong.push(format!("{path}: wrong target")),
+                Err(e) => seen.err(path, e.errno(), "readlink"),
             },
             Obj::File(data) => {
                 match fs.metadata(path) {
                     Ok(m) if m.kind == Kind::File && m.size == data.len() as u64 => {}
-                    Ok(m) => wrong.push(format!("{path}: size {} kind {:?}", m.size, m.kind)),
+                    Ok(m) => seen.wrong.push(format!("{path}: size {} kind {:?}", m.size, m.kind)),
                     Err(e) => {
-                        check(path, e.errno(), "stat");
+                        seen.err(path, e.errno(), "stat");
                         continue;
                     }
                 }
                 let f = match OpenOptions::new().read(true).open(fs, path) {
                     Ok(f) => f,
                     Err(e) => {
-                        check(path, e.errno(), "open");
+                        seen.err(path, e.errno(), "open");
                         continue;
                     }
                 };
@@ -198,8 +209,8 @@ fn read_all(fs: &FileSystem, tree: &BTreeMap<String, Obj>) -> (Vec<String>, bool
                     let mut buf = vec![0u8; want.len()];
                     match f.read_at(&mut buf, (n << 16) as u64) {
                         Ok(got) if got == want.len() && buf == want => {}
-                        Ok(got) => wrong.push(format!("{path}: wrong bytes at {} ({got})", n << 16)),
-                        Err(e) => check(path, e.errno(), "read"),
+                        Ok(got) => seen.wrong.push(format!("{path}: wrong bytes at {} ({got})", n << 16)),
+                        Err(e) => seen.err(path, e.errno(), "read"),
                     }
                 }
             }
@@ -209,11 +220,11 @@ fn read_all(fs: &FileSystem, tree: &BTreeMap<String, Obj>) -> (Vec<String>, bool
         let name: &[u8] = if path == "/c" { b"user.big" } else { b"user.colour" };
         match fs.get_xattr(path, name) {
             Ok(v) if v == value => {}
-            Ok(_) => wrong.push(format!("{path}: wrong xattr")),
-            Err(e) => check(path, e.errno(), "getxattr"),
+            Ok(_) => seen.wrong.push(format!("{path}: wrong xattr")),
+            Err(e) => seen.err(path, e.errno(), "getxattr"),
         }
     }
-    (wrong, failed)
+    (seen.wrong, seen.failed)
 }
 
 /// What one damaged copy did.
@@ -248,6 +259,7 @@ fn run_case(image: &[u8], damage: &[(usize, Vec<u8>)], tree: &BTreeMap<String, O
     }
     let mounted = catch_unwind(AssertUnwindSafe(|| match mount(device(damaged)) {
         Ok(fs) => {
+            let fs = Arc::new(fs);
             let (wrong, failed) = read_all(&fs, tree);
             drop(fs);
             Ok((wrong, failed))
@@ -411,6 +423,9 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
                 continue;
             }
             let (out, notes) = run_case(&image, &[(*block, bytes)], &tree);
+            if std::env::var_os("AUGEFS_DAMAGE_VERBOSE").is_some() && region != "data" {
+                println!("  {region} block {block} {variant}: {out:?}");
+            }
             counts.add(format!("{region} block {block} {variant}"), region, out, notes);
         }
     }
