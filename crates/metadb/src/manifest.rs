@@ -917,6 +917,11 @@ impl Manifest {
             (Some(a), Some(b)) => Some(if a.epoch > b.epoch { a } else { b }),
             (a, b) => a.or(b),
         };
+        for (half, header) in headers.iter().enumerate() {
+            if header.is_none() {
+                manifest.check_headless_half(half as u32)?;
+            }
+        }
         if let Some(header) = newest {
             let (state, log) = manifest.replay(&header)?;
             state.version()?;
@@ -938,6 +943,38 @@ impl Manifest {
         Ok(self
             .device
             .read(offset, AlignedBuf::zeroed(len as usize), IoCause::Manifest)?)
+    }
+
+    /// A half whose header is all zero was never switched to, or its first snapshot's
+    /// header never landed; edits are appended only after the header is durable, so an
+    /// intact edit record after the snapshot proves the header damaged (FORMAT.md §5.4).
+    fn check_headless_half(&self, half: u32) -> Result<(), MetaDbError> {
+        let start = self.half_start(half);
+        let bytes = self.read(start, self.half_bytes)?;
+        let snapshot_at = HEADER_BLOCK_BYTES as usize;
+        let Some((snapshot, _)) = parse_record(&bytes, snapshot_at) else {
+            return Ok(());
+        };
+        let at = snapshot_at + FRAME_BYTES + snapshot.payload_len;
+        match parse_record(&bytes, at) {
+            Some((edit, _))
+                if edit.kind == KIND_EDIT
+                    && edit.epoch == snapshot.epoch
+                    && edit.index == 1
+                    && edit.prev_crc == snapshot.crc =>
+            {
+                Err(MetaDbError::damaged(
+                    "MetaDB manifest half header",
+                    format!("half {half} byte {start}"),
+                    format!(
+                        "the header of epoch {} (its snapshot and edit 1 follow it)",
+                        snapshot.epoch
+                    ),
+                    "zeros",
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Reads the half `header` names: its snapshot (which must check out), then edits
