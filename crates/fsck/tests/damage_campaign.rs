@@ -457,4 +457,9 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
     // Damage to the log a mount replays must be refused, never taken for a torn tail.
     let wal = &counts.per_region["wal"];
     assert!(wal.1 > 0, "no WAL damage detected: {wal:?}");
+    // Superblock copies and summaries are never left invalid by a crash: all damage.
+    for region in ["superblock", "summary"] {
+        let (n, detected) = counts.per_region[region];
+        assert_eq!(n, detected, "{region}: {detected} of {n} damaged blocks detected");
+    }
 }

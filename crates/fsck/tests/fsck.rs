@@ -316,6 +316,8 @@ fn corrupt_data_block_is_found_with_verify_data() {
         true,
     );
     assert_eq!(kinds(&r), vec![Kind::DataChecksumMismatch]);
+    // A problem that names an inode names its path too.
+    assert_eq!(r.problems[0].objects.path.as_deref(), Some("/d2/sub/big"));
 }
 
 #[test]

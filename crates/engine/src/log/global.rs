@@ -119,7 +119,7 @@ mod tests {
             .collect();
         let bytes = encode(&record, &extents);
         assert_eq!(bytes.len(), 32 + 3 * 24);
-        assert_eq!(decode(&bytes).unwrap(), (record, extents));
+        assert_eq!(decode(&bytes).unwrap(), (record, extents.clone()));
         assert!(decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(decode(&bytes[..20]).is_err());
         let many = vec![extents[0]; WAL_EXTENTS_MAX + 5];

@@ -192,8 +192,10 @@ fn parse_chunk(
     crc: u32,
     collector: &mut Collector,
 ) -> Result<(), MetaDbError> {
+    // Bytes past the last non-zero one were never written: no record starts there.
+    let written = buf.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
     let mut at = CHUNK_DATA_OFFSET;
-    while at < buf.len() {
+    while at < written {
         let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) else {
             at += 1;
             continue;
@@ -578,5 +580,41 @@ mod tests {
         // A run longer than any free stretch does not fit even if enough units are free.
         m.release_through(3);
         assert_eq!(m.allocate(5, 5), Some(1));
+    }
+
+    #[test]
+    fn the_chunk_scan_finds_intact_records_beyond_a_damaged_one() {
+        use super::super::record::{encode_record, record_bytes, RecordId};
+        let header = ChunkHeader {
+            incarnation: 1,
+            generation: 3,
+            lane: 2,
+            kind: ChunkKind::Lane,
+            unit_index: 1,
+            unit_count: 1,
+        };
+        let mut buf = vec![0u8; UNIT_BYTES as usize];
+        let crc = header.encode(&mut buf);
+        let mut at = CHUNK_DATA_OFFSET;
+        let mut starts = Vec::new();
+        for lane_seq in 0..4u64 {
+            let payload = vec![lane_seq as u8 + 1; 100 + lane_seq as usize * 7];
+            starts.push(at);
+            let id = RecordId {
+                generation: 3,
+                lane: 2,
+                lane_seq,
+            };
+            encode_record(&mut buf[at..], id, crc, &payload);
+            at += record_bytes(payload.len());
+        }
+        buf[starts[1] + 40] ^= 0x55;
+        let mut collector = Collector::new(0);
+        parse_chunk(&buf, &header, crc, &mut collector).unwrap();
+        let recovery = collector.finish();
+        let run: Vec<u64> = recovery.records.iter().map(|r| r.lane_seq).collect();
+        assert_eq!(run, [0]);
+        let beyond: Vec<u64> = recovery.holes[0].beyond.iter().map(|b| b.0).collect();
+        assert_eq!(beyond, [2, 3]);
     }
 }

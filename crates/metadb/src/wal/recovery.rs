@@ -150,4 +150,47 @@ mod tests {
             .collect();
         assert_eq!(ids, [(3, 0, 0), (3, 0, 1), (4, 0, 0)]);
     }
+
+    #[test]
+    fn a_gap_is_damage_only_where_durability_is_proven() {
+        use crate::wal::WalExtent;
+        let recovery = |records: &[RecoveredRecord]| {
+            let mut c = Collector::new(2);
+            for r in records {
+                c.add(r.clone()).unwrap();
+            }
+            c.finish()
+        };
+        // Generation 3, lane 0: records 0, 1, then a gap, then 3 and 4.
+        let gap = [
+            rec(3, 0, 0, b"a"),
+            rec(3, 0, 1, b"b"),
+            rec(3, 0, 3, b"d"),
+            rec(3, 0, 4, b"e"),
+        ];
+        let r = recovery(&gap);
+        assert_eq!(r.holes.len(), 1);
+        assert_eq!(r.holes[0].run, 2);
+        assert_eq!(r.holes[0].beyond.len(), 2);
+        // Newest generation, nothing known durable: a torn tail.
+        assert_eq!(r.damage(&[], 2), None);
+        let durable = |count| WalExtent {
+            generation: 3,
+            lane: 0,
+            count,
+        };
+        assert_eq!(r.damage(&[durable(2)], 2), None);
+        let d = r.damage(&[durable(3)], 2).expect("record 2 was durable");
+        assert!(d.location.contains("lane_seq 2"), "{d}");
+        // Missing at the end of the lane, with nothing after it: damage all the same.
+        let tail = recovery(&gap[..2]);
+        assert!(tail.damage(&[durable(3)], 2).is_some());
+        // Extents of released generations are ignored.
+        assert_eq!(tail.damage(&[durable(3)], 3), None);
+        // A later generation in the log proves the older one was made durable whole.
+        let mut later = gap.to_vec();
+        later.push(rec(4, 1, 0, b"p"));
+        let d = recovery(&later).damage(&[], 2).expect("generation 4 began");
+        assert!(d.location.contains("generation 3 lane 0 lane_seq 2"), "{d}");
+    }
 }
