@@ -100,6 +100,19 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         }
         tree.insert(path.to_string(), Obj::File(data));
     }
+    // Enough empty files that MetaDB's table has data blocks a mount does not read.
+    fs.create_dir("/many", 0o755).unwrap();
+    for i in 0..150u32 {
+        let path = format!("/many/file-{i:03}");
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .open(&fs, &path)
+            .unwrap();
+        fs.set_xattr(&path, b"user.n", &i.to_le_bytes(), XattrMode::Create)
+            .unwrap();
+        tree.insert(path, Obj::File(Vec::new()));
+    }
     // What came before goes to tables (and the manifest); what follows stays in the WAL.
     fs.engine().metadb().flush().unwrap();
     fs.hard_link("/a/b/mid", "/c/mid-link").unwrap();
@@ -110,7 +123,7 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         .unwrap();
     fs.set_xattr("/c", b"user.big", &[3u8; 2000], XattrMode::Create)
         .unwrap();
-    for d in ["/", "/a", "/a/b", "/c"] {
+    for d in ["/", "/a", "/a/b", "/c", "/many"] {
         let mut names: Vec<Vec<u8>> = fs
             .read_dir(d)
             .unwrap()
