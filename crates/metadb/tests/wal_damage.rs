@@ -1,7 +1,8 @@
 //! Damage to the WAL against the evidence that tells it from a torn tail (docs/FORMAT.md
 //! §5.2, "what proves damage"), in ssd and PMR mode: what `durable_extents` names after a
-//! persist is refused when a byte of it changes; without that evidence the same bytes
-//! read as the torn tail a crash leaves.
+//! persist is refused when a byte of it changes; so is a record that a later record of
+//! its lane says was durable (`lane_durable`); without either, the same bytes read as
+//! the torn tail a crash leaves.
 
 use device::memory::MemoryBackend;
 use device::Device;
@@ -100,4 +101,59 @@ fn pmr_damage_to_durable_entries_is_proven_by_the_extents() {
     let pmr = Arc::new(Pmr::memory_from_image(&bytes, PmrOptions::default()).unwrap());
     let (_, recovery) = PmrWal::recover(pmr, dev, REGION, 2, 0).unwrap();
     verdicts(&recovery, &extents);
+}
+
+/// Appends `RECORDS` records to lanes 0 and 1 in turn, persisting each: every record
+/// says the ones before it in its lane were durable.
+fn write_synced(wal: &dyn Wal) {
+    for i in 0..RECORDS {
+        let pos = wal.append((i % 2) as u16, &[i as u8; 300]).unwrap();
+        wal.persist(&[pos]).unwrap();
+    }
+}
+
+/// A gap with a later record of the lane that was appended after the missing one was
+/// durable is damage; the lane's last record, with nothing after it, is a torn tail.
+fn marks_verdicts(middle: &WalRecovery, last: &WalRecovery) {
+    let damage = middle.damage(&[], 0).expect("a later record says it was durable");
+    assert!(
+        damage.expected.contains("later intact record"),
+        "{damage}"
+    );
+    assert_eq!(last.damage(&[], 0), None, "the last record: a torn tail");
+}
+
+#[test]
+fn ssd_a_record_a_later_one_says_was_durable_is_damage() {
+    let dev = device(vec![0; DEVICE_BYTES]);
+    let (wal, _) = SsdWal::open(dev.clone(), REGION, 2, 0, 1).unwrap();
+    write_synced(&wal);
+    drop(wal);
+    let bytes = image(&dev);
+    let chunk = (REGION.start_byte() + 64 * 1024) as usize;
+    let end = chunk + bytes[chunk..chunk + 64 * 1024].iter().rposition(|&b| b != 0).unwrap();
+    let recover = |at: usize| {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x5a;
+        SsdWal::recover(device(damaged), REGION, 2, 0).unwrap().1
+    };
+    marks_verdicts(&recover(chunk + 512 + 1000), &recover(end));
+}
+
+#[test]
+fn pmr_an_entry_a_later_one_says_was_durable_is_damage() {
+    let pmr = Arc::new(Pmr::memory(2 * MIB, PmrOptions::default()).unwrap());
+    let dev = device(vec![0; DEVICE_BYTES]);
+    let (wal, _) = PmrWal::open(pmr.clone(), dev.clone(), REGION, 2, 0, 1).unwrap();
+    write_synced(&wal);
+    drop(wal);
+    let bytes = pmr.crash_image_all_lost();
+    let recover = |entry: usize| {
+        let mut damaged = bytes.clone();
+        damaged[8192 + entry * 384 + 100] ^= 0x5a;
+        let pmr = Arc::new(Pmr::memory_from_image(&damaged, PmrOptions::default()).unwrap());
+        PmrWal::recover(pmr, dev.clone(), REGION, 2, 0).unwrap().1
+    };
+    // Entries alternate lanes: entry 2 is lane 0's second, entry 28 its last.
+    marks_verdicts(&recover(2), &recover(RECORDS as usize - 2));
 }

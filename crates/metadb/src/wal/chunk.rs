@@ -200,6 +200,7 @@ fn parse_chunk(
             at += 1;
             continue;
         };
+        collector.note_durable(id.generation, id.lane, id.durable);
         collector.add(RecoveredRecord {
             generation: id.generation,
             lane: id.lane,
@@ -604,6 +605,7 @@ mod tests {
                 generation: 3,
                 lane: 2,
                 lane_seq,
+                durable: 0,
             };
             encode_record(&mut buf[at..], id, crc, &payload);
             at += record_bytes(payload.len());

@@ -63,6 +63,9 @@ pub struct WalRecovery {
     pub dropped_after_hole: u64,
     /// Every (generation, lane) whose run stopped before intact records of the lane.
     pub holes: Vec<LaneHole>,
+    /// Per (generation, lane): the most records of the lane an intact record said were
+    /// durable when it was appended (its `lane_durable`, FORMAT.md §5.2).
+    pub marks: Vec<WalExtent>,
 }
 
 /// Records 0..`count` of (generation, lane) that were durable when the caller noted them
@@ -97,7 +100,8 @@ impl WalRecovery {
 
     /// The first damage the log proves (docs/FORMAT.md §5.2 "What proves damage"), if any:
     /// - a lane of a generation above `released_through` holds fewer records than a
-    ///   `durable` extent says were durable;
+    ///   `durable` extent says were durable, or than an intact record of the lane says
+    ///   were durable when it was appended;
     /// - a lane's run stops before intact records of the same (generation, lane) while a
     ///   later generation exists: `rotate` made the whole generation durable before
     ///   anything of the next one was written, so no crash leaves a hole in it.
@@ -106,7 +110,15 @@ impl WalRecovery {
         durable: &[WalExtent],
         released_through: u64,
     ) -> Option<format::Corruption> {
-        for e in durable.iter().filter(|e| e.generation > released_through) {
+        let sources = durable
+            .iter()
+            .map(|e| (e, "durable at the last sync"))
+            .chain(
+                self.marks
+                    .iter()
+                    .map(|e| (e, "durable when a later intact record of the lane was appended")),
+            );
+        for (e, source) in sources.filter(|(e, _)| e.generation > released_through) {
             let run = self.run_len(e.generation, e.lane);
             if run < e.count {
                 let beyond = self
@@ -120,10 +132,7 @@ impl WalRecovery {
                         "generation {} lane {} lane_seq {}",
                         e.generation, e.lane, run
                     ),
-                    format!(
-                        "records 0..{} of the lane, durable at the last sync",
-                        e.count
-                    ),
+                    format!("records 0..{} of the lane, {source}", e.count),
                     format!(
                         "the lane's records end at {run} ({beyond} intact records after the gap)"
                     ),

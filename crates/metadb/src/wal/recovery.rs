@@ -19,6 +19,8 @@ pub(super) struct Collector {
     released_through: u64,
     generation_max: u64,
     lanes: BTreeMap<(u64, u16), BTreeMap<u64, Vec<u8>>>,
+    /// Per (generation, lane): the highest `durable` an intact record carried.
+    marks: BTreeMap<(u64, u16), u64>,
 }
 
 impl Collector {
@@ -62,6 +64,15 @@ impl Collector {
         Ok(())
     }
 
+    /// Notes that an intact record of (generation, lane) says records `0..durable` of its
+    /// lane were durable when it was appended.
+    pub fn note_durable(&mut self, generation: u64, lane: u16, durable: u64) {
+        if generation > self.released_through && durable > 0 {
+            let mark = self.marks.entry((generation, lane)).or_default();
+            *mark = (*mark).max(durable);
+        }
+    }
+
     pub fn generation_max(&self) -> u64 {
         self.generation_max
     }
@@ -69,6 +80,15 @@ impl Collector {
     pub fn finish(self) -> WalRecovery {
         let mut recovery = WalRecovery {
             generation_max: self.generation_max,
+            marks: self
+                .marks
+                .iter()
+                .map(|(&(generation, lane), &count)| super::WalExtent {
+                    generation,
+                    lane,
+                    count,
+                })
+                .collect(),
             ..WalRecovery::default()
         };
         for ((generation, lane), records) in self.lanes {
@@ -192,5 +212,29 @@ mod tests {
         later.push(rec(4, 1, 0, b"p"));
         let d = recovery(&later).damage(&[], 2).expect("generation 4 began");
         assert!(d.location.contains("generation 3 lane 0 lane_seq 2"), "{d}");
+    }
+
+    #[test]
+    fn a_later_record_that_says_a_missing_one_was_durable_proves_damage() {
+        let mut c = Collector::new(2);
+        for r in [rec(3, 0, 0, b"a"), rec(3, 0, 1, b"b"), rec(3, 0, 3, b"d")] {
+            c.add(r).unwrap();
+        }
+        c.note_durable(3, 0, 1);
+        let weak = {
+            let mut w = Collector::new(2);
+            for r in [rec(3, 0, 0, b"a"), rec(3, 0, 1, b"b"), rec(3, 0, 3, b"d")] {
+                w.add(r).unwrap();
+            }
+            w.note_durable(3, 0, 2);
+            w.finish()
+        };
+        assert_eq!(weak.damage(&[], 2), None, "records 0..2 are there");
+        c.note_durable(3, 0, 3);
+        c.note_durable(2, 0, 9); // released: ignored
+        let r = c.finish();
+        assert_eq!(r.marks.len(), 1);
+        let d = r.damage(&[], 2).expect("record 3 said record 2 was durable");
+        assert!(d.location.contains("lane_seq 2"), "{d}");
     }
 }

@@ -450,6 +450,9 @@ impl Wal for SsdWal {
             });
         }
         let lane_seq = state.next_seq;
+        // Records 0..durable_count were covered by a completed flush before this one is
+        // appended: the evidence recovery needs to call a gap before it damage.
+        let durable = state.durable_count;
         let chunk = state.chunks.back_mut().expect("a chunk to append to");
         let at = chunk.filled;
         encode_record(
@@ -458,6 +461,7 @@ impl Wal for SsdWal {
                 generation,
                 lane,
                 lane_seq,
+                durable,
             },
             chunk.crc,
             payload,
