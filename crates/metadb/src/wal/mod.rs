@@ -28,6 +28,10 @@
 //! - `rotate(next)` first makes every record of the current generation durable, so no
 //!   hole can span generations.
 //! - Space of generations `<= g` is reused only after `release_through(g)`.
+//! - Every record carries `lane_durable`: records of its lane that were durable when it
+//!   was appended, never more. With `durable_extents` kept by the caller at sync and the
+//!   rotation rule, that is what lets [`WalRecovery::damage`] tell damage from a torn
+//!   tail (docs/FORMAT.md §5.2, "what proves damage").
 
 mod chunk;
 mod flush;

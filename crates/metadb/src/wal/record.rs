@@ -9,6 +9,8 @@
 //! - A record names the CRC of the chunk header it lives under (`chunk_crc`): a record left
 //!   in a chunk by an earlier use of the space (another incarnation, generation or lane)
 //!   does not check out under the chunk's new header.
+//! - A record's or entry's `lane_durable` never exceeds its `lane_seq`; the first forms
+//!   (`WR` records, `WTXB` entries, without it) are still decoded, as carrying none.
 //! - A PMR entry is 64-byte aligned and a multiple of 64 bytes: TxB in its first 8 bytes,
 //!   TxE (CRC + magic) in its last 8, so it is complete only if both ends and everything
 //!   between landed.
