@@ -73,9 +73,14 @@ fn a_damaged_wal_block_is_refused_reported_and_salvaged() {
     // intact records after it, all durable at the unmount.
     assert!(used.len() >= 3, "WAL blocks {used:?}");
     let block = used[used.len() - 2];
-    let mut f = std::fs::OpenOptions::new().write(true).open(&image).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
     f.seek(SeekFrom::Start(block * 4096)).unwrap();
-    let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     f.write_all(&noise).unwrap();
     drop(f);
     let before = std::fs::read(&image).unwrap();
@@ -83,19 +88,36 @@ fn a_damaged_wal_block_is_refused_reported_and_salvaged() {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let o = augefs(&["mount", s(&image), s(&mnt)]);
-    assert!(!o.status.success(), "mount accepted a damaged log: {}", text(&o));
-    assert!(text(&o).contains("damaged MetaDB WAL record"), "{}", text(&o));
-    assert!(std::fs::read(&image).unwrap() == before, "a refused mount wrote");
+    assert!(
+        !o.status.success(),
+        "mount accepted a damaged log: {}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("damaged MetaDB WAL record"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        std::fs::read(&image).unwrap() == before,
+        "a refused mount wrote"
+    );
 
     let o = augefs(&["fsck", s(&image), "-n"]);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(text(&o).contains("metadb_damaged"), "{}", text(&o));
-    assert!(std::fs::read(&image).unwrap() == before, "-n changed the image");
+    assert!(
+        std::fs::read(&image).unwrap() == before,
+        "-n changed the image"
+    );
 
     let o = augefs(&["fsck", s(&image), "-y"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = text(&o);
-    assert!(out.contains("acknowledged_changes_lost") && out.contains("/f8"), "{out}");
+    assert!(
+        out.contains("acknowledged_changes_lost") && out.contains("/f8"),
+        "{out}"
+    );
     let o = augefs(&["fsck", s(&image), "-n", "--verify-data"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }

@@ -12,7 +12,7 @@
 //!   one, a damaged summary as zeros (the unused state).
 
 use crate::problem::{Class, Kind, Objects};
-use crate::{FsckError, Fsck};
+use crate::{Fsck, FsckError};
 use device::{AlignedBuf, IoCause, IoRequest};
 use format::constants::{BLOCK_SIZE_BYTES, SUMMARY_BLOCKS_PER_SEGMENT};
 use format::summary::SegmentSummary;
@@ -92,7 +92,9 @@ pub(crate) fn apply(device: &device::Device, writes: Vec<RawWrite>) -> Result<()
     }
     let mut requests: Vec<IoRequest> = writes
         .into_iter()
-        .map(|(offset, bytes)| IoRequest::write(offset, AlignedBuf::from_slice(&bytes), IoCause::Tool))
+        .map(|(offset, bytes)| {
+            IoRequest::write(offset, AlignedBuf::from_slice(&bytes), IoCause::Tool)
+        })
         .collect();
     requests.push(IoRequest::flush(IoCause::Tool));
     for completion in device.run(requests)? {

@@ -190,33 +190,9 @@ pub fn check(
     progress: &dyn Progress,
 ) -> Result<Report, FsckError> {
     progress.step("recovering MetaDB", 0);
-    let mut early = Vec::new();
-    let recovered = match open::recover(device.clone(), pmr.clone(), open::Damage::Refuse) {
-        Ok(r) => r,
-        Err(e) => {
-            let Some(damage) = e.damage() else {
-                return Err(e);
-            };
-            // -p never salvages (it loses acknowledged changes); -n salvages on its
-            // overlay to check the rest; -y salvages the image.
-            let salvage = options.mode != Mode::Preen;
-            let salvaged = salvage
-                .then(|| open::recover(device.clone(), pmr, open::Damage::Salvage))
-                .and_then(Result::ok);
-            early.push(Problem {
-                kind: Kind::MetadbDamaged,
-                objects: Objects::default(),
-                message: damage,
-                repair: salvaged.is_some().then(|| {
-                    "keep the log up to the damage, as after a crash; files that lose acknowledged changes are listed".to_string()
-                }),
-                fixed: salvaged.is_some() && options.mode == Mode::Repair,
-            });
-            match salvaged {
-                Some(r) => r,
-                None => return Ok(damaged_report(options, early)),
-            }
-        }
+    let (recovered, early) = match recover_or_salvage(&device, pmr, options)? {
+        Ok(found) => found,
+        Err(report) => return Ok(report),
     };
     let mut fsck = Fsck {
         db: &recovered.db,
@@ -268,6 +244,40 @@ pub fn check(
     Ok(report)
 }
 
+/// MetaDB recovered as a mount recovers it; if that refuses damage, the damage as a
+/// problem and, except under -p (which never loses acknowledged changes), MetaDB
+/// salvaged to check the rest: on -n's overlay, or on the image under -y. `Err` is the
+/// report of a check that cannot go on.
+fn recover_or_salvage(
+    device: &Arc<Device>,
+    pmr: Option<Arc<Pmr>>,
+    options: &Options,
+) -> Result<Result<(open::Recovered, Vec<Problem>), Report>, FsckError> {
+    let error = match open::recover(device.clone(), pmr.clone(), open::Damage::Refuse) {
+        Ok(r) => return Ok(Ok((r, Vec::new()))),
+        Err(e) => e,
+    };
+    let Some(damage) = error.damage() else {
+        return Err(error);
+    };
+    let salvaged = (options.mode != Mode::Preen)
+        .then(|| open::recover(device.clone(), pmr, open::Damage::Salvage))
+        .and_then(Result::ok);
+    let problem = Problem {
+        kind: Kind::MetadbDamaged,
+        objects: Objects::default(),
+        message: damage,
+        repair: salvaged.is_some().then(|| {
+            "keep the log up to the damage, as after a crash; files that lose acknowledged changes are listed".to_string()
+        }),
+        fixed: salvaged.is_some() && options.mode == Mode::Repair,
+    };
+    Ok(match salvaged {
+        Some(r) => Ok((r, vec![problem])),
+        None => Err(damaged_report(options, vec![problem])),
+    })
+}
+
 /// The report of a check that could not go on past damage to MetaDB.
 fn damaged_report(options: &Options, problems: Vec<Problem>) -> Report {
     Report {
@@ -317,7 +327,10 @@ impl Fsck<'_> {
             }
         }
         for ino in inodes {
-            let names = paths.get(&format::InodeNo(ino)).cloned().unwrap_or_default();
+            let names = paths
+                .get(&format::InodeNo(ino))
+                .cloned()
+                .unwrap_or_default();
             let shown = if names.is_empty() {
                 format!("inode {ino} (no name left)")
             } else {
@@ -340,6 +353,15 @@ impl Fsck<'_> {
     fn name_paths(&mut self, paths: &std::collections::HashMap<format::InodeNo, Vec<String>>) {
         for p in &mut self.problems {
             let Some(names) = p.objects.ino.and_then(|i| paths.get(&format::InodeNo(i))) else {
+                // An entry's problem: the path the entry would have.
+                let parent = p
+                    .objects
+                    .parent
+                    .and_then(|i| paths.get(&format::InodeNo(i)));
+                if let (None, Some(dir), Some(name)) = (&p.objects.path, parent, &p.objects.name) {
+                    let dir = dir.first().map_or("", |d| d.trim_end_matches('/'));
+                    p.objects.path = Some(format!("{dir}/{name}"));
+                }
                 continue;
             };
             if p.objects.path.is_none() {

@@ -133,7 +133,10 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         names.sort();
         tree.insert(d.to_string(), Obj::Dir(names));
     }
-    Arc::try_unwrap(fs).expect("no other holder").unmount().unwrap();
+    Arc::try_unwrap(fs)
+        .expect("no other holder")
+        .unmount()
+        .unwrap();
     let image = device_image(&dev);
     (image, tree)
 }
@@ -205,7 +208,9 @@ fn read_all(fs: &Arc<FileSystem>, tree: &BTreeMap<String, Obj>) -> (Vec<String>,
             Obj::File(data) => {
                 match fs.metadata(path) {
                     Ok(m) if m.kind == Kind::File && m.size == data.len() as u64 => {}
-                    Ok(m) => seen.wrong.push(format!("{path}: size {} kind {:?}", m.size, m.kind)),
+                    Ok(m) => seen
+                        .wrong
+                        .push(format!("{path}: size {} kind {:?}", m.size, m.kind)),
                     Err(e) => {
                         seen.err(path, e.errno(), "stat");
                         continue;
@@ -222,7 +227,9 @@ fn read_all(fs: &Arc<FileSystem>, tree: &BTreeMap<String, Obj>) -> (Vec<String>,
                     let mut buf = vec![0u8; want.len()];
                     match f.read_at(&mut buf, (n << 16) as u64) {
                         Ok(got) if got == want.len() && buf == want => {}
-                        Ok(got) => seen.wrong.push(format!("{path}: wrong bytes at {} ({got})", n << 16)),
+                        Ok(got) => seen
+                            .wrong
+                            .push(format!("{path}: wrong bytes at {} ({got})", n << 16)),
                         Err(e) => seen.err(path, e.errno(), "read"),
                     }
                 }
@@ -230,7 +237,11 @@ fn read_all(fs: &Arc<FileSystem>, tree: &BTreeMap<String, Obj>) -> (Vec<String>,
         }
     }
     for (path, value) in [("/a/small", &b"blue"[..]), ("/c", &[3u8; 2000][..])] {
-        let name: &[u8] = if path == "/c" { b"user.big" } else { b"user.colour" };
+        let name: &[u8] = if path == "/c" {
+            b"user.big"
+        } else {
+            b"user.colour"
+        };
         match fs.get_xattr(path, name) {
             Ok(v) if v == value => {}
             Ok(_) => seen.wrong.push(format!("{path}: wrong xattr")),
@@ -250,7 +261,11 @@ struct Outcome {
     detected: bool,
 }
 
-fn run_case(image: &[u8], damage: &[(usize, Vec<u8>)], tree: &BTreeMap<String, Obj>) -> (Outcome, Vec<String>) {
+fn run_case(
+    image: &[u8],
+    damage: &[(usize, Vec<u8>)],
+    tree: &BTreeMap<String, Obj>,
+) -> (Outcome, Vec<String>) {
     let mut damaged = image.to_vec();
     for (block, bytes) in damage {
         damaged[block * BLOCK..(block + 1) * BLOCK].copy_from_slice(bytes);
@@ -305,7 +320,11 @@ fn targets(image: &[u8], data_stride: usize, long: bool) -> Vec<(String, usize)>
     let mut out = Vec::new();
     let regions = [
         ("superblock", 0, g.checkpoints.start_block),
-        ("checkpoint", g.checkpoints.start_block, g.checkpoints.end_block()),
+        (
+            "checkpoint",
+            g.checkpoints.start_block,
+            g.checkpoints.end_block(),
+        ),
         ("manifest", g.manifest.start_block, g.manifest.end_block()),
         ("wal", g.wal.start_block, g.wal.end_block()),
         ("summary", g.summaries.start_block, g.summaries.end_block()),
@@ -396,7 +415,13 @@ impl Counts {
         for (region, (n, d)) in &self.per_region {
             println!("  {region}: {n} cases, {d} detected");
         }
-        for w in self.wrong.iter().chain(&self.panics).chain(&self.visible_undetected).take(20) {
+        for w in self
+            .wrong
+            .iter()
+            .chain(&self.panics)
+            .chain(&self.visible_undetected)
+            .take(20)
+        {
             println!("  {w}");
         }
     }
@@ -419,10 +444,16 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1u64);
-    println!("damage campaign seed {seed} (AUGEFS_DAMAGE_SEED={seed} to replay){}", if long { ", long mode" } else { "" });
+    println!(
+        "damage campaign seed {seed} (AUGEFS_DAMAGE_SEED={seed} to replay){}",
+        if long { ", long mode" } else { "" }
+    );
     let (image, tree) = build();
     let (clean, _) = run_case(&image, &[], &tree);
-    assert!(!clean.detected && !clean.refused && !clean.reads_failed && !clean.wrong, "the undamaged image: {clean:?}");
+    assert!(
+        !clean.detected && !clean.refused && !clean.reads_failed && !clean.wrong,
+        "the undamaged image: {clean:?}"
+    );
     let mut rng = Rng::from_seed(seed);
     let mut counts = Counts::default();
     let targets = targets(&image, 16, long);
@@ -439,7 +470,12 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
             if std::env::var_os("AUGEFS_DAMAGE_VERBOSE").is_some() && region != "data" {
                 println!("  {region} block {block} {variant}: {out:?}");
             }
-            counts.add(format!("{region} block {block} {variant}"), region, out, notes);
+            counts.add(
+                format!("{region} block {block} {variant}"),
+                region,
+                out,
+                notes,
+            );
         }
     }
     if long {
@@ -455,7 +491,12 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
                 .collect();
             let blocks: Vec<usize> = damage.iter().map(|d| d.0).collect();
             let (out, notes) = run_case(&image, &damage, &tree);
-            combos.add(format!("combination {c} blocks {blocks:?}"), "combination", out, notes);
+            combos.add(
+                format!("combination {c} blocks {blocks:?}"),
+                "combination",
+                out,
+                notes,
+            );
         }
         std::panic::set_hook(default_hook);
         counts.print("single blocks");
@@ -473,6 +514,9 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
     // Superblock copies and summaries are never left invalid by a crash: all damage.
     for region in ["superblock", "summary"] {
         let (n, detected) = counts.per_region[region];
-        assert_eq!(n, detected, "{region}: {detected} of {n} damaged blocks detected");
+        assert_eq!(
+            n, detected,
+            "{region}: {detected} of {n} damaged blocks detected"
+        );
     }
 }

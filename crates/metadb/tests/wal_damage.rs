@@ -28,7 +28,11 @@ fn device(image: Vec<u8>) -> Arc<Device> {
 
 fn image(device: &Device) -> Vec<u8> {
     device
-        .read(0, device::AlignedBuf::zeroed(DEVICE_BYTES), device::IoCause::Tool)
+        .read(
+            0,
+            device::AlignedBuf::zeroed(DEVICE_BYTES),
+            device::IoCause::Tool,
+        )
         .unwrap()
         .to_vec()
 }
@@ -67,9 +71,15 @@ fn write(wal: &dyn Wal) -> Vec<WalExtent> {
 fn verdicts(recovery: &WalRecovery, extents: &[WalExtent]) {
     let run: u64 = recovery.records.iter().filter(|r| r.lane == 0).count() as u64;
     assert!(run < RECORDS / 2, "the damage cut lane 0 short: {run}");
-    let damage = recovery.damage(extents, 0).expect("durable records are missing");
+    let damage = recovery
+        .damage(extents, 0)
+        .expect("durable records are missing");
     assert!(damage.location.contains("lane 0"), "{damage}");
-    assert_eq!(recovery.damage(&[], 0), None, "without evidence: a torn tail");
+    assert_eq!(
+        recovery.damage(&[], 0),
+        None,
+        "without evidence: a torn tail"
+    );
     assert_eq!(recovery.damage(extents, 1), None, "released generation");
 }
 
@@ -115,11 +125,10 @@ fn write_synced(wal: &dyn Wal) {
 /// A gap with a later record of the lane that was appended after the missing one was
 /// durable is damage; the lane's last record, with nothing after it, is a torn tail.
 fn marks_verdicts(middle: &WalRecovery, last: &WalRecovery) {
-    let damage = middle.damage(&[], 0).expect("a later record says it was durable");
-    assert!(
-        damage.expected.contains("later intact record"),
-        "{damage}"
-    );
+    let damage = middle
+        .damage(&[], 0)
+        .expect("a later record says it was durable");
+    assert!(damage.expected.contains("later intact record"), "{damage}");
     assert_eq!(last.damage(&[], 0), None, "the last record: a torn tail");
 }
 
@@ -131,7 +140,11 @@ fn ssd_a_record_a_later_one_says_was_durable_is_damage() {
     drop(wal);
     let bytes = image(&dev);
     let chunk = (REGION.start_byte() + 64 * 1024) as usize;
-    let end = chunk + bytes[chunk..chunk + 64 * 1024].iter().rposition(|&b| b != 0).unwrap();
+    let end = chunk
+        + bytes[chunk..chunk + 64 * 1024]
+            .iter()
+            .rposition(|&b| b != 0)
+            .unwrap();
     let recover = |at: usize| {
         let mut damaged = bytes.clone();
         damaged[at] ^= 0x5a;

@@ -86,7 +86,10 @@ pub fn decode(payload: &[u8]) -> Result<(DomainRecord, Vec<WalExtent>), EngineEr
     let count = G_EXTENT_COUNT.get_u32(payload) as usize;
     let len = GLOBAL_HEADER_BYTES + count.min(WAL_EXTENTS_MAX + 1) * EXTENT_BYTES;
     if count > WAL_EXTENTS_MAX || payload.len() != len {
-        return Err(bad(format!("{len} bytes for {count} WAL extents"), payload.len()));
+        return Err(bad(
+            format!("{len} bytes for {count} WAL extents"),
+            payload.len(),
+        ));
     }
     let extents = payload[GLOBAL_HEADER_BYTES..]
         .chunks_exact(EXTENT_BYTES)

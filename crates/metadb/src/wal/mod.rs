@@ -117,11 +117,12 @@ impl WalRecovery {
         let sources = durable
             .iter()
             .map(|e| (e, "durable at the last sync"))
-            .chain(
-                self.marks
-                    .iter()
-                    .map(|e| (e, "durable when a later intact record of the lane was appended")),
-            );
+            .chain(self.marks.iter().map(|e| {
+                (
+                    e,
+                    "durable when a later intact record of the lane was appended",
+                )
+            }));
         for (e, source) in sources.filter(|(e, _)| e.generation > released_through) {
             let run = self.run_len(e.generation, e.lane);
             if run < e.count {

@@ -275,7 +275,10 @@ pub(super) fn encode_record(out: &mut [u8], id: RecordId, chunk_crc: u32, payloa
     R_CHUNK_CRC.put_u32(buf, chunk_crc);
     R_GENERATION.put_u64(buf, id.generation);
     R_LANE_SEQ.put_u64(buf, id.lane_seq);
-    assert!(id.durable <= id.lane_seq, "a record cannot be durable before it is written");
+    assert!(
+        id.durable <= id.lane_seq,
+        "a record cannot be durable before it is written"
+    );
     R_LANE_DURABLE.put_u64(buf, id.durable);
     buf[RECORD_HEADER_BYTES..].copy_from_slice(payload);
     let crc = crc32c::crc32c(&buf[R_CRC.end()..]);
@@ -387,7 +390,10 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, id: RecordId, payload: &[u8]) {
     E_LANE_SEQ.put_u64(out, id.lane_seq);
     E_LANE.put_u16(out, id.lane);
     E_PAYLOAD_LEN.put_u32(out, payload.len() as u32);
-    assert!(id.durable <= id.lane_seq, "an entry cannot be durable before it is written");
+    assert!(
+        id.durable <= id.lane_seq,
+        "an entry cannot be durable before it is written"
+    );
     E_LANE_DURABLE.put_u64(out, id.durable);
     out[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + payload.len()].copy_from_slice(payload);
     let body = total - ENTRY_TRAILER_BYTES;

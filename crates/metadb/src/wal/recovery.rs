@@ -234,7 +234,9 @@ mod tests {
         c.note_durable(2, 0, 9); // released: ignored
         let r = c.finish();
         assert_eq!(r.marks.len(), 1);
-        let d = r.damage(&[], 2).expect("record 3 said record 2 was durable");
+        let d = r
+            .damage(&[], 2)
+            .expect("record 3 said record 2 was durable");
         assert!(d.location.contains("lane_seq 2"), "{d}");
     }
 }
