@@ -711,7 +711,9 @@ fn parse_record(half: &[u8], at: usize) -> Option<(Frame, &[u8])> {
 /// packed byte to byte, so every offset is tried; the epoch, kind and index are compared
 /// before the CRC is computed.
 fn later_record(half: &[u8], from: usize, epoch: u64, index: u32) -> Option<(usize, Frame)> {
-    let last = half.len().checked_sub(FRAME_BYTES)?;
+    // No record starts in the never-written zero tail of the half.
+    let written = crate::wal::written_len(half);
+    let last = written.checked_sub(FRAME_BYTES)?;
     (from + 1..=last).find_map(|at| {
         let frame = &half[at..at + FRAME_BYTES];
         if R_EPOCH.get_u64(frame) != epoch

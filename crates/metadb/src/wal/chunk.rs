@@ -193,7 +193,7 @@ fn parse_chunk(
     collector: &mut Collector,
 ) -> Result<(), MetaDbError> {
     // Bytes past the last non-zero one were never written: no record starts there.
-    let written = buf.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+    let written = written_len(buf);
     let mut at = CHUNK_DATA_OFFSET;
     while at < written {
         let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) else {
@@ -210,6 +210,24 @@ fn parse_chunk(
         at += len;
     }
     Ok(())
+}
+
+/// The length of `buf` up to its last non-zero byte, found a word at a time (it runs on
+/// every chunk at every recovery, and a chunk's unwritten tail is usually most of it).
+pub(crate) fn written_len(buf: &[u8]) -> usize {
+    let words = buf.len() / 8;
+    let tail = &buf[words * 8..];
+    if let Some(p) = tail.iter().rposition(|&b| b != 0) {
+        return words * 8 + p + 1;
+    }
+    let Some(w) = buf[..words * 8]
+        .chunks_exact(8)
+        .rposition(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) != 0)
+    else {
+        return 0;
+    };
+    let word = &buf[w * 8..w * 8 + 8];
+    w * 8 + word.iter().rposition(|&b| b != 0).expect("a non-zero byte") + 1
 }
 
 /// Which units hold chunks of unreleased generations; allocation is first-fit from a
@@ -618,5 +636,17 @@ mod tests {
         assert_eq!(run, [0]);
         let beyond: Vec<u64> = recovery.holes[0].beyond.iter().map(|b| b.0).collect();
         assert_eq!(beyond, [2, 3]);
+    }
+
+    #[test]
+    fn written_len_finds_the_last_non_zero_byte() {
+        for len in [0usize, 1, 7, 8, 9, 64, 100] {
+            assert_eq!(written_len(&vec![0u8; len]), 0);
+            for at in 0..len {
+                let mut buf = vec![0u8; len];
+                buf[at] = 1;
+                assert_eq!(written_len(&buf), at + 1, "len {len} at {at}");
+            }
+        }
     }
 }

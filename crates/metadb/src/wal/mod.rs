@@ -40,6 +40,7 @@ mod record;
 mod recovery;
 pub mod ssd;
 
+pub(crate) use chunk::written_len;
 pub use record::{layouts as format_layouts, PAYLOAD_BYTES_MAX};
 
 use crate::error::MetaDbError;
