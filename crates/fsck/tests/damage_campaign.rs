@@ -8,7 +8,7 @@
 //!
 //! `AUGEFS_DAMAGE_LONG=1` damages every block of the image's metadata regions and every
 //! data block, then 40 combinations of 8 random blocks in the first 35% of the image (the
-//! report's 64 random blocks in the first 350 MiB of 1 GiB, scaled to 64 MiB).
+//! report's 64 random blocks in the first 350 MiB of 1 GiB, scaled to 96 MiB).
 //! `AUGEFS_DAMAGE_SEED=S` changes the random bytes.
 
 use device::memory::MemoryBackend;
@@ -26,7 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use vfs::{FileSystem, Kind, OpenOptions, XattrMode};
 
-const IMAGE_BYTES: u64 = 64 << 20;
+const IMAGE_BYTES: u64 = 96 << 20;
 const BLOCK: usize = BLOCK_SIZE_BYTES as usize;
 const EUCLEAN: i32 = 117;
 
