@@ -1180,6 +1180,23 @@ impl FileSystem {
                 _ => Ok(()),
             };
         }
+        // The files the rename gives new names: written back first, and the rename
+        // logged after their lanes (below), so a new name never survives without the
+        // data the file had (docs/SEMANTICS.md §2; ext4's auto_da_alloc does as much for
+        // a rename over a file).
+        let mut renamed = vec![src];
+        if let (RenameMode::Exchange, Some(d)) = (mode, dst) {
+            renamed.push(d);
+        }
+        renamed.retain(|d| d.kind == Kind::File);
+        renamed.dedup_by_key(|d| d.ino);
+        for d in &renamed {
+            let h = self.handle(d.ino)?;
+            let mut st = h.write();
+            if st.inode.is_some() {
+                self.settle(&h, &mut st)?;
+            }
+        }
         let now = self.now();
         let mut batch = WriteBatch::new();
         let mut follow_up: Option<(InodeNo, Inode)> = None;
@@ -1303,7 +1320,9 @@ impl FileSystem {
             // so the rename and the freeing are one batch; the parents' new times (their
             // link counts do not change: a file replaced a file) follow in `dp`'s lane.
             Some((ino, inode)) => {
-                self.order_deletion(ino, &[sp, dp], &self.lanes_of(src.ino));
+                let mut also = self.lanes_of(src.ino);
+                also.push(src.ino);
+                self.order_deletion(ino, &[sp, dp], &also);
                 self.delete_inode(ino, &inode, batch)?;
                 self.drop_pages(ino);
                 self.core.engine.order_after(sp, ino);
@@ -1317,6 +1336,9 @@ impl FileSystem {
                 for (kind, key, value) in parents.ops() {
                     assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
                     batch.put(key.to_vec(), value.to_vec());
+                }
+                for d in &renamed {
+                    self.core.engine.order_after(dp, d.ino);
                 }
                 self.core
                     .engine
