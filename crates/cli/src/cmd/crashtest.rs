@@ -40,6 +40,9 @@ pub struct Args {
     pub seed: u64,
 }
 
+/// A long run reports its progress on stderr after this many workloads.
+const PROGRESS_EVERY: usize = 500;
+
 pub fn run(args: Args) -> Result<(), String> {
     let workloads = workloads(&args)?;
     let policy = CrashPolicy {
@@ -47,7 +50,10 @@ pub fn run(args: Args) -> Result<(), String> {
         ..CrashPolicy::with_seed(args.seed)
     };
     let started = std::time::Instant::now();
-    let totals = Mutex::new((0usize, 0u64, 0usize));
+    // Crash states, skipped states, failing workloads, workloads done.
+    let totals = Mutex::new((0usize, 0u64, 0usize, 0usize));
+    // Per domain count: workloads, crash states, failing workloads.
+    let by_domains = Mutex::new(std::collections::BTreeMap::<u32, (usize, usize, usize)>::new());
     let next = AtomicUsize::new(0);
     let verbose = workloads.len() <= args.files.len() * args.domains.len().max(1);
     let error = Mutex::new(None);
@@ -62,6 +68,23 @@ pub fn run(args: Args) -> Result<(), String> {
                         t.0 += report.states_checked;
                         t.1 += report.states_skipped;
                         t.2 += usize::from(!report.failures.is_empty());
+                        t.3 += 1;
+                        if !verbose && t.3 % PROGRESS_EVERY == 0 {
+                            eprintln!(
+                                "{}/{} workloads, {} crash states, {} failing, {:.0} s",
+                                t.3,
+                                workloads.len(),
+                                t.0,
+                                t.2,
+                                started.elapsed().as_secs_f64()
+                            );
+                        }
+                        drop(t);
+                        let mut d = by_domains.lock().expect("by domains");
+                        let d = d.entry(w.domains).or_default();
+                        d.0 += 1;
+                        d.1 += report.states_checked;
+                        d.2 += usize::from(!report.failures.is_empty());
                         print_report(w, &report, verbose);
                     }
                     Err(e) => {
@@ -78,12 +101,18 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(e) = error.into_inner().expect("error") {
         return Err(e);
     }
-    let (states, skipped, failed) = totals.into_inner().expect("totals");
+    let (states, skipped, failed, _) = totals.into_inner().expect("totals");
     println!(
         "{} workloads, {states} crash states checked ({skipped} skipped), {failed} failing, {:.1} s",
         workloads.len(),
         started.elapsed().as_secs_f64()
     );
+    let by_domains = by_domains.into_inner().expect("by domains");
+    if by_domains.len() > 1 {
+        for (d, (n, states, failing)) in by_domains {
+            println!("  {d} domains: {n} workloads, {states} crash states, {failing} failing");
+        }
+    }
     if failed > 0 {
         return Err(format!("{failed} workloads failed"));
     }
