@@ -223,7 +223,8 @@ impl<'a> Runner<'a> {
     /// Whose dirty data `op` writes back before its own change if it succeeds: by
     /// docs/SEMANTICS.md §2, fsync and fdatasync of a file (and O_SYNC/O_DSYNC writes),
     /// sync, and every operation that writes a file's record: chmod, xattrs, truncate,
-    /// fallocate, link, an unlink that leaves it links (or leaves it open), a rename of
+    /// punch, zero range, an allocation that grows it, link, an unlink that leaves it
+    /// links (or leaves it open), a rename of
     /// it (source, and both files of an exchange) or over it when it keeps a link or is
     /// open. Not fsync of a directory, not create, mkdir, symlink, close.
     pub fn written_back(&self, op: &Op) -> WrittenBack {
@@ -245,7 +246,6 @@ impl<'a> Runner<'a> {
             | Op::Append(..)
             | Op::Truncate(..)
             | Op::Punch(..)
-            | Op::Falloc(..)
             | Op::Zero(..)
             | Op::SetXattr(..)
             | Op::RemoveXattr(..)
@@ -261,6 +261,15 @@ impl<'a> Runner<'a> {
                         files.insert(ino);
                     }
                 }
+            }
+            // An allocation writes the record only when it grows the file (it maps
+            // nothing, docs/SEMANTICS.md §4).
+            Op::Falloc(t, offset, len, false) => {
+                let grows = |ino: InodeNo| {
+                    fs.stat_ino(ino)
+                        .is_ok_and(|m| m.kind == Kind::File && offset + len > m.size)
+                };
+                files.extend(self.ino(t).ok().filter(|&i| grows(i)).map(|i| i.0));
             }
             Op::Link(a, _) => files.extend(at(a).map(|f| f.0)),
             Op::Unlink(p) => {
