@@ -37,82 +37,119 @@ type EntryKey = (u64, Vec<u8>);
 /// The problems of `got`, recovered from a crash state whose first `durable` writes
 /// landed, against history `h` of `w`.
 pub fn judge(w: &Workload, h: &History, got: &Snapshot, durable: u64) -> Vec<String> {
-    let acked: Vec<&Promise> = h.promises.iter().filter(|p| p.durable <= durable).collect();
-    let line = |step: usize| line_of(w, step);
-    let bound = |point: usize| match point {
-        0 => "the setup".to_string(),
-        p => line(p),
-    };
-    let lost = |point: usize| {
-        if point == 0 {
-            String::new()
-        } else {
-            format!("lost the promise of {}: ", line(point))
-        }
+    let judge = Judge {
+        w,
+        h,
+        got,
+        acked: h.promises.iter().filter(|p| p.durable <= durable).collect(),
     };
     let mut problems = Vec::new();
-    let mut keys: BTreeSet<&EntryKey> = got.entries.keys().collect();
-    for s in &h.states {
-        keys.extend(s.entries.keys());
-    }
-    let mut entry_points = BTreeMap::new();
-    for key in keys {
-        let point = covering(&acked, |s| covers_entry(s, key));
-        entry_points.insert(key.clone(), point);
-        let value = got.entries.get(key);
-        if !h.states[point..]
-            .iter()
-            .any(|s| s.entries.get(key) == value)
-        {
+    let entry_points = judge.entries(&mut problems);
+    judge.objects(&entry_points, &mut problems);
+    if w.domains == 1 {
+        let point = judge.acked.iter().map(|p| p.step).max().unwrap_or(0);
+        if let Err(e) = one_domain(w, h, got, point) {
             problems.push(format!(
-                "{}entry {}/{} is {}, a value it never had since {}",
-                lost(point),
-                key.0,
-                show(&key.1),
-                value.map_or("absent".into(), |v| format!("inode {v}")),
-                bound(point)
+                "with one domain, {e} (since {})",
+                judge.bound(point)
             ));
         }
     }
-    for (ino, object) in &got.objects {
-        let point = covering(&acked, |s| covers_object(s, *ino));
-        let named = name_barrier(w, h, got, *ino, &entry_points);
-        let from = point.max(named.as_ref().map_or(0, |n| n.0));
-        let n = h.states.len() - 1;
-        if !h.states[from..]
-            .iter()
-            .any(|s| s.objects.get(ino) == Some(object))
-            && !(from + 1..=n).any(|j| half_done_object(w, h, *ino, j, object))
-        {
-            let why = match named {
-                Some((step, key)) if step > point => format!(
-                    "{} (which gave it the name {}/{})",
-                    line(step),
+    problems
+}
+
+/// One recovered tree against one history, with the promises acknowledged in its
+/// crash state.
+struct Judge<'a> {
+    w: &'a Workload,
+    h: &'a History,
+    got: &'a Snapshot,
+    acked: Vec<&'a Promise>,
+}
+
+impl Judge<'_> {
+    /// "line 7 (fsync /a)", or "the setup" for step 0.
+    fn bound(&self, point: usize) -> String {
+        match point {
+            0 => "the setup".to_string(),
+            p => line_of(self.w, p),
+        }
+    }
+
+    /// The prefix of a problem a promise bounds.
+    fn lost(&self, point: usize) -> String {
+        match point {
+            0 => String::new(),
+            p => format!("lost the promise of {}: ", line_of(self.w, p)),
+        }
+    }
+
+    /// Every entry (recovered, or in any recorded tree) has a value it had at or after
+    /// the last acknowledged promise covering it. Returns that step per entry.
+    fn entries(&self, problems: &mut Vec<String>) -> BTreeMap<EntryKey, usize> {
+        let mut keys: BTreeSet<&EntryKey> = self.got.entries.keys().collect();
+        for s in &self.h.states {
+            keys.extend(s.entries.keys());
+        }
+        let mut points = BTreeMap::new();
+        for key in keys {
+            let point = covering(&self.acked, |s| covers_entry(s, key));
+            points.insert(key.clone(), point);
+            let value = self.got.entries.get(key);
+            if !self.h.states[point..]
+                .iter()
+                .any(|s| s.entries.get(key) == value)
+            {
+                problems.push(format!(
+                    "{}entry {}/{} is {}, a value it never had since {}",
+                    self.lost(point),
                     key.0,
-                    show(&key.1)
+                    show(&key.1),
+                    value.map_or("absent".into(), |v| format!("inode {v}")),
+                    self.bound(point)
+                ));
+            }
+        }
+        points
+    }
+
+    /// Every recovered object is in a state it had at or after the last acknowledged
+    /// promise covering it, and at or after the rename or link that gave it a name it
+    /// has (or half way through a punch or zeroed range after those).
+    fn objects(&self, entry_points: &BTreeMap<EntryKey, usize>, problems: &mut Vec<String>) {
+        let (w, h) = (self.w, self.h);
+        let n = h.states.len() - 1;
+        for (ino, object) in &self.got.objects {
+            let point = covering(&self.acked, |s| covers_object(s, *ino));
+            let named = name_barrier(w, h, self.got, *ino, entry_points);
+            let from = point.max(named.as_ref().map_or(0, |n| n.0));
+            if h.states[from..]
+                .iter()
+                .any(|s| s.objects.get(ino) == Some(object))
+                || (from + 1..=n).any(|j| half_done_object(w, h, *ino, j, object))
+            {
+                continue;
+            }
+            let (lost, why) = match named {
+                Some((step, key)) if step > point => (
+                    String::new(),
+                    format!(
+                        "{} (which gave it the name {}/{})",
+                        line_of(w, step),
+                        key.0,
+                        show(&key.1)
+                    ),
                 ),
-                _ => bound(point),
+                _ => (self.lost(point), self.bound(point)),
             };
             let last = h.states.last().and_then(|s| s.objects.get(ino));
             problems.push(format!(
-                "{}inode {ino} is {}, a state it never had since {why} (at the end: {})",
-                if from == point {
-                    lost(point)
-                } else {
-                    String::new()
-                },
+                "{lost}inode {ino} is {}, a state it never had since {why} (at the end: {})",
                 object.describe(),
                 last.map_or("gone".into(), Object::describe)
             ));
         }
     }
-    if w.domains == 1 {
-        let point = acked.iter().map(|p| p.step).max().unwrap_or(0);
-        if let Err(e) = one_domain(w, h, got, point) {
-            problems.push(format!("with one domain, {e} (since {})", bound(point)));
-        }
-    }
-    problems
 }
 
 /// "line 7 (rename /a /b)" for recorded step `step` (1-based); "step 3 (...)" for a

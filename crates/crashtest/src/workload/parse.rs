@@ -46,14 +46,7 @@ impl Workload {
                 .unwrap_or("")
                 .split_whitespace()
                 .collect();
-            let mut expect = None;
-            if let [.., "expect", errno] = words[..] {
-                expect = Some(
-                    parse_errno(errno)
-                        .ok_or_else(|| err(format!("an errno name or number, got {errno:?}")))?,
-                );
-                words.truncate(words.len() - 2);
-            }
+            let expect = split_expect(&mut words).map_err(err)?;
             let Some((&verb, args)) = words.split_first() else {
                 if expect.is_some() {
                     return Err(err("`expect` follows an operation".into()));
@@ -105,6 +98,17 @@ impl Workload {
         }
         Ok(w)
     }
+}
+
+/// Takes a trailing `expect ERRNO` off a line's words.
+fn split_expect(words: &mut Vec<&str>) -> Result<Option<i32>, String> {
+    let [.., "expect", errno] = words[..] else {
+        return Ok(None);
+    };
+    let errno =
+        parse_errno(errno).ok_or_else(|| format!("an errno name or number, got {errno:?}"))?;
+    words.truncate(words.len() - 2);
+    Ok(Some(errno))
 }
 
 /// Keeps `open` (the descriptors open after the lines so far) up to date with `op`;
