@@ -1,11 +1,8 @@
 //! `augefs`: the command-line front end. It parses arguments, calls the engine and
 //! prints; no file-system logic lives here.
 
-mod bench;
 mod cmd;
-mod fio;
 mod size;
-mod stats;
 mod ui;
 
 use clap::{Parser, Subcommand};
@@ -13,7 +10,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// mimalloc for every allocation of the command (mount, FUSE daemon, bench): the
+/// mimalloc for every allocation of the command (mount, FUSE daemon, interposer): the
 /// metadata path allocates and frees small keys, values and records per operation, and
 /// glibc's malloc spent about a fifth of a create in consolidating and unlinking chunks.
 #[global_allocator]
@@ -45,35 +42,12 @@ enum Command {
     Crashtest(cmd::crashtest::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
     Fsck(cmd::fsck::Args),
-    /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs.
-    Amplify(cmd::amplify::Args),
-    /// Benchmarks.
-    #[command(subcommand)]
-    Bench(Box<BenchCommand>),
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchCommand {
-    /// Raw device-layer throughput beside fio on the same file.
-    Device(cmd::bench_device::Args),
-    /// MetaDB put, get and recovery figures beside fjall on the same disk.
-    Metadb(cmd::bench_metadb::Args),
-    /// The engine's data log: append+fsync on both fsync paths beside ext4, recovery
-    /// after a real crash, and throughput across domain counts.
-    Engine(cmd::bench_engine::Args),
-    /// The process `bench engine` crashes for its recovery figure (not for direct use).
-    #[command(hide = true)]
-    EngineCrashChild(cmd::bench_engine::CrashChildArgs),
-    /// File-system workloads (metadata, data, Filebench-like) on augefs through its API,
-    /// FUSE and the interposer, beside a directory and ext2/ext4/xfs/btrfs.
-    Fs(cmd::bench_fs::Args),
-    /// The whole comparison in one run (bench fs on every target, fio, amplify, bench
-    /// metadb): a Markdown report with the machine, the goals, tables, JSON and plots
-    /// under bench/results/<UTC date-time>/.
-    Report(cmd::report::Args),
-    /// One phase of one `bench fs` cell, run under the interposer (not for direct use).
-    #[command(hide = true)]
-    FsWorker(cmd::bench_fs::WorkerArgs),
+    /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs
+    /// (runs `augefs-bench amplify`).
+    Amplify(cmd::bench::Args),
+    /// Benchmarks: device, metadb, engine, fs, report (runs `augefs-bench`, built by
+    /// `cargo build --release -p augefs-bench`; `augefs bench --help` lists them).
+    Bench(cmd::bench::Args),
 }
 
 /// The arguments, with those of a `mount.fuse.augefs IMAGE DIR [-o OPTS]` invocation
@@ -102,10 +76,10 @@ fn arguments() -> Vec<OsString> {
 /// closed pipe fails with EPIPE and `println!` panics): `augefs inspect IMAGE | head`
 /// then ends quietly when `head` exits, as other command-line tools do. Commands that
 /// own kernel state while they run keep ignoring it: `mount` (its daemon must outlive a
-/// parent that went away, or the mount is left dead) and `bench` (mounts and loop
-/// devices it must clean up).
+/// parent that went away, or the mount is left dead); `bench` and `amplify` hand over
+/// to `augefs-bench`, which ignores it again (Rust's runtime does at every start).
 fn restore_sigpipe(args: &[OsString]) {
-    let keep_ignored = args.get(1).is_some_and(|a| a == "mount" || a == "bench");
+    let keep_ignored = args.get(1).is_some_and(|a| a == "mount");
     if !keep_ignored {
         // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a
         // valid disposition for SIGPIPE.
@@ -135,18 +109,9 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
-        Command::Amplify(args) => cmd::amplify::run(args),
-        Command::Bench(bench) => match *bench {
-            BenchCommand::Device(args) => cmd::bench_device::run(args),
-            BenchCommand::Metadb(args) => cmd::bench_metadb::run(args),
-            BenchCommand::Engine(args) => cmd::bench_engine::run(args),
-            BenchCommand::EngineCrashChild(args) => cmd::bench_engine::crash_child(args),
-            BenchCommand::Fs(args) => cmd::bench_fs::run(args),
-            BenchCommand::FsWorker(args) => cmd::bench_fs::worker(args),
-            BenchCommand::Report(args) => cmd::report::run(args),
-        },
+        Command::Amplify(args) => cmd::bench::run(&["amplify"], args),
+        Command::Bench(args) => cmd::bench::run(&[], args),
     };
-    bench::interrupt::wait_if_interrupted();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

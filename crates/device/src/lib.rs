@@ -23,7 +23,6 @@
 //!   returns it too, with the error.
 
 pub mod backend;
-pub mod bench;
 pub mod buf;
 pub mod cow;
 pub mod device;

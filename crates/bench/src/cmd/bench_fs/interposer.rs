@@ -1,0 +1,161 @@
+//! The `interposer` target of `bench fs`: each cell runs in a child process,
+//! `augefs-bench fs-worker`, started through `augefs run --image IMG --prefix /augefs`
+//! (the `augefs` next to this binary), so that
+//! its std::fs calls on `/augefs/...` reach the image through the LD_PRELOAD
+//! interposer. The worker runs the same setup and timed run as the in-process targets
+//! (`workload.rs`) and prints one result line that this side parses.
+//!
+//! Invariants:
+//! - The image is formatted by this process before each cell; a worker process mounts
+//!   it when it first touches the prefix, so a new worker starts with cold caches:
+//!   cold cases run setup and the timed run in two workers.
+//! - A call the interposer does not support fails that cell with the worker's error
+//!   (and the interposer's log lines), never the whole command.
+//! - CPU time is the worker's own over its timed run (the file system runs inside it);
+//!   device bytes are not visible from here.
+
+use super::ops::{Fs, PosixFs};
+use super::target::format_image;
+use super::workload::{self, Measured, Spec};
+use crate::siblings;
+use device::BackendChoice;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Paths under this prefix go to augefs in the worker.
+pub const PREFIX: &str = "/augefs";
+
+/// Starts the worker's result line on its stdout.
+const RESULT_LINE: &str = "augefs-bench-fs-result ";
+
+/// Lines of a failed worker's stderr quoted in the error.
+const STDERR_LINES_QUOTED: usize = 4;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Make what the case needs and make it durable.
+    Setup,
+    /// The timed run (setup made by an earlier worker).
+    Run,
+    /// Both, in one process.
+    All,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::Run => "run",
+            Phase::All => "all",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// The cell (a JSON `Spec`).
+    #[arg(long)]
+    pub spec: String,
+    #[arg(long, value_enum)]
+    pub phase: Phase,
+    /// The file system's root directory.
+    #[arg(long, default_value = PREFIX)]
+    pub root: PathBuf,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    Done(Option<Measured>),
+    Failed(String),
+}
+
+/// `augefs-bench fs-worker`: one phase of one cell on `--root`, its result on stdout.
+pub fn worker(args: WorkerArgs) -> Result<(), String> {
+    let spec: Spec =
+        serde_json::from_str(&args.spec).map_err(|e| format!("--spec is not a cell: {e}"))?;
+    let fs = PosixFs { root: args.root };
+    let result = (|| {
+        if args.phase != Phase::Run {
+            workload::setup(&fs, &spec)?;
+            fs.sync()?;
+        }
+        match args.phase {
+            Phase::Setup => Ok(None),
+            _ => workload::measure(&fs, &spec).map(Some),
+        }
+    })();
+    let reply = match &result {
+        Ok(m) => Reply::Done(m.clone()),
+        Err(e) => Reply::Failed(e.clone()),
+    };
+    let line = serde_json::to_string(&reply).expect("JSON of plain values");
+    println!("{RESULT_LINE}{line}");
+    result.map(|_| ())
+}
+
+/// The parent's side: formats the image and runs the workers.
+#[derive(Debug)]
+pub struct Interposer {
+    image: PathBuf,
+    backend: BackendChoice,
+    /// `augefs`, which runs the worker under the interposer.
+    augefs: PathBuf,
+    /// This binary, the worker.
+    exe: PathBuf,
+}
+
+impl Interposer {
+    /// Fails (the target is skipped) without the interposer library.
+    pub fn new(image: &Path, backend: BackendChoice) -> Result<Interposer, String> {
+        siblings::preload_lib()?;
+        Ok(Interposer {
+            image: image.to_path_buf(),
+            backend,
+            augefs: siblings::augefs()?,
+            exe: siblings::this_exe()?,
+        })
+    }
+
+    pub fn run_cell(&self, spec: &Spec) -> Result<Measured, String> {
+        format_image(&self.image, self.backend)?;
+        let measured = if spec.case.cold {
+            self.worker(spec, Phase::Setup)?;
+            self.worker(spec, Phase::Run)?
+        } else {
+            self.worker(spec, Phase::All)?
+        };
+        Ok(measured.expect("a timed phase measures"))
+    }
+
+    fn worker(&self, spec: &Spec, phase: Phase) -> Result<Option<Measured>, String> {
+        let json = serde_json::to_string(spec).expect("JSON of plain values");
+        let out = Command::new(&self.augefs)
+            .arg("run")
+            .arg("--image")
+            .arg(&self.image)
+            .args(["--prefix", PREFIX, "--"])
+            .arg(&self.exe)
+            .args(["fs-worker", "--phase", phase.name(), "--spec", &json])
+            .output()
+            .map_err(|e| format!("cannot run augefs run: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let quoted: Vec<&str> = stderr.lines().rev().take(STDERR_LINES_QUOTED).collect();
+        let quoted: Vec<&str> = quoted.into_iter().rev().collect();
+        let reply = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(RESULT_LINE))
+            .map(serde_json::from_str::<Reply>);
+        match reply {
+            Some(Ok(Reply::Done(m))) if out.status.success() => Ok(m),
+            Some(Ok(Reply::Failed(e))) => Err(format!("{e} [{}]", quoted.join(" | "))),
+            _ => Err(format!(
+                "the {} worker exited ({}) without a result [{}]",
+                phase.name(),
+                out.status,
+                quoted.join(" | ")
+            )),
+        }
+    }
+}

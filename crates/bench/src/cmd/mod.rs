@@ -1,0 +1,8 @@
+//! One module per subcommand.
+
+pub mod amplify;
+pub mod bench_device;
+pub mod bench_engine;
+pub mod bench_fs;
+pub mod bench_metadb;
+pub mod report;
