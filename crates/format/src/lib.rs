@@ -16,6 +16,7 @@ pub mod constants;
 pub mod error;
 pub mod geometry;
 pub mod ids;
+pub mod keys;
 pub mod layout;
 pub mod pmr;
 pub mod summary;

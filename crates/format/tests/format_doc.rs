@@ -113,3 +113,42 @@ fn worked_geometry_examples_match_code() {
         }
     }
 }
+
+/// The first byte of every key in FORMAT.md's record tables of §6.2 and §6.4 (rows whose
+/// key column opens with a backquoted tag).
+fn doc_key_tags(doc: &str) -> BTreeMap<u8, String> {
+    let mut tags = BTreeMap::new();
+    let mut in_records = false;
+    for line in doc.lines() {
+        if line.starts_with("### ") || line.starts_with("## ") {
+            in_records = line.starts_with("### 6.2 ") || line.starts_with("### 6.4 ");
+        }
+        let Some(key) = line.strip_prefix("| `").filter(|_| in_records) else {
+            continue;
+        };
+        let tag = key.as_bytes()[0];
+        let previous = tags.insert(tag, line.to_string());
+        assert!(
+            previous.is_none(),
+            "tag {:?} twice:\n{previous:?}\n{line}",
+            tag as char
+        );
+    }
+    tags
+}
+
+#[test]
+fn key_tags_match_code_and_never_collide() {
+    let doc = doc_key_tags(&doc());
+    let code: Vec<u8> = format::keys::ALL.iter().map(|(tag, _)| *tag).collect();
+    assert_eq!(
+        doc.keys().copied().collect::<Vec<u8>>(),
+        {
+            let mut sorted = code.clone();
+            sorted.sort_unstable();
+            sorted
+        },
+        "FORMAT.md §6.2 and §6.4 list exactly format::keys::ALL"
+    );
+    assert_eq!(format::keys::first_collision(&format::keys::ALL), None);
+}

@@ -11,12 +11,14 @@ use crate::error::VfsError;
 use format::layout::{Field, StructLayout};
 use format::InodeNo;
 
-pub const INODE_TAG: u8 = b'i';
-pub const DENTRY_TAG: u8 = b'm';
-pub const SYMLINK_TAG: u8 = b'l';
-pub const XATTR_TAG: u8 = b'a';
-pub const ORPHAN_TAG: u8 = b'o';
+// The tags are defined once for every MetaDB record kind, in `format::keys`.
+pub const INODE_TAG: u8 = format::keys::INODE;
+pub const DENTRY_TAG: u8 = format::keys::DENTRY;
+pub const SYMLINK_TAG: u8 = format::keys::SYMLINK;
+pub const XATTR_TAG: u8 = format::keys::XATTR;
+pub const ORPHAN_TAG: u8 = format::keys::ORPHAN;
 pub const COUNTER_KEY: &[u8] = b"c:next-ino";
+const _: () = assert!(COUNTER_KEY[0] == format::keys::COUNTER);
 
 /// The root directory's inode number.
 pub const ROOT: InodeNo = InodeNo(1);

@@ -31,10 +31,11 @@ use format::checksum::{crc32c, crc32c_append};
 use format::layout::{Field, StructLayout};
 use format::{BlockAddr, Corruption, DomainId, InodeNo, SegmentNo};
 
-pub const MAPPING_TAG: u8 = b'x';
-pub const REVERSE_TAG: u8 = b'r';
-pub const EXTENT_TAG: u8 = b'e';
-pub const REVERSE_EXTENT_TAG: u8 = b'q';
+// The tags are defined once for every MetaDB record kind, in `format::keys`.
+pub const MAPPING_TAG: u8 = format::keys::MAPPING;
+pub const REVERSE_TAG: u8 = format::keys::REVERSE;
+pub const EXTENT_TAG: u8 = format::keys::EXTENT;
+pub const REVERSE_EXTENT_TAG: u8 = format::keys::REVERSE_EXTENT;
 
 /// The fewest blocks a write maps by one extent (fewer get `x` records): two blocks
 /// already cost less as an extent, but a short extent overwritten in part leaves a stale
@@ -42,8 +43,8 @@ pub const REVERSE_EXTENT_TAG: u8 = b'q';
 pub const EXTENT_MIN_BLOCKS: u64 = 8;
 /// The most blocks of one extent (1 MiB; its value is then at most 4,116 bytes).
 pub const EXTENT_MAX_BLOCKS: u64 = 256;
-pub const SEGINFO_TAG: u8 = b's';
-pub const DOMAIN_TAG: u8 = b'd';
+pub const SEGINFO_TAG: u8 = format::keys::SEGINFO;
+pub const DOMAIN_TAG: u8 = format::keys::DOMAIN;
 
 /// A file block number (block index inside a file, 4 KiB units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
