@@ -167,7 +167,7 @@ fn line_of(w: &Workload, step: usize) -> String {
 /// then the whole blocks; docs/SEMANTICS.md §4), so each 4 KiB block may be as before or
 /// as after the step, and the size either.
 fn half_done(w: &Workload, h: &History, ino: u64, j: usize, data: &[u8]) -> bool {
-    const BLOCK: usize = 4096;
+    const BLOCK: usize = format::constants::BLOCK_SIZE_BYTES as usize;
     if j == 0 || h.results[j - 1].is_err() {
         return false;
     }

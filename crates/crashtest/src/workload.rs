@@ -146,7 +146,7 @@ impl Op {
     /// The most bytes of new blocks the operation may take from the free space (a log
     /// writes every block anew): what an image must have free for it.
     pub fn room_bytes(&self) -> u64 {
-        const BLOCK: u64 = 4096;
+        const BLOCK: u64 = format::constants::BLOCK_SIZE_BYTES;
         let touched =
             |offset: u64, len: u64| ((offset + len).div_ceil(BLOCK) - offset / BLOCK) * BLOCK;
         match self {

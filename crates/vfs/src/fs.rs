@@ -26,7 +26,8 @@ use platform::{Clock, Signal};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const BLOCK: u64 = 4096;
+/// The file system's block (defined once, in `format`).
+pub const BLOCK: u64 = format::constants::BLOCK_SIZE_BYTES;
 /// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.
 const NAME_LANES_MAX: usize = 1 << 16;
 /// Inode numbers reserved per durable high-water update.
