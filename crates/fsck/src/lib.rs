@@ -15,6 +15,8 @@
 //! - Repairs are collected while checking and written at the end, in MetaDB batches,
 //!   then flushed to tables; a problem is `fixed` only if its repair is among them.
 //! - Corrupted input never panics: every decode is checked, every index is bounded.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod blocks;
 pub mod error;

@@ -15,6 +15,8 @@
 //!   errors are returned as the errno `VfsError::errno` names.
 //! - Permissions are checked by the kernel (`default_permissions` is always set) and
 //!   again by the vfs with each request's caller.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod adapter;
 pub mod channel;

@@ -27,6 +27,8 @@
 //!
 //! The variadic functions (open, openat, fcntl, ioctl) are defined with their optional
 //! argument as a fixed one: on x86-64 (System V) the register carrying it is the same.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 /// mimalloc for the library's own allocations (the host program keeps its malloc).
 #[global_allocator]
