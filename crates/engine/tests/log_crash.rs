@@ -16,7 +16,7 @@ use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend, RecordingHandle};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::{DomainId, InodeNo};
@@ -185,8 +185,7 @@ fn check_states(seed: u64, ops: usize, path: FsyncPath, domains: u32, states_max
                 InodeNo(1),
                 FileBlock(0),
                 &vec![0xee; BLOCK],
-                &WriteBatch::new(),
-                Durability::Fsync,
+                WriteOptions::new(&WriteBatch::new(), Durability::Fsync),
             )
             .unwrap();
         engine.gc_pass(Policy::Greedy).unwrap();

@@ -34,7 +34,7 @@ use crate::rangelock::BlockRange;
 use crate::readahead::{Job, ReadAhead};
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Extra};
+use engine::log::{Durability, Extra, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 use std::sync::atomic::Ordering;
@@ -111,14 +111,11 @@ impl Core {
         self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
         let extra = Extra::Counted(&|delta| counted.batch(delta));
-        match fsync {
-            Some(also) => self
-                .engine
-                .write_ranges_fsync(ino, ranges, data, extra, also)?,
-            None => self
-                .engine
-                .write_ranges(ino, ranges, data, extra, Durability::Buffered)?,
-        }
+        let opts = match fsync {
+            Some(also) => WriteOptions::fsync_also(extra, also),
+            None => WriteOptions::new(extra, Durability::Buffered),
+        };
+        self.engine.write(ino, ranges, data, opts)?;
         *inode = counted.done();
         Ok(())
     }
@@ -134,12 +131,12 @@ impl Core {
     ) -> Result<(), VfsError> {
         self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
-        self.engine.punch_with(
+        let extra = Extra::Counted(&|delta| counted.batch(delta));
+        self.engine.punch(
             ino,
             from,
             to,
-            Extra::Counted(&|delta| counted.batch(delta)),
-            Durability::Buffered,
+            WriteOptions::new(extra, Durability::Buffered),
         )?;
         *inode = counted.done();
         Ok(())

@@ -19,7 +19,7 @@ use crate::pagecache::{Cache, CacheConfig, CacheStats, Pages};
 use crate::rangelock::RangeLock;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::{Clock, Signal};
@@ -994,9 +994,12 @@ impl FileSystem {
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         self.deletion_records(ino, inode, &mut batch)?;
-        self.core
-            .engine
-            .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
+        self.core.engine.punch(
+            ino,
+            FileBlock(0),
+            None,
+            WriteOptions::new(&batch, Durability::Buffered),
+        )?;
         Ok(())
     }
 
