@@ -10,7 +10,8 @@
 
 mod common;
 
-use common::{check, log_of, preload_built, run, stdout, Fixture, BIN};
+use common::{log_of, preload_built, run, stdout, Fixture, BIN};
+use std::path::Path;
 use std::process::Command;
 
 /// Compiles tests/run_apps/`name`.c.
