@@ -80,12 +80,12 @@ impl Model {
             },
             Op::Fsync(t) | Op::Fdatasync(t) | Op::Chmod(t, _) => self.target(t).map(drop),
             Op::SetXattr(t, name, _) => {
-                let ino = self.xattr_holder(t)?;
+                let ino = self.xattr_holder(t, name)?;
                 self.node_mut(ino).xattrs.insert(name.clone());
                 Ok(())
             }
             Op::RemoveXattr(t, name) => {
-                let ino = self.xattr_holder(t)?;
+                let ino = self.xattr_holder(t, name)?;
                 match self.node_mut(ino).xattrs.remove(name) {
                     true => Ok(()),
                     false => Err(libc::ENODATA),
@@ -114,13 +114,15 @@ impl Model {
         }
     }
 
-    /// The inode `t` names, if it may hold `user.` attributes (a file or a directory;
-    /// EPERM for a special file, as Linux).
-    fn xattr_holder(&self, t: &Target) -> Result<u64, Errno> {
+    /// The inode `t` names, if it may hold attribute `name`: `user.` ones only on files
+    /// and directories (EPERM for a special file, as Linux); `trusted.` ones (root's) on
+    /// any inode.
+    fn xattr_holder(&self, t: &Target, name: &str) -> Result<u64, Errno> {
         let ino = self.target(t)?;
         match self.node(ino).kind {
             Kind::File | Kind::Dir => Ok(ino),
-            _ => Err(libc::EPERM),
+            _ if name.starts_with("user.") => Err(libc::EPERM),
+            _ => Ok(ino),
         }
     }
 
@@ -323,7 +325,7 @@ mod tests {
                     rename /d /x exchange\nmknod /p fifo\nopen h /d\nclose h\n\
                     mkdir /d/e\nrename /d /d/e/f\nrmdir /d/e\nrmdir /d/e\n\
                     mknod /q chr 600 1:3\nwrite /q 0 1\nsetxattr /q user.a v\nmknod /q sock\n\
-                    unlink /q\n";
+                    setxattr /q trusted.a v\nunlink /q\n";
         use libc::*;
         let want = [
             Ok(()),
@@ -354,6 +356,7 @@ mod tests {
             Err(EINVAL),
             Err(EPERM),
             Err(EEXIST),
+            Ok(()),
             Ok(()),
         ];
         assert_eq!(run(text), want);
