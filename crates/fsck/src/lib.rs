@@ -67,6 +67,8 @@ pub struct Stats {
     pub directories: u64,
     pub files: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special: u64,
     pub mappings: u64,
     pub domain_segments: u64,
     pub table_segments: u64,

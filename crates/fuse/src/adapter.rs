@@ -126,6 +126,11 @@ impl AugeFuse {
         if self.writeback_cache {
             f |= init::WRITEBACK_CACHE;
         }
+        if self.direct_io {
+            // A bridge's opens are direct IO: without this a bridged process's
+            // MAP_SHARED mmap fails with ENODEV (docs/DESIGN.md §4f "mmap").
+            f |= init::DIRECT_IO_ALLOW_MMAP;
+        }
         f
     }
 
@@ -203,6 +208,25 @@ impl AugeFuse {
         self.fs.stat_ino(created)
     }
 
+    /// MKNOD: a regular file, FIFO, socket or device node (the kernel sends no other
+    /// types). The kernel then provides the FIFO, socket or device itself from the
+    /// type and `rdev` in the attributes.
+    fn mknod(
+        &self,
+        h: &abi::InHeader,
+        arg: &abi::MknodIn,
+        name: &[u8],
+    ) -> Result<Metadata, VfsError> {
+        let kind = Kind::from_mode(arg.mode)
+            .ok_or_else(|| VfsError::Invalid(format!("mknod of mode {:o}", arg.mode)))?;
+        let perm = arg.mode & !arg.umask & 0o7777;
+        let dev = vfs::records::dev_of(arg.rdev);
+        let made = self
+            .fs
+            .mknod(&creds(h), ino(h.nodeid), name, kind, perm, dev)?;
+        self.fs.stat_ino(made)
+    }
+
     fn admits(&self, h: &abi::InHeader) -> bool {
         match self.admit {
             Admit::Kernel => true,
@@ -260,12 +284,8 @@ impl AugeFuse {
                 let r = self.new_inode(h, name, Kind::Symlink, 0o777, Some(target));
                 self.entry(out, r);
             }
-            // FIFOs, sockets and device nodes have no vfs kind yet (vfat answers so).
-            Op::Mknod { arg, .. } if arg.mode & libc::S_IFMT != libc::S_IFREG => {
-                out.error(libc::EPERM);
-            }
             Op::Mknod { arg, name } => {
-                let r = self.new_inode(h, name, Kind::File, arg.mode & !arg.umask, None);
+                let r = self.mknod(h, arg, name);
                 self.entry(out, r);
             }
             Op::Mkdir { arg, name } => {

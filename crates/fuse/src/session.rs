@@ -433,4 +433,30 @@ mod tests {
         };
         assert!(negotiate(&old, 0).is_err());
     }
+
+    #[test]
+    fn flags2_bits_are_negotiated_through_the_extension() {
+        let mmap = init::DIRECT_IO_ALLOW_MMAP;
+        let offered = |flags2: u64| abi::InitIn {
+            major: 7,
+            minor: 45,
+            flags: (init::ASYNC_READ | init::INIT_EXT) as u32,
+            flags2: (flags2 >> 32) as u32,
+            ..abi::InitIn::default()
+        };
+        let (out, n) = negotiate(&offered(mmap), mmap).unwrap();
+        assert_eq!(
+            u64::from(out.flags2) << 32,
+            mmap,
+            "asked and offered: granted"
+        );
+        assert_ne!(n.flags & mmap, 0);
+        let (out, _) = negotiate(&offered(0), mmap).unwrap();
+        assert_eq!(
+            out.flags2, 0,
+            "a kernel without it (before 6.6) is not sent it"
+        );
+        let (out, _) = negotiate(&offered(mmap), 0).unwrap();
+        assert_eq!(out.flags2, 0, "not asked for");
+    }
 }

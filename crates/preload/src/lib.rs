@@ -13,6 +13,8 @@
 //! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
 //!   descriptors.
 //! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
+//! - [`special`]: FIFOs, sockets and device nodes: opened, bound and connected on the
+//!   bridge, where the kernel provides them.
 //! - [`ident`]: the set*id family: augefs follows the program's identity.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //! - [`uaccess`]: reading the program's path strings without trusting its pointers.
@@ -47,6 +49,7 @@ mod pump;
 mod real;
 mod route;
 mod spawn;
+mod special;
 mod state;
 mod stdio;
 mod uaccess;

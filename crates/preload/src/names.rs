@@ -949,7 +949,8 @@ pub unsafe extern "C" fn __realpath_chk(
     unsafe { realpath(path, out) }
 }
 
-/// Special files are not supported on augefs.
+/// A regular file, FIFO, socket or device node, recorded in the image (opening one is
+/// [`crate::special`]'s).
 #[no_mangle]
 pub unsafe extern "C" fn mknodat(
     d: c_int,
@@ -963,7 +964,7 @@ pub unsafe extern "C" fn mknodat(
             d,
             path,
             |p| real(d, p, mode, dev),
-            |_, _, _| Err(posix::Errno(crate::log::unsupported("mknod"))),
+            |px, at, rel| px.mknod(at, rel, state::masked(mode), dev),
         )
     }
 }
@@ -978,4 +979,28 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mkfifoat(d: c_int, path: *const c_char, mode: mode_t) -> c_int {
     unsafe { mknodat(d, path, mode | libc::S_IFIFO, 0) }
+}
+/// The mknod ABI of programs built against glibc before 2.33 (`ver` is 0 on x86-64).
+#[no_mangle]
+pub unsafe extern "C" fn __xmknodat(
+    _ver: c_int,
+    d: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: *const libc::dev_t,
+) -> c_int {
+    if dev.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    unsafe { mknodat(d, path, mode, *dev) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __xmknod(
+    ver: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: *const libc::dev_t,
+) -> c_int {
+    unsafe { __xmknodat(ver, libc::AT_FDCWD, path, mode, dev) }
 }

@@ -138,6 +138,7 @@ mod tests {
             ctime_ns: 0,
             btime_ns: 0,
             blocks: 0,
+            rdev: 0,
         }
     }
 

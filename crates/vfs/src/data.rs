@@ -809,8 +809,11 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         let ino = h.ino;
         let mut inode = *live(st, ino)?;
-        if inode.kind != Kind::File {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
+        match inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(VfsError::IsDir(format!("inode {ino}"))),
+            // Linux's truncate(2) of anything else but a directory.
+            _ => return Err(VfsError::Invalid(format!("truncate of a {:?}", inode.kind))),
         }
         if size > FILE_SIZE_MAX {
             return Err(VfsError::TooLarge(format!("size {size}")));

@@ -106,6 +106,10 @@ pub mod init {
     /// The server drops set-id bits on writes, truncates and opens with O_TRUNC by an
     /// unprivileged caller, told by the flags below (protocol 7.33).
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
+    /// Shared mappings of files opened with FOPEN_DIRECT_IO (flags2 bit 4, Linux 6.6):
+    /// without it such an mmap is ENODEV. The kernel then caches the mapped pages
+    /// (and only those) and writes them back with WRITE requests.
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
 }
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID (HANDLE_KILLPRIV_V2).
