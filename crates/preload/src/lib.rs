@@ -53,3 +53,4 @@ mod special;
 mod state;
 mod stdio;
 mod uaccess;
+mod xattr;

@@ -1601,7 +1601,7 @@ impl FileSystem {
         if let Some(gid) = changes.gid {
             inode.gid = gid;
         }
-        if chown && inode.kind == Kind::File {
+        if chown && inode.kind != Kind::Dir {
             inode.perm &= !S_ISUID;
             // A group-executable set-group-ID file loses the bit; without group execute
             // it marks mandatory locking and stays (Linux).
