@@ -8,6 +8,7 @@
 //! - [`adapter`], [`files`], [`lockops`]: requests to vfs calls.
 //! - [`tables`], [`nodes`]: file handles, directory cursors, the kernel's lookup counts.
 //! - [`options`]: `-o` mount options.
+//! - [`stats`]: per-opcode request counts and times (`-o stats`).
 //! - [`serve`]: mounting, serving until the kernel unmounts, and unmounting the vfs.
 //!
 //! Invariants:
@@ -27,6 +28,7 @@ pub mod options;
 pub mod proto;
 pub mod serve;
 pub mod session;
+pub mod stats;
 pub mod tables;
 
 mod convert;

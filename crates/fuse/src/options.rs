@@ -65,6 +65,8 @@ pub struct MountOptions {
     /// Background commit (`commit=N` seconds, default 5; 0 turns it off): everything
     /// written is durable within N seconds without fsync or sync (docs/SEMANTICS.md §2).
     pub commit: Option<Duration>,
+    /// Per-opcode request counts and times, printed at unmount (`stats`).
+    pub stats: bool,
 }
 
 impl Default for MountOptions {
@@ -79,6 +81,7 @@ impl Default for MountOptions {
             flags: Vec::new(),
             read_only: false,
             commit: Some(vfs::commit::COMMIT_INTERVAL_DEFAULT),
+            stats: false,
         }
     }
 }
@@ -127,6 +130,7 @@ impl MountOptions {
             "allow_other" => self.allow_other = true,
             "allow_root" => self.allow_root = true,
             "writeback_cache" => self.writeback_cache = true,
+            "stats" if value.is_none() => self.stats = true,
             "fsname" => self.fsname = Some(need(value)?),
             "pmr" => self.pmr = Some(PathBuf::from(need(value)?)),
             "threads" => {

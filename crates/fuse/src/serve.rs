@@ -16,7 +16,7 @@ use crate::adapter::{Admit, AugeFuse};
 use crate::channel::Channel;
 use crate::mount::{mount, unmount};
 use crate::options::MountOptions;
-use crate::session::{Running, Session};
+use crate::session::{Running, Session, SessionOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use thiserror::Error;
@@ -76,7 +76,12 @@ fn start(
         source,
     };
     let fd = mount(dir, fsname, opts).map_err(err)?;
-    let session = Session::init(adapter, Channel::new(fd), opts.threads, clone_fd);
+    let session_opts = SessionOptions {
+        threads: opts.threads,
+        clone_fd,
+        stats: opts.stats,
+    };
+    let session = Session::init(adapter, Channel::new(fd), session_opts);
     session.map_err(|e| {
         // The kernel mount exists but cannot be served: take it away again.
         let _ = unmount(dir, true);
@@ -159,10 +164,15 @@ pub fn serve(
         on_ready(Unmounter {
             dir: dir.to_path_buf(),
         });
-        session.run().map_err(|source| FuseError::Serve {
+        let stats = session.stats();
+        let served = session.run().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
-        })
+        });
+        if opts.stats {
+            eprint!("{}", stats.report("/dev/fuse"));
+        }
+        served
     });
     // Commands that find the image locked now wait for this unmount instead of refusing.
     fs.stop_serving();

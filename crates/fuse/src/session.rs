@@ -23,6 +23,7 @@ use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_
 use crate::proto::abi::{self, init, Pod};
 use crate::proto::reply::ReplyBuf;
 use crate::proto::request::{self, Op};
+use crate::stats::{Stats, ThreadStats};
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -48,14 +49,26 @@ impl Negotiated {
     }
 }
 
+/// How a session serves.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionOptions {
+    /// Request threads.
+    pub threads: usize,
+    /// Each request thread past the first reads from a /dev/fuse descriptor of its own
+    /// (else they share the first).
+    pub clone_fd: bool,
+    /// Time each request (`-o stats`); requests are counted either way.
+    pub stats: bool,
+}
+
 /// A session whose INIT is done, ready to serve.
 #[derive(Debug)]
 pub struct Session {
     fs: Arc<AugeFuse>,
     first: Arc<Channel>,
     negotiated: Negotiated,
-    threads: usize,
-    clone_fd: bool,
+    opts: SessionOptions,
+    stats: Arc<Stats>,
 }
 
 /// The kernel's fs.fuse.max_pages_limit (256 where the sysctl does not exist).
@@ -68,15 +81,9 @@ fn max_pages_limit() -> u32 {
 
 impl Session {
     /// Reads the kernel's INIT from `channel`, answers it with what `fs` wants, and
-    /// returns the session. `clone_fd`: each further request thread gets a descriptor
-    /// of its own (else they share `channel`).
-    pub fn init(
-        fs: Arc<AugeFuse>,
-        channel: Channel,
-        threads: usize,
-        clone_fd: bool,
-    ) -> io::Result<Session> {
-        assert!(threads >= 1);
+    /// returns the session.
+    pub fn init(fs: Arc<AugeFuse>, channel: Channel, opts: SessionOptions) -> io::Result<Session> {
+        assert!(opts.threads >= 1);
         let mut buf = vec![0u8; abi::MIN_READ_BUFFER.max(4096 + REQUEST_SLACK_BYTES)];
         loop {
             let n = match channel.receive(&mut buf) {
@@ -105,8 +112,8 @@ impl Session {
                 fs,
                 first: Arc::new(channel),
                 negotiated,
-                threads,
-                clone_fd,
+                opts,
+                stats: Arc::new(Stats::new(opts.stats)),
             });
         }
     }
@@ -115,10 +122,15 @@ impl Session {
     /// session, then ends the adapter's lock waits.
     pub fn run(self) -> io::Result<()> {
         let running = self.spawn_workers(1)?;
-        let first = serve_thread(&self.fs, &self.first, self.negotiated);
+        let first = serve_thread(&self.fs, &self.first, self.negotiated, &self.stats);
         let rest = running.join();
         self.fs.shutdown();
         first.and(rest)
+    }
+
+    /// The session's request counters (complete once every thread has ended).
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 
     /// Serves from `threads` background threads; [`Running::join`] waits for them.
@@ -129,16 +141,16 @@ impl Session {
     /// Starts the request threads past the first `skip`.
     fn spawn_workers(&self, skip: usize) -> io::Result<Running> {
         let mut handles = Vec::new();
-        for i in skip..self.threads {
-            let ch = if self.clone_fd && i > 0 {
+        for i in skip..self.opts.threads {
+            let ch = if self.opts.clone_fd && i > 0 {
                 Arc::new(self.first.clone_attached()?)
             } else {
                 self.first.clone()
             };
-            let (fs, n) = (self.fs.clone(), self.negotiated);
+            let (fs, n, stats) = (self.fs.clone(), self.negotiated, self.stats.clone());
             let h = std::thread::Builder::new()
                 .name(format!("augefs-fuse-{i}"))
-                .spawn(move || serve_thread(&fs, &ch, n))?;
+                .spawn(move || serve_thread(&fs, &ch, n, &stats))?;
             handles.push(h);
         }
         Ok(Running {
@@ -229,8 +241,21 @@ fn negotiate(arg: &abi::InitIn, wants: u64) -> io::Result<(abi::InitOut, Negotia
     Ok((out, negotiated))
 }
 
-/// One request thread: read, decode, dispatch, until the session ends.
-fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<()> {
+/// One request thread: read, decode, dispatch, until the session ends; its counters
+/// join `stats` at the end.
+fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated, stats: &Stats) -> io::Result<()> {
+    let mut counters = stats.thread();
+    let r = serve_loop(fs, ch, n, &mut counters);
+    stats.merge(counters);
+    r
+}
+
+fn serve_loop(
+    fs: &AugeFuse,
+    ch: &Arc<Channel>,
+    n: Negotiated,
+    counters: &mut ThreadStats,
+) -> io::Result<()> {
     let mut buf = vec![0u8; n.request_buffer_bytes()];
     let mut reply = ReplyBuf::new(n.reply_buffer_bytes());
     loop {
@@ -243,12 +268,14 @@ fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<(
             Err(e) => return Err(e),
         };
         let bytes = &buf[..len];
+        let stamp = counters.begin();
         match request::decode(bytes) {
             Ok(req) => {
                 reply.begin(req.header.unique);
                 let mut out = Out::new(&mut reply, ch);
                 fs.dispatch(&req, &mut out);
                 out.check(&req.op);
+                counters.end(req.header.opcode, stamp);
             }
             Err(e) => {
                 eprintln!("augefs: malformed FUSE request: {e}");

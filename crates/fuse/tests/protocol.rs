@@ -8,7 +8,7 @@
 use augefs_fuse::adapter::{Admit, AugeFuse};
 use augefs_fuse::channel::Channel;
 use augefs_fuse::proto::abi::{self, bytes_of, opcode};
-use augefs_fuse::session::Session;
+use augefs_fuse::session::{Session, SessionOptions};
 use device::memory::MemoryBackend;
 use device::Device;
 use engine::log::{EngineConfig, EngineEnv};
@@ -105,8 +105,12 @@ fn start(fs: Arc<FileSystem>) -> (Kernel, std::thread::JoinHandle<std::io::Resul
     // SAFETY: both descriptors were just created and are ours.
     let (k, s) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
     let adapter = Arc::new(AugeFuse::new(fs, false, Admit::Kernel));
-    let server =
-        std::thread::spawn(move || Session::init(adapter, Channel::new(s), 2, false)?.run());
+    let opts = SessionOptions {
+        threads: 2,
+        clone_fd: false,
+        stats: false,
+    };
+    let server = std::thread::spawn(move || Session::init(adapter, Channel::new(s), opts)?.run());
     let mut kernel = Kernel { sock: k, unique: 0 };
     let init = abi::InitIn {
         major: 7,
