@@ -59,18 +59,32 @@ pub(crate) fn ino(n: u64) -> InodeNo {
 }
 
 /// The caller of a request: its uid and gid, and the supplementary groups of its
-/// process (from /proc; none if the process is gone). The kernel checks permissions too
-/// (default_permissions); the vfs's own checks see the same identity.
+/// thread, read from /proc only if a decision of the vfs depends on them (none do for
+/// root, for the owner, or where an inode's group and other bits agree). The kernel
+/// checks permissions too (default_permissions); the vfs's own checks see the same
+/// identity.
 pub(crate) fn creds(h: &abi::InHeader) -> Creds {
-    Creds::user(h.uid, h.gid, groups_of(h.pid))
+    Creds::with_group_reader(h.uid, h.gid, groups_of, h.pid)
 }
 
-fn groups_of(pid: u32) -> Vec<u32> {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+/// The supplementary groups of thread `tid` (its /proc status's `Groups:` line; none if
+/// it is gone).
+fn groups_of(tid: u32) -> Vec<u32> {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(format!("/proc/{tid}/status")) else {
         return Vec::new();
     };
-    status
-        .lines()
+    // The status text is about 1.5 KiB; `Groups:` is in its first half.
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    text.lines()
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| {
             g.split_whitespace()
