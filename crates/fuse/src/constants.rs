@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-/// How long the kernel may cache attributes and names. Only this process changes the
-/// image (the device is locked exclusively), and every change passes through the
-/// kernel, which updates or drops its cache for it, so the time could be longer; one
-/// second bounds the damage of a missed invalidation.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes, names and the absence of names. Only this
+/// process changes the image (the device is locked exclusively), and every change
+/// passes through the kernel, which updates or drops its cache for it; a change that
+/// does not (a set-id bit a write dropped; changes made through the vfs directly) is
+/// told to the kernel by a notification ([`crate::notify::Notifier`]). An hour only
+/// bounds the damage of a missed invalidation: nothing is refetched in between.
+pub const TTL: Duration = Duration::from_secs(3600);
 /// Most pages per request asked of the kernel even where its limit
 /// (fs.fuse.max_pages_limit, 256 by default) is higher: 8 MiB writes, two buffers of
 /// that per request thread.

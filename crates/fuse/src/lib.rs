@@ -7,6 +7,7 @@
 //! - [`mount`]: mount(2) as root, `fusermount3` otherwise; unmounting.
 //! - [`adapter`], [`files`], [`lockops`]: requests to vfs calls.
 //! - [`tables`], [`nodes`]: file handles, directory cursors, the kernel's lookup counts.
+//! - [`notify`]: telling the kernel what it caches went stale.
 //! - [`options`]: `-o` mount options.
 //! - [`stats`]: per-opcode request counts and times (`-o stats`).
 //! - [`serve`]: mounting, serving until the kernel unmounts, and unmounting the vfs.
@@ -24,6 +25,7 @@ pub mod files;
 pub mod lockops;
 pub mod mount;
 pub mod nodes;
+pub mod notify;
 pub mod options;
 pub mod proto;
 pub mod serve;

@@ -15,6 +15,7 @@
 use crate::adapter::{Admit, AugeFuse};
 use crate::channel::Channel;
 use crate::mount::{mount, unmount};
+use crate::notify::Notifier;
 use crate::options::MountOptions;
 use crate::session::{Running, Session, SessionOptions};
 use std::path::{Path, PathBuf};
@@ -96,6 +97,7 @@ fn start(
 pub struct Bridge {
     running: Running,
     dir: PathBuf,
+    notifier: Notifier,
 }
 
 impl Bridge {
@@ -107,13 +109,36 @@ impl Bridge {
         fsname: &str,
         threads: usize,
     ) -> Result<Bridge, FuseError> {
+        Bridge::spawn_adapter(AugeFuse::bridge(fs), dir, fsname, threads)
+    }
+
+    /// As [`Bridge::spawn`], but the kernel caches attributes, names and pages as on a
+    /// mount of its own: the caller tells it of every change it makes through `fs`
+    /// directly, through [`Bridge::notifier`].
+    pub fn spawn_caching(
+        fs: Arc<FileSystem>,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
+        let adapter = AugeFuse::new(fs, false, crate::adapter::Admit::Kernel);
+        Bridge::spawn_adapter(adapter, dir, fsname, threads)
+    }
+
+    fn spawn_adapter(
+        adapter: AugeFuse,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
         let opts = MountOptions {
             threads,
             ..MountOptions::default()
         };
         // Every descriptor of the bridge is opened here, synchronously (no per-thread
         // clones opened later): the interposer numbers them out of programs' way.
-        let session = start(Arc::new(AugeFuse::bridge(fs)), dir, fsname, &opts, false)?;
+        let session = start(Arc::new(adapter), dir, fsname, &opts, false)?;
+        let notifier = session.notifier();
         let running = session.spawn().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
@@ -121,7 +146,14 @@ impl Bridge {
         Ok(Bridge {
             running,
             dir: dir.to_path_buf(),
+            notifier,
         })
+    }
+
+    /// Notifications to the kernel about this mount (for changes made through the vfs
+    /// directly; [`crate::notify`] says from where they may be sent).
+    pub fn notifier(&self) -> Notifier {
+        self.notifier.clone()
     }
 
     /// Unmounts the bridge and waits for its threads.

@@ -20,6 +20,7 @@
 use crate::adapter::AugeFuse;
 use crate::channel::Channel;
 use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_BYTES};
+use crate::notify::Notifier;
 use crate::proto::abi::{self, init, Pod};
 use crate::proto::reply::ReplyBuf;
 use crate::proto::request::{self, Op};
@@ -69,6 +70,7 @@ pub struct Session {
     negotiated: Negotiated,
     opts: SessionOptions,
     stats: Arc<Stats>,
+    notifier: Notifier,
 }
 
 /// The kernel's fs.fuse.max_pages_limit (256 where the sysctl does not exist).
@@ -108,9 +110,11 @@ impl Session {
             r.push(&reply);
             channel.send(r.finish(0))?;
             fs.set_negotiated(negotiated);
+            let first = Arc::new(channel);
             return Ok(Session {
                 fs,
-                first: Arc::new(channel),
+                notifier: Notifier::new(first.clone()),
+                first,
                 negotiated,
                 opts,
                 stats: Arc::new(Stats::new(opts.stats)),
@@ -122,10 +126,21 @@ impl Session {
     /// session, then ends the adapter's lock waits.
     pub fn run(self) -> io::Result<()> {
         let running = self.spawn_workers(1)?;
-        let first = serve_thread(&self.fs, &self.first, self.negotiated, &self.stats);
+        let first = serve_thread(
+            &self.fs,
+            &self.first,
+            self.negotiated,
+            &self.stats,
+            &self.notifier,
+        );
         let rest = running.join();
         self.fs.shutdown();
         first.and(rest)
+    }
+
+    /// Notifications to the kernel on this session.
+    pub fn notifier(&self) -> Notifier {
+        self.notifier.clone()
     }
 
     /// The session's request counters (complete once every thread has ended).
@@ -148,9 +163,10 @@ impl Session {
                 self.first.clone()
             };
             let (fs, n, stats) = (self.fs.clone(), self.negotiated, self.stats.clone());
+            let notifier = self.notifier.clone();
             let h = std::thread::Builder::new()
                 .name(format!("augefs-fuse-{i}"))
-                .spawn(move || serve_thread(&fs, &ch, n, &stats))?;
+                .spawn(move || serve_thread(&fs, &ch, n, &stats, &notifier))?;
             handles.push(h);
         }
         Ok(Running {
@@ -243,9 +259,15 @@ fn negotiate(arg: &abi::InitIn, wants: u64) -> io::Result<(abi::InitOut, Negotia
 
 /// One request thread: read, decode, dispatch, until the session ends; its counters
 /// join `stats` at the end.
-fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated, stats: &Stats) -> io::Result<()> {
+fn serve_thread(
+    fs: &AugeFuse,
+    ch: &Arc<Channel>,
+    n: Negotiated,
+    stats: &Stats,
+    notifier: &Notifier,
+) -> io::Result<()> {
     let mut counters = stats.thread();
-    let r = serve_loop(fs, ch, n, &mut counters);
+    let r = serve_loop(fs, ch, n, &mut counters, notifier);
     stats.merge(counters);
     r
 }
@@ -255,6 +277,7 @@ fn serve_loop(
     ch: &Arc<Channel>,
     n: Negotiated,
     counters: &mut ThreadStats,
+    notifier: &Notifier,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; n.request_buffer_bytes()];
     let mut reply = ReplyBuf::new(n.reply_buffer_bytes());
@@ -272,7 +295,7 @@ fn serve_loop(
         match request::decode(bytes) {
             Ok(req) => {
                 reply.begin(req.header.unique);
-                let mut out = Out::new(&mut reply, ch);
+                let mut out = Out::new(&mut reply, ch, notifier);
                 fs.dispatch(&req, &mut out);
                 out.check(&req.op);
                 counters.end(req.header.opcode, stamp);
@@ -310,14 +333,16 @@ enum State {
 pub struct Out<'a> {
     buf: &'a mut ReplyBuf,
     channel: &'a Arc<Channel>,
+    notifier: &'a Notifier,
     state: State,
 }
 
 impl<'a> Out<'a> {
-    fn new(buf: &'a mut ReplyBuf, channel: &'a Arc<Channel>) -> Out<'a> {
+    fn new(buf: &'a mut ReplyBuf, channel: &'a Arc<Channel>, notifier: &'a Notifier) -> Out<'a> {
         Out {
             buf,
             channel,
+            notifier,
             state: State::Pending,
         }
     }
@@ -361,24 +386,8 @@ impl<'a> Out<'a> {
     /// write dropped). Attributes only: no page is invalidated, so nothing the request
     /// holds is waited for.
     pub fn inval_attrs(&mut self, ino: u64) {
-        let body = abi::NotifyInvalInodeOut {
-            ino,
-            off: -1,
-            len: 0,
-        };
-        let head = abi::OutHeader {
-            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
-            error: abi::notify::INVAL_INODE,
-            unique: 0,
-        };
-        let mut msg = [0u8; 40];
-        msg[..16].copy_from_slice(abi::bytes_of(&head));
-        msg[16..].copy_from_slice(abi::bytes_of(&body));
-        // ENOENT: the kernel no longer caches the inode, so nothing is stale.
-        if let Err(e) = self.channel.send(&msg) {
-            if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
-                eprintln!("augefs: invalidating the kernel's attributes of {ino}: {e}");
-            }
+        if let Err(e) = self.notifier.inval_attrs(ino) {
+            eprintln!("augefs: invalidating the kernel's attributes of {ino}: {e}");
         }
     }
 
