@@ -28,3 +28,11 @@ pub const LOCK_WAITERS_MAX: usize = 256;
 /// INTERRUPTs remembered for requests not (yet) known to be waiting: the kernel may
 /// send one before the SETLKW it interrupts has registered its wait.
 pub const EARLY_INTERRUPTS_MAX: usize = 256;
+/// Ring entries each FUSE-over-io_uring queue thread registers: while it serves one
+/// request the kernel can hand it the next (one more per deferred reply, see
+/// `crate::uring`).
+pub const RING_ENTRIES_PER_THREAD: usize = 2;
+/// Submission queue entries of a queue thread's io_uring: one per entry it may hold
+/// (the registered ones and one per SETLKW that waits) and one for its mailbox.
+pub const RING_DEPTH: u32 = 512;
+const _: () = assert!(RING_ENTRIES_PER_THREAD + LOCK_WAITERS_MAX < RING_DEPTH as usize);

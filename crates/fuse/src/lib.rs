@@ -3,7 +3,8 @@
 //! ([`proto`]), written from the kernel's header; no libfuse, no FUSE crate.
 //!
 //! - [`proto`]: the kernel ABI, request decoding, reply encoding.
-//! - [`channel`], [`session`]: /dev/fuse descriptors and the request threads.
+//! - [`channel`], [`session`]: /dev/fuse descriptors and the request threads;
+//!   [`uring`]: FUSE over io_uring, the queue threads.
 //! - [`mount`]: mount(2) as root, `fusermount3` otherwise; unmounting.
 //! - [`adapter`], [`files`], [`lockops`]: requests to vfs calls.
 //! - [`tables`], [`nodes`]: file handles, directory cursors, the kernel's lookup counts.
@@ -32,6 +33,7 @@ pub mod serve;
 pub mod session;
 pub mod stats;
 pub mod tables;
+pub mod uring;
 
 mod convert;
 

@@ -67,6 +67,9 @@ pub struct MountOptions {
     pub commit: Option<Duration>,
     /// Per-opcode request counts and times, printed at unmount (`stats`).
     pub stats: bool,
+    /// FUSE over io_uring where the kernel offers it (`uring`, the default; `nouring`
+    /// serves through /dev/fuse alone).
+    pub uring: bool,
 }
 
 impl Default for MountOptions {
@@ -82,6 +85,7 @@ impl Default for MountOptions {
             read_only: false,
             commit: Some(vfs::commit::COMMIT_INTERVAL_DEFAULT),
             stats: false,
+            uring: true,
         }
     }
 }
@@ -131,6 +135,8 @@ impl MountOptions {
             "allow_root" => self.allow_root = true,
             "writeback_cache" => self.writeback_cache = true,
             "stats" if value.is_none() => self.stats = true,
+            "uring" if value.is_none() => self.uring = true,
+            "nouring" if value.is_none() => self.uring = false,
             "fsname" => self.fsname = Some(need(value)?),
             "pmr" => self.pmr = Some(PathBuf::from(need(value)?)),
             "threads" => {
@@ -210,6 +216,8 @@ mod tests {
         assert!(matches!(err("commit=x"), OptionError::BadValue { .. }));
         assert!(matches!(err("commit=100000"), OptionError::BadValue { .. }));
         assert!(matches!(err("atime"), OptionError::Unsupported(..)));
+        let o = MountOptions::parse(&["nouring,stats"]).expect("valid");
+        assert!(!o.uring && o.stats && MountOptions::default().uring);
         let o = MountOptions::parse(&["ro,commit=0"]).expect("valid");
         assert!(o.read_only && o.commit.is_none());
         let o = MountOptions::parse(&["ro,rw,commit=2"]).expect("valid");

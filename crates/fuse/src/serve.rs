@@ -81,6 +81,9 @@ fn start(
         threads: opts.threads,
         clone_fd,
         stats: opts.stats,
+        // A background session shares the process with its owner's descriptors
+        // (the interposer numbers them): /dev/fuse alone, opened here.
+        uring: opts.uring && clone_fd,
     };
     let session = Session::init(adapter, Channel::new(fd), session_opts);
     session.map_err(|e| {
@@ -202,7 +205,7 @@ pub fn serve(
             source,
         });
         if opts.stats {
-            eprint!("{}", stats.report("/dev/fuse"));
+            eprint!("{}", stats.report());
         }
         served
     });

@@ -21,6 +21,7 @@ use crate::adapter::AugeFuse;
 use crate::channel::Channel;
 use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_BYTES};
 use crate::notify::Notifier;
+use crate::uring::Mailbox;
 use crate::proto::abi::{self, init, Pod};
 use crate::proto::reply::ReplyBuf;
 use crate::proto::request::{self, Op};
@@ -60,6 +61,10 @@ pub struct SessionOptions {
     pub clone_fd: bool,
     /// Time each request (`-o stats`); requests are counted either way.
     pub stats: bool,
+    /// Serve through FUSE over io_uring where the kernel offers it (a queue thread per
+    /// CPU, `crate::uring`; `threads` then counts only the /dev/fuse threads while the
+    /// ring cannot be set up).
+    pub uring: bool,
 }
 
 /// A session whose INIT is done, ready to serve.
@@ -104,7 +109,8 @@ impl Session {
                 channel.send(r.finish(-libc::EIO))?;
                 continue;
             };
-            let (reply, negotiated) = negotiate(&arg, fs.wanted_flags())?;
+            let ring = if opts.uring { init::OVER_IO_URING } else { 0 };
+            let (reply, negotiated) = negotiate(&arg, fs.wanted_flags() | ring)?;
             let mut r = ReplyBuf::new(std::mem::size_of::<abi::InitOut>());
             r.begin(req.header.unique);
             r.push(&reply);
@@ -125,7 +131,14 @@ impl Session {
     /// Serves on `threads` threads (this one among them) until the kernel ends the
     /// session, then ends the adapter's lock waits.
     pub fn run(self) -> io::Result<()> {
-        let running = self.spawn_workers(1)?;
+        let (mut running, ring) = self.start_rings();
+        let dev_threads = if ring {
+            // FORGET, INTERRUPT and what comes before the ring is ready.
+            1
+        } else {
+            self.opts.threads
+        };
+        running.handles.extend(self.spawn_workers(1, dev_threads)?.handles);
         let first = serve_thread(
             &self.fs,
             &self.first,
@@ -150,13 +163,79 @@ impl Session {
 
     /// Serves from `threads` background threads; [`Running::join`] waits for them.
     pub fn spawn(self) -> io::Result<Running> {
-        self.spawn_workers(0)
+        assert!(!self.opts.uring, "background sessions serve through /dev/fuse");
+        self.spawn_workers(0, self.opts.threads)
     }
 
-    /// Starts the request threads past the first `skip`.
-    fn spawn_workers(&self, skip: usize) -> io::Result<Running> {
+    /// Starts a queue thread per kernel queue if the kernel agreed to FUSE over
+    /// io_uring; whether it took every thread's entries (else the /dev/fuse threads
+    /// serve everything, and the reason is printed).
+    fn start_rings(&self) -> (Running, bool) {
+        let mut running = Running {
+            handles: Vec::new(),
+            fs: self.fs.clone(),
+        };
+        if self.negotiated.flags & init::OVER_IO_URING == 0 {
+            return (running, false);
+        }
+        let queues = match crate::uring::queue_count() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("augefs: FUSE over io_uring unused: {e}");
+                return (running, false);
+            }
+        };
+        let (tell, told) = std::sync::mpsc::channel();
+        for qid in 0..queues {
+            let spec = crate::uring::QueueSpec {
+                qid: u16::try_from(qid).expect("fewer than 65536 CPUs"),
+                dev_fd: self.first.raw(),
+                payload_bytes: self.negotiated.reply_buffer_bytes(),
+                scratch_bytes: REQUEST_SLACK_BYTES,
+                pin: true,
+            };
+            let (fs, stats, notifier) = (self.fs.clone(), self.stats.clone(), self.notifier.clone());
+            let first = self.first.clone();
+            let (tell, told_spawn) = (tell.clone(), tell.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("augefs-ring-{qid}"))
+                .spawn(move || {
+                    // The descriptor the commands name stays open while they are in use.
+                    let _dev = first;
+                    let mut counters = stats.thread();
+                    let r = crate::uring::serve_queue(&fs, spec, &notifier, &mut counters, |r| {
+                        let _ = tell.send(r);
+                    });
+                    stats.merge(counters);
+                    r
+                });
+            match spawned {
+                Ok(h) => running.handles.push(h),
+                Err(e) => {
+                    let _ = told_spawn.send(Err(e.to_string()));
+                }
+            }
+        }
+        drop(tell);
+        let refused: Vec<String> = told.iter().take(queues).filter_map(Result::err).collect();
+        if refused.is_empty() {
+            self.stats.set_transport("io_uring");
+            return (running, true);
+        }
+        eprintln!(
+            "augefs: FUSE over io_uring unused, serving through /dev/fuse: {}",
+            refused[0]
+        );
+        // Threads whose entries the kernel took wait for the end of the session (the
+        // ring never starts without every queue); they are joined with the others.
+        running.handles.retain(|h| !h.is_finished());
+        (running, false)
+    }
+
+    /// Starts the /dev/fuse request threads from `skip` to `count`.
+    fn spawn_workers(&self, skip: usize, count: usize) -> io::Result<Running> {
         let mut handles = Vec::new();
-        for i in skip..self.opts.threads {
+        for i in skip..count {
             let ch = if self.opts.clone_fd && i > 0 {
                 Arc::new(self.first.clone_attached()?)
             } else {
@@ -295,7 +374,7 @@ fn serve_loop(
         match request::decode(bytes) {
             Ok(req) => {
                 reply.begin(req.header.unique);
-                let mut out = Out::new(&mut reply, ch, notifier);
+                let mut out = Out::new(&mut reply, Sink::Channel(ch), notifier);
                 fs.dispatch(&req, &mut out);
                 out.check(&req.op);
                 counters.end(req.header.opcode, stamp);
@@ -320,28 +399,42 @@ fn send(ch: &Channel, bytes: &[u8]) {
     }
 }
 
+/// What became of a request once the adapter was done with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     Pending,
     Sent,
     NoReply,
     Deferred,
 }
 
+/// Where a reply goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sink<'a> {
+    /// Written to this /dev/fuse descriptor at once.
+    Channel(&'a Arc<Channel>),
+    /// Left finished in the reply buffer: the ring transport commits it to entry
+    /// `entry` of its thread, whose mailbox takes the reply if it is deferred.
+    Ring {
+        mailbox: &'a Arc<Mailbox>,
+        entry: usize,
+    },
+}
+
 /// Where the adapter answers one request.
 #[derive(Debug)]
 pub struct Out<'a> {
     buf: &'a mut ReplyBuf,
-    channel: &'a Arc<Channel>,
+    sink: Sink<'a>,
     notifier: &'a Notifier,
     state: State,
 }
 
 impl<'a> Out<'a> {
-    fn new(buf: &'a mut ReplyBuf, channel: &'a Arc<Channel>, notifier: &'a Notifier) -> Out<'a> {
+    pub(crate) fn new(buf: &'a mut ReplyBuf, sink: Sink<'a>, notifier: &'a Notifier) -> Out<'a> {
         Out {
             buf,
-            channel,
+            sink,
             notifier,
             state: State::Pending,
         }
@@ -357,10 +450,17 @@ impl<'a> Out<'a> {
         self.buf
     }
 
+    fn finish(&mut self, error: i32) {
+        let bytes = self.buf.finish(error);
+        if let Sink::Channel(ch) = self.sink {
+            send(ch, bytes);
+        }
+    }
+
     /// Success with what was pushed into [`Out::buf`].
     pub fn send_payload(&mut self) {
         self.done(State::Sent);
-        send(self.channel, self.buf.finish(0));
+        self.finish(0);
     }
 
     /// Success with `v` as the payload.
@@ -378,7 +478,7 @@ impl<'a> Out<'a> {
     pub fn error(&mut self, errno: i32) {
         assert!(errno > 0, "errno {errno}");
         self.done(State::Sent);
-        send(self.channel, self.buf.finish(-errno));
+        self.finish(-errno);
     }
 
     /// Tells the kernel, before this reply, that its cached attributes of `ino` are
@@ -399,13 +499,19 @@ impl<'a> Out<'a> {
     /// The reply will be sent later, from another thread.
     pub fn defer(&mut self, unique: u64) -> Deferred {
         self.done(State::Deferred);
-        Deferred {
-            channel: self.channel.clone(),
-            unique,
-        }
+        let to = match self.sink {
+            Sink::Channel(ch) => DeferredTo::Channel(ch.clone()),
+            Sink::Ring { mailbox, entry } => DeferredTo::Ring(mailbox.clone(), entry),
+        };
+        Deferred { to, unique }
     }
 
-    fn check(&self, op: &Op<'_>) {
+    /// What became of the request.
+    pub(crate) fn state(&self) -> State {
+        self.state
+    }
+
+    pub(crate) fn check(&self, op: &Op<'_>) {
         let silent = matches!(op, Op::Forget(_) | Op::BatchForget(_) | Op::Interrupt(_));
         assert!(
             match self.state {
@@ -419,10 +525,18 @@ impl<'a> Out<'a> {
     }
 }
 
+/// Where a deferred reply goes: the descriptor its request came from, or the ring
+/// thread (its mailbox) that holds the request's entry.
+#[derive(Debug)]
+enum DeferredTo {
+    Channel(Arc<Channel>),
+    Ring(Arc<Mailbox>, usize),
+}
+
 /// A reply owed to the kernel, sent from another thread (a lock wait's).
 #[derive(Debug)]
 pub struct Deferred {
-    channel: Arc<Channel>,
+    to: DeferredTo,
     unique: u64,
 }
 
@@ -438,7 +552,10 @@ impl Deferred {
             }
             Err(e) => buf.finish(-e),
         };
-        send(&self.channel, bytes);
+        match &self.to {
+            DeferredTo::Channel(ch) => send(ch, bytes),
+            DeferredTo::Ring(mailbox, entry) => mailbox.post(*entry, bytes),
+        }
     }
 }
 

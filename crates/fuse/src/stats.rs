@@ -117,6 +117,7 @@ impl ThreadStats {
 pub struct Stats {
     timing: bool,
     merged: Mutex<Table>,
+    transport: Mutex<&'static str>,
 }
 
 impl Stats {
@@ -124,7 +125,18 @@ impl Stats {
         Stats {
             timing,
             merged: Mutex::new(Table::default()),
+            transport: Mutex::new("/dev/fuse"),
         }
+    }
+
+    /// Names the transport that served the session (`/dev/fuse` unless set).
+    pub fn set_transport(&self, name: &'static str) {
+        *self.transport.lock().expect("stats lock") = name;
+    }
+
+    /// The transport that served the session.
+    pub fn transport(&self) -> &'static str {
+        *self.transport.lock().expect("stats lock")
     }
 
     /// A table for a request thread starting now.
@@ -153,7 +165,8 @@ impl Stats {
     }
 
     /// The table as text: one line per opcode seen, busiest first.
-    pub fn report(&self, transport: &str) -> String {
+    pub fn report(&self) -> String {
+        let transport = self.transport();
         let m = self.merged.lock().expect("stats lock").clone();
         let mut rows: Vec<(u32, Cell)> = (0..OPCODES as u32)
             .map(|op| (op, m.ops[op as usize]))
@@ -287,8 +300,9 @@ mod tests {
         assert_eq!(stats.count(opcode::LOOKUP), 3);
         assert_eq!(stats.count(opcode::GETATTR), 1);
         assert_eq!(stats.count(200), 1);
-        let r = stats.report("/dev/fuse");
-        assert!(r.contains("5 on 2 thread(s)"), "{r}");
+        stats.set_transport("io_uring");
+        let r = stats.report();
+        assert!(r.contains("over io_uring: 5 on 2 thread(s)"), "{r}");
         assert!(r.contains("LOOKUP") && r.contains("others"), "{r}");
         assert_eq!(name(77), "opcode 77");
         assert!(!r.contains("WRITE"), "{r}");

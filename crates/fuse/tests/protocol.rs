@@ -122,6 +122,7 @@ fn start_adapter(
         threads: 2,
         clone_fd: false,
         stats: false,
+        uring: false,
     };
     let server = std::thread::spawn(move || Session::init(served, Channel::new(s), opts)?.run());
     let mut kernel = Kernel { sock: k, unique: 0 };

@@ -150,6 +150,46 @@ pub const FSYNC_FDATASYNC: u32 = 1 << 0;
 /// `_IOR(229, 0, uint32_t)`: attach a new /dev/fuse descriptor to a session.
 pub const DEV_IOC_CLONE: u64 = 0x8004_e500;
 
+/// FUSE over io_uring (protocol 7.42): an entry's header area is the request's or
+/// reply's header (`in_out`, 128 bytes), the opcode's argument struct (`op_in`, 128
+/// bytes) and the entry's own fields ([`UringEntInOut`]); the rest of a request's
+/// arguments and all of a reply's go in the entry's payload buffer.
+pub const URING_IN_OUT_HEADER_BYTES: usize = 128;
+pub const URING_OP_IN_OUT_BYTES: usize = 128;
+/// The size of `fuse_uring_req_header`.
+pub const URING_REQ_HEADER_BYTES: usize =
+    URING_IN_OUT_HEADER_BYTES + URING_OP_IN_OUT_BYTES + std::mem::size_of::<UringEntInOut>();
+
+/// `enum fuse_uring_cmd`: the `cmd_op` of an IORING_OP_URING_CMD on /dev/fuse.
+pub mod uring_cmd {
+    /// Register an entry's buffers and wait for a request.
+    pub const REGISTER: u32 = 1;
+    /// Send the entry's reply and wait for the next request.
+    pub const COMMIT_AND_FETCH: u32 = 2;
+}
+
+/// `fuse_uring_ent_in_out`: the request's `commit_id` (its unique) and how many payload
+/// bytes the request, or the reply, holds.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UringEntInOut {
+    pub flags: u64,
+    pub commit_id: u64,
+    pub payload_sz: u32,
+    pub padding: u32,
+    pub reserved: u64,
+}
+
+/// `fuse_uring_cmd_req`, in the 80-byte command area of a 128-byte SQE.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UringCmdReq {
+    pub flags: u64,
+    pub commit_id: u64,
+    pub qid: u16,
+    pub padding: [u16; 3],
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InHeader {
@@ -582,6 +622,7 @@ pub mod notify {
 }
 
 pod! {
+    UringEntInOut = 32, UringCmdReq = 24,
     NotifyInvalInodeOut = 24, NotifyInvalEntryOut = 16, NotifyDeleteOut = 24,
     DirentPlus = 152,
     InHeader = 40, OutHeader = 16, Attr = 88, EntryOut = 128, AttrOut = 104,

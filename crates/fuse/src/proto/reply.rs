@@ -120,6 +120,41 @@ impl ReplyBuf {
         self.push_bytes(&[0u8; 8][..pad]);
     }
 
+    /// Where the payload begins, for a transport that hands the buffer to the kernel
+    /// (FUSE over io_uring: the kernel writes a request's arguments there and reads the
+    /// reply from there), and how many bytes it holds.
+    pub fn payload_area(&mut self) -> (*mut u8, usize) {
+        let len = self.buf.len() - HEADER;
+        (self.buf[HEADER..].as_mut_ptr(), len)
+    }
+
+    /// The first `n` bytes of the payload area (a request the kernel put there).
+    pub fn payload_bytes(&self, n: usize) -> &[u8] {
+        &self.buf[HEADER..HEADER + n]
+    }
+
+    /// The header of the reply [`ReplyBuf::finish`] made.
+    pub fn header(&self) -> OutHeader {
+        abi::read(&self.buf).expect("a header's worth of bytes")
+    }
+
+    /// Makes this buffer's reply a copy of `other`'s finished one (its header and
+    /// payload).
+    pub fn copy_reply(&mut self, other: &ReplyBuf) {
+        let n = other.len;
+        assert!(n <= self.buf.len(), "a reply of {n} bytes overflows");
+        self.buf[..n].copy_from_slice(&other.buf[..n]);
+        self.len = n;
+        self.unique = other.unique;
+    }
+
+    /// Makes this buffer's reply `bytes` (a header and its payload, as sent).
+    pub fn set_reply(&mut self, bytes: &[u8]) {
+        assert!(bytes.len() >= HEADER && bytes.len() <= self.buf.len());
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.len = bytes.len();
+    }
+
     /// The finished reply: `error` 0 with the payload, else a negative errno alone.
     pub fn finish(&mut self, error: i32) -> &[u8] {
         assert!(error <= 0, "errors are negative errnos, got {error}");
