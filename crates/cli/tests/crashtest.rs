@@ -1,5 +1,6 @@
 //! `augefs crashtest` through the real binary: the example workloads pass, a workload
-//! that does not parse is refused with its line, and no workload is an error.
+//! that does not parse is refused with its line, `--domains` runs a file with each
+//! count, a step's unexpected outcome fails, and no workload is an error.
 
 use std::process::Command;
 
@@ -33,8 +34,33 @@ fn example_workloads_pass_and_bad_ones_are_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("bad.crash:2: usage: write PATH OFFSET LEN"),
+        stderr.contains("bad.crash:2: usage: write TARGET OFFSET LEN"),
         "{stderr}"
+    );
+
+    let two = dir.path().join("two.crash");
+    std::fs::write(&two, "domains 2\nbegin\ncreate /a\nfsync /a\n").unwrap();
+    let out = augefs()
+        .args(["crashtest", "--domains", "1,3"])
+        .arg(&two)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("two.crash@d1") && stdout.contains("two.crash@d3"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 workloads"), "{stdout}");
+
+    let failing = dir.path().join("failing.crash");
+    std::fs::write(&failing, "begin\nunlink /missing\nsync\n").unwrap();
+    let out = augefs().arg("crashtest").arg(&failing).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("line 2 (unlink /missing): ENOENT, expected success"),
+        "{stdout}"
     );
 
     let out = augefs().arg("crashtest").output().unwrap();

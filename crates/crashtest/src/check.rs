@@ -1,141 +1,140 @@
-//! Checking every crash state of a recorded run against docs/SEMANTICS.md.
-//!
-//! For each crash state: the image mounts (recovery succeeds), and
-//! - every directory entry and every object (contents, mode, link count, attributes)
-//!   is in a state it had at some step at or after the last acknowledged persistence
-//!   point covering it (nothing promised is lost, nothing never written appears, no
-//!   operation is half applied);
-//! - with one domain, the whole tree equals the tree after some step at or after the last
-//!   acknowledged persistence point (each domain keeps a prefix of its operations);
-//! - fsck (check only, data verified) finds nothing wrong with the crash image.
-//!
-//! A persistence point is acknowledged in a crash state when every write made before it
-//! returned is durable there.
+//! Checking a workload: each step's outcome against what the workload expects, then every
+//! crash state of the recorded run: fsck (check only, data verified) finds nothing, the
+//! image mounts (recovery succeeds), and the recovered tree passes [`crate::judge`].
 //!
 //! Invariants:
-//! - A failure names the crash state, the line of the workload and what differs, so it
-//!   can be replayed.
+//! - Every failure is kept, each naming its crash state (or the step, for an outcome),
+//!   so a workload that fails in many ways shows all of them.
 
-use crate::run::{self, Promise, Recorded, Scope};
-use crate::snapshot::{show, Snapshot};
-use crate::workload::Workload;
-use device::recording::{CrashPolicy, CrashState};
+use crate::judge::judge;
+use crate::run::{self, Recorded};
+use crate::snapshot::Snapshot;
+use crate::workload::{errno_name, Workload};
+use device::recording::{CrashPolicy, CrashState, RecordingHandle};
 use device::Device;
+use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
+
+/// One thing found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The crash state it was found in (None: a step's outcome).
+    pub state: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            Some(state) => write!(f, "crash state {state}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
 
 /// What checking a workload found.
 #[derive(Debug, Default)]
 pub struct Report {
     pub states_checked: usize,
     pub states_skipped: u64,
-    pub failures: Vec<String>,
+    pub failures: Vec<Failure>,
+    /// The size of the image the workload ran on.
+    pub image_bytes: u64,
+}
+
+impl Report {
+    /// The failures by message, each with the crash states it was found in (in order).
+    pub fn grouped(&self) -> Vec<(&str, Vec<&str>)> {
+        let mut groups: BTreeMap<&str, (usize, Vec<&str>)> = BTreeMap::new();
+        for (i, f) in self.failures.iter().enumerate() {
+            let g = groups.entry(&f.message).or_insert((i, Vec::new()));
+            g.1.extend(f.state.as_deref());
+        }
+        let mut out: Vec<(usize, &str, Vec<&str>)> =
+            groups.into_iter().map(|(m, (i, s))| (i, m, s)).collect();
+        out.sort_by_key(|g| g.0);
+        out.into_iter().map(|(_, m, s)| (m, s)).collect()
+    }
+}
+
+/// "success" or the errno's name.
+pub(crate) fn outcome(result: Result<(), i32>) -> String {
+    match result {
+        Ok(()) => "success".into(),
+        Err(e) => errno_name(e),
+    }
 }
 
 /// Runs and checks `workload` under `policy`.
 pub fn check_workload(workload: &Workload, policy: &CrashPolicy) -> Result<Report, String> {
-    let recorded = run::record(workload)?;
+    check_workload_with(workload, policy, &|_| {})
+}
+
+/// [`check_workload`] that hands the recording device to `before_steps` after the setup
+/// (where tests inject faults or flush mutations).
+pub fn check_workload_with(
+    workload: &Workload,
+    policy: &CrashPolicy,
+    before_steps: &dyn Fn(&RecordingHandle),
+) -> Result<Report, String> {
+    let recorded = run::record_with(workload, before_steps)?;
     let states = recorded.recording.crash_states(policy);
     let mut report = Report {
         states_skipped: states.skipped_count,
+        image_bytes: recorded.image_bytes,
         ..Report::default()
     };
+    for (step, result) in workload.steps.iter().zip(&recorded.history.results) {
+        let expected = step.expect.map_or(Ok(()), Err);
+        if *result != expected {
+            report.failures.push(Failure {
+                state: None,
+                message: format!(
+                    "line {} ({}): {}, expected {}",
+                    step.line,
+                    step.op,
+                    outcome(*result),
+                    outcome(expected)
+                ),
+            });
+        }
+    }
     for state in &states.states {
         report.states_checked += 1;
-        if let Err(e) = check_state(workload, &recorded, state) {
-            report
-                .failures
-                .push(format!("{}: crash state {state}: {e}", workload.name));
-            // One failure per workload is enough to act on.
-            break;
+        for message in check_state(workload, &recorded, state) {
+            report.failures.push(Failure {
+                state: Some(state.to_string()),
+                message,
+            });
         }
     }
     Ok(report)
 }
 
-fn check_state(workload: &Workload, recorded: &Recorded, state: &CrashState) -> Result<(), String> {
+/// The problems of one crash state.
+fn check_state(workload: &Workload, recorded: &Recorded, state: &CrashState) -> Vec<String> {
     let device = Arc::new(Device::new(Box::new(
         recorded.recording.crash_device(state, 512),
     )));
-    fsck_clean(&device)?;
-    let fs = run::mount(device.clone()).map_err(|e| format!("recovery failed: {e}"))?;
-    let got = Snapshot::take(&fs).map_err(|e| format!("reading the recovered tree: {e}"))?;
-    drop(fs);
-    let acked: Vec<&Promise> = recorded
-        .promises
-        .iter()
-        .filter(|p| p.writes <= state.durable_writes())
-        .collect();
-    let line = |step: usize| match step {
-        0 => "the setup".to_string(),
-        s => format!(
-            "line {} ({})",
-            workload.steps[s - 1].line,
-            workload.steps[s - 1].op
-        ),
+    let mut problems = Vec::new();
+    if let Err(e) = fsck_clean(&device) {
+        problems.push(e);
+    }
+    let got = match run::mount(device) {
+        Err(e) => Err(format!("recovery failed: {e}")),
+        Ok(fs) => Snapshot::take(&fs).map_err(|e| format!("reading the recovered tree: {e}")),
     };
-    // Entries.
-    let mut keys: std::collections::BTreeSet<&(u64, Vec<u8>)> = got.entries.keys().collect();
-    for s in &recorded.states {
-        keys.extend(s.entries.keys());
+    match got {
+        Ok(got) => problems.extend(judge(
+            workload,
+            &recorded.history,
+            &got,
+            state.durable_writes(),
+        )),
+        Err(e) => problems.push(e),
     }
-    for key in keys {
-        let point = acked
-            .iter()
-            .filter(|p| covers_entry(&p.scope, key))
-            .map(|p| p.step)
-            .max()
-            .unwrap_or(0);
-        let value = got.entries.get(key);
-        if !recorded.states[point..]
-            .iter()
-            .any(|s| s.entries.get(key) == value)
-        {
-            return Err(format!(
-                "entry {}/{} is {:?}, a value it never had since {}",
-                key.0,
-                show(&key.1),
-                value,
-                line(point)
-            ));
-        }
-    }
-    // Objects.
-    for (ino, object) in &got.objects {
-        let point = acked
-            .iter()
-            .filter(|p| covers_object(&p.scope, *ino))
-            .map(|p| p.step)
-            .max()
-            .unwrap_or(0);
-        if !recorded.states[point..]
-            .iter()
-            .any(|s| s.objects.get(ino) == Some(object))
-        {
-            let last = recorded.states.last().and_then(|s| s.objects.get(ino));
-            return Err(format!(
-                "inode {ino} is {}, a state it never had since {} (at the end: {})",
-                object.describe(),
-                line(point),
-                last.map_or("gone".into(), |o| o.describe())
-            ));
-        }
-    }
-    // One domain: a prefix of the whole history.
-    if workload.domains == 1 {
-        let point = acked.iter().map(|p| p.step).max().unwrap_or(0);
-        if !recorded.states[point..].contains(&got) {
-            let nearest = recorded.states[point..]
-                .iter()
-                .min_by_key(|s| s.diff(&got).len())
-                .expect("at least the last state");
-            return Err(format!(
-                "the tree equals no tree since {}; nearest: {}",
-                line(point),
-                got.diff(nearest)
-            ));
-        }
-    }
-    Ok(())
+    problems
 }
 
 /// fsck of the crash image (read-only: it recovers on an overlay) finds nothing.
@@ -161,20 +160,5 @@ fn fsck_clean(device: &Arc<Device>) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("fsck: {}", problems.join("; ")))
-    }
-}
-
-fn covers_entry(scope: &Scope, key: &(u64, Vec<u8>)) -> bool {
-    match scope {
-        Scope::All => true,
-        Scope::File { entries, .. } => entries.contains(key),
-        Scope::Dir { ino } => key.0 == *ino,
-    }
-}
-
-fn covers_object(scope: &Scope, object: u64) -> bool {
-    match scope {
-        Scope::All => true,
-        Scope::File { ino, .. } | Scope::Dir { ino } => *ino == object,
     }
 }

@@ -1,19 +1,27 @@
-//! The augefs crash-test harness (issue 5 item 8; docs/TESTING.md "Crash workloads"):
-//! workloads in a small text format run on the recording device; every crash state
-//! (each persistence point, in-flight subsets and torn writes) is recovered and checked
-//! against what docs/SEMANTICS.md promises.
+//! The augefs crash-test harness (docs/TESTING.md §2a "Crash workloads"): workloads in a
+//! small text format run on the recording device; every crash state (each persistence
+//! point, in-flight subsets and torn writes) is recovered and checked against what
+//! docs/SEMANTICS.md promises.
 //!
 //! - [`workload`]: the text format.
-//! - [`run`]: running a workload and recording the history and the promises.
+//! - [`run`]: running a workload (on an image with room for it) and recording the
+//!   history: trees, outcomes, write-backs and promises.
+//! - `apply`: one step on a mounted file system, and what a step promises.
 //! - [`snapshot`]: the tree as the checker compares it.
-//! - [`check`]: the checks of each crash state.
-//! - [`generate`]: the generated one- and two-operation sequences.
+//! - [`judge`]: the rules one recovered tree must keep.
+//! - [`check`]: every crash state of a run, and each step's outcome.
+//! - [`generate`], [`model`]: the generated sequences and the namespace model that
+//!   gives each step its expected outcome.
 
+mod apply;
 pub mod check;
 pub mod generate;
+pub mod judge;
+pub mod model;
 pub mod run;
 pub mod snapshot;
 pub mod workload;
 
-pub use check::{check_workload, Report};
+pub use apply::{pattern, Scope, WrittenBack};
+pub use check::{check_workload, check_workload_with, Failure, Report};
 pub use workload::Workload;

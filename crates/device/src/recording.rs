@@ -25,10 +25,14 @@
 //! [`snapshot`] builds their images and [`enumerate`] chooses which ones to check.
 
 pub mod enumerate;
+#[cfg(feature = "mutations")]
+pub mod mutation;
 pub mod snapshot;
 pub mod state;
 
 pub use enumerate::{CrashPolicy, CrashStates, EXHAUSTIVE_LIMIT};
+#[cfg(feature = "mutations")]
+pub use mutation::FlushMutation;
 pub use snapshot::{Epoch, Recording};
 pub use state::{CrashState, ParseCrashStateError, TornWrite};
 
@@ -210,6 +214,10 @@ struct Log {
     /// Writes, flushes and discards seen since the plan was set, by `OpKind`.
     seen_since_plan: [u64; 3],
     injected_count: u64,
+    /// The highest `covers` of a successful flush so far: writes below it are durable.
+    flushed_writes: u64,
+    #[cfg(feature = "mutations")]
+    mutation: mutation::MutationState,
 }
 
 impl Log {
@@ -239,6 +247,15 @@ impl Log {
         let id = WriteId(self.writes.len() as u64);
         self.writes.push(write);
         self.events.push(Event::Write { id });
+        #[cfg(feature = "mutations")]
+        if let Some(covers) = self.mutation.flush_after_write() {
+            self.push_flush(covers);
+        }
+    }
+
+    fn push_flush(&mut self, covers: u64) {
+        self.events.push(Event::Flush { covers });
+        self.flushed_writes = self.flushed_writes.max(covers);
     }
 }
 
@@ -300,9 +317,11 @@ impl Shared {
                     covered_writes <= log.writes.len() as u64,
                     "flush covers unrecorded writes"
                 );
-                log.events.push(Event::Flush {
-                    covers: covered_writes,
-                });
+                #[cfg(feature = "mutations")]
+                if log.mutation.intercept_flush(request.cause, covered_writes) {
+                    return Ok(());
+                }
+                log.push_flush(covered_writes);
                 return Ok(());
             }
         };
@@ -471,6 +490,19 @@ impl RecordingHandle {
     /// Writes and discards recorded so far.
     pub fn write_count(&self) -> u64 {
         self.shared.log().writes.len() as u64
+    }
+
+    /// How many writes a successful flush has made durable so far (the highest `covers`
+    /// recorded, as [`Recording::epochs`] takes it): every crash from now on keeps at
+    /// least these. What a caller that just returned from a durability call may rely on.
+    pub fn durable_writes(&self) -> u64 {
+        self.shared.log().flushed_writes
+    }
+
+    /// Breaks the flush contract from now on as `mutation` says (tests only).
+    #[cfg(feature = "mutations")]
+    pub fn set_flush_mutation(&self, mutation: FlushMutation) {
+        self.shared.log().mutation.set(mutation);
     }
 
     pub fn events(&self) -> Vec<Event> {

@@ -657,3 +657,59 @@ fn threads_writing_through_their_own_queues_are_all_recorded() {
         Some(32)
     );
 }
+
+#[test]
+fn durable_writes_is_the_highest_flush_so_far() {
+    let (device, handle) = recording_device(4);
+    assert_eq!(handle.durable_writes(), 0);
+    run_ok(&device, vec![write(0, 1, 1), write(1, 1, 2)]);
+    assert_eq!(handle.durable_writes(), 0, "no flush yet");
+    device.flush(IoCause::UserData).expect("flush");
+    run_ok(&device, vec![write(2, 1, 3)]);
+    assert_eq!(
+        handle.durable_writes(),
+        2,
+        "the write after the flush is not durable"
+    );
+    handle.set_fault(FaultPlan::FailFlush { nth: 1 });
+    assert!(device.flush(IoCause::UserData).is_err());
+    assert_eq!(handle.durable_writes(), 2, "a failed flush covers nothing");
+}
+
+/// The test-only flush mutations (feature `mutations`, on in workspace test builds
+/// through crashtest's dev-dependency): a skipped flush covers nothing, a late one
+/// takes effect only after the next write.
+#[cfg(feature = "mutations")]
+#[test]
+fn flush_mutations_skip_or_delay_flushes() {
+    use device::recording::FlushMutation;
+    let (device, handle) = recording_device(4);
+    handle.set_flush_mutation(FlushMutation::Skip(IoCause::Wal));
+    run_ok(&device, vec![write(0, 1, 1)]);
+    device
+        .flush(IoCause::Wal)
+        .expect("a skipped flush still succeeds");
+    assert_eq!(handle.durable_writes(), 0);
+    device.flush(IoCause::UserData).expect("flush");
+    assert_eq!(handle.durable_writes(), 1, "other causes flush");
+
+    handle.set_flush_mutation(FlushMutation::Late);
+    run_ok(&device, vec![write(1, 1, 2)]);
+    device
+        .flush(IoCause::UserData)
+        .expect("a late flush succeeds at once");
+    assert_eq!(handle.durable_writes(), 1, "not yet taken effect");
+    run_ok(&device, vec![write(2, 1, 3)]);
+    assert_eq!(
+        handle.durable_writes(),
+        2,
+        "after the next write, covering the one before"
+    );
+    assert_eq!(
+        &handle.events()[handle.events().len() - 2..],
+        &[Event::Write { id: WriteId(2) }, Event::Flush { covers: 2 }]
+    );
+    handle.set_flush_mutation(FlushMutation::None);
+    device.flush(IoCause::UserData).expect("flush");
+    assert_eq!(handle.durable_writes(), 3);
+}

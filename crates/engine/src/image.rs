@@ -13,6 +13,34 @@ use format::geometry::{CheckpointOwner, Geometry};
 use format::superblock::{self, SuperblockChoice};
 use serde::Serialize;
 
+/// Adds the feature flags `add` to the image's superblock, if it lacks any of them,
+/// before this build writes structures older code would misread: both copies are
+/// rewritten with the next sequence number, copy 1 first and each flushed, as mkfs
+/// writes them, so a crash leaves one copy with the flags or the old pair.
+pub fn add_features(
+    device: &Device,
+    choice: &SuperblockChoice,
+    add: u32,
+) -> Result<superblock::Superblock, EngineError> {
+    let mut sb = choice.superblock.clone();
+    if sb.feature_flags & add == add {
+        return Ok(sb);
+    }
+    sb.feature_flags |= add;
+    sb.sequence += 1;
+    for copy in [1u32, 0] {
+        device.run(vec![
+            IoRequest::write(
+                u64::from(copy) * BLOCK_SIZE_BYTES,
+                AlignedBuf::from_slice(&sb.encode(copy)),
+                IoCause::Superblock,
+            ),
+            IoRequest::flush(IoCause::Superblock),
+        ])?;
+    }
+    Ok(sb)
+}
+
 /// Reads both superblock copies and picks the valid one with the highest sequence.
 ///
 /// Every open of an image passes here (mount, fsck, inspect, the C ABI and the

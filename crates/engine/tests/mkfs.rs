@@ -250,3 +250,43 @@ fn damaged_checkpoint_slot_is_reported_and_other_slot_used() {
     assert_eq!(cps[0].current_slot, Some(1));
     assert_eq!(cps[0].current.as_ref().unwrap().sequence, 2);
 }
+
+/// An image made before WAL records carried `lane_durable` gets the feature flag at its
+/// first open, before any record of the new form is written (so older code refuses it
+/// instead of taking the log for empty); images made since have it from mkfs.
+#[test]
+fn the_first_open_of_an_older_image_adds_the_lane_durable_feature() {
+    use format::superblock::FEATURE_LANE_DURABLE;
+    let dev = memory_device(128 * MIB);
+    let sb = format(&dev, None, &opts(), &NoProgress).unwrap();
+    assert_ne!(sb.feature_flags & FEATURE_LANE_DURABLE, 0, "mkfs sets it");
+    // Make it an older image: the flag cleared in both copies.
+    let mut old = sb.clone();
+    old.feature_flags &= !FEATURE_LANE_DURABLE;
+    for copy in [0u32, 1] {
+        dev.write(
+            u64::from(copy) * BLOCK_SIZE_BYTES,
+            AlignedBuf::from_slice(&old.encode(copy)),
+            IoCause::Tool,
+        )
+        .unwrap();
+    }
+    let dev = std::sync::Arc::new(dev);
+    let engine = engine::log::Engine::open(
+        engine::log::EngineEnv {
+            device: dev.clone(),
+            pmr: None,
+            clock: std::sync::Arc::new(platform::ManualClock::new(1)),
+        },
+        engine::log::EngineConfig::default(),
+    )
+    .unwrap();
+    engine.close().unwrap();
+    let choice = read_superblock(&dev).unwrap();
+    assert_ne!(choice.superblock.feature_flags & FEATURE_LANE_DURABLE, 0);
+    assert_eq!(choice.superblock.sequence, old.sequence + 1);
+    assert!(
+        choice.copy_errors.iter().all(Option::is_none),
+        "both copies rewritten"
+    );
+}

@@ -25,8 +25,13 @@ pub const FEATURE_PMR: u32 = 1 << 0;
 /// records), which code older than them would read as holes. Set by every mkfs since;
 /// the engine writes extents only into images that carry it.
 pub const FEATURE_EXTENTS: u32 = 1 << 1;
+/// Feature flag: MetaDB's WAL records carry `lane_durable` (docs/FORMAT.md §5.2, magic
+/// `WD` and `WTXD`), which code older than them would take for an empty or torn log.
+/// Set by every mkfs since, and by the first read-write open of an older image, before
+/// it writes a record of the new form.
+pub const FEATURE_LANE_DURABLE: u32 = 1 << 2;
 /// Every feature flag this build understands; others make the image unreadable here.
-pub const FEATURES_KNOWN: u32 = FEATURE_PMR | FEATURE_EXTENTS;
+pub const FEATURES_KNOWN: u32 = FEATURE_PMR | FEATURE_EXTENTS | FEATURE_LANE_DURABLE;
 
 pub const F_MAGIC: Field = Field::at("magic", 0, 8);
 pub const F_FORMAT_VERSION: Field = Field::after(F_MAGIC, "format_version", 4);
@@ -107,7 +112,9 @@ impl Superblock {
         created_unix_ns: u64,
         pmr_size_bytes: u64,
     ) -> Self {
-        let feature_flags = FEATURE_EXTENTS | if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
+        let feature_flags = FEATURE_EXTENTS
+            | FEATURE_LANE_DURABLE
+            | if pmr_size_bytes > 0 { FEATURE_PMR } else { 0 };
         Superblock {
             format_version: FORMAT_VERSION,
             sequence: 1,

@@ -20,6 +20,19 @@ pub enum FsckError {
 }
 
 impl FsckError {
+    /// The damage recovery refused or a read met, if this error is one: fsck reports it
+    /// as a problem (exit 4) rather than failing (exit 8).
+    pub fn damage(&self) -> Option<String> {
+        match self {
+            FsckError::MetaDb(e @ metadb::MetaDbError::Damaged(_))
+            | FsckError::MetaDb(e @ metadb::MetaDbError::Corruption { .. }) => Some(e.to_string()),
+            FsckError::Engine(engine::EngineError::MetaDb(
+                e @ (metadb::MetaDbError::Damaged(_) | metadb::MetaDbError::Corruption { .. }),
+            )) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+
     /// Whether the device does not hold an augefs image at all (as opposed to an image
     /// fsck could not read or recover).
     pub fn is_not_augefs(&self) -> bool {

@@ -18,6 +18,7 @@
 
 pub mod blocks;
 pub mod error;
+pub mod integrity;
 pub mod namespace;
 pub mod open;
 pub mod problem;
@@ -202,31 +203,48 @@ pub fn check(
     progress: &dyn Progress,
 ) -> Result<Report, FsckError> {
     progress.step("recovering MetaDB", 0);
-    let recovered = open::recover(device.clone(), pmr)?;
+    let (recovered, early) = match recover_or_salvage(&device, pmr, options)? {
+        Ok(found) => found,
+        Err(report) => return Ok(report),
+    };
     let mut fsck = Fsck {
         db: &recovered.db,
         device: &device,
         geometry: recovered.geometry,
         options,
         progress,
-        problems: Vec::new(),
+        problems: early,
         writes: BTreeMap::new(),
         stats: Stats {
             replay_dropped: recovered.replay_dropped,
             ..Stats::default()
         },
     };
-    let mut records = fsck.scan()?;
-    let mut blocks = fsck.check_blocks(&mut records, &recovered)?;
-    if options.verify_data {
-        fsck.verify_data(&records, &mut blocks)?;
-    }
-    fsck.check_namespace(&mut records, &mut blocks)?;
-    fsck.reconcile_seginfo(&records, &blocks);
-    fsck.count(&records, &blocks, &recovered);
-    if options.mode != Mode::Check && !fsck.writes.is_empty() {
-        progress.step("writing repairs", 0);
-        fsck.write_repairs()?;
+    let result = fsck.run(&recovered);
+    let raw = match result {
+        Ok(raw) => raw,
+        Err(e) => {
+            let Some(damage) = e.damage() else {
+                return Err(e);
+            };
+            fsck.problems.push(Problem {
+                kind: Kind::MetadbUnreadable,
+                objects: Objects::default(),
+                message: damage,
+                repair: None,
+                fixed: false,
+            });
+            let mut report = damaged_report(options, std::mem::take(&mut fsck.problems));
+            report.stats = fsck.stats;
+            return Ok(report);
+        }
+    };
+    if options.mode != Mode::Check {
+        if !fsck.writes.is_empty() {
+            progress.step("writing repairs", 0);
+            fsck.write_repairs()?;
+        }
+        integrity::apply(&device, raw)?;
     }
     progress.finish();
     let report = Report {
@@ -237,4 +255,141 @@ pub fn check(
     };
     recovered.db.close()?;
     Ok(report)
+}
+
+/// MetaDB recovered as a mount recovers it; if that refuses damage, the damage as a
+/// problem and, except under -p (which never loses acknowledged changes), MetaDB
+/// salvaged to check the rest: on -n's overlay, or on the image under -y. `Err` is the
+/// report of a check that cannot go on.
+fn recover_or_salvage(
+    device: &Arc<Device>,
+    pmr: Option<Arc<Pmr>>,
+    options: &Options,
+) -> Result<Result<(open::Recovered, Vec<Problem>), Report>, FsckError> {
+    let error = match open::recover(device.clone(), pmr.clone(), open::Damage::Refuse) {
+        Ok(r) => return Ok(Ok((r, Vec::new()))),
+        Err(e) => e,
+    };
+    let Some(damage) = error.damage() else {
+        return Err(error);
+    };
+    let salvaged = (options.mode != Mode::Preen)
+        .then(|| open::recover(device.clone(), pmr, open::Damage::Salvage))
+        .and_then(Result::ok);
+    let problem = Problem {
+        kind: Kind::MetadbDamaged,
+        objects: Objects::default(),
+        message: damage,
+        repair: salvaged.is_some().then(|| {
+            "keep the log up to the damage, as after a crash; files that lose acknowledged changes are listed".to_string()
+        }),
+        fixed: salvaged.is_some() && options.mode == Mode::Repair,
+    };
+    Ok(match salvaged {
+        Some(r) => Ok((r, vec![problem])),
+        None => Err(damaged_report(options, vec![problem])),
+    })
+}
+
+/// The report of a check that could not go on past damage to MetaDB.
+fn damaged_report(options: &Options, problems: Vec<Problem>) -> Report {
+    Report {
+        mode: options.mode,
+        verify_data: options.verify_data,
+        stats: Stats::default(),
+        problems,
+    }
+}
+
+impl Fsck<'_> {
+    /// Every check; returns the repairs outside MetaDB (superblocks, summaries).
+    fn run(&mut self, recovered: &open::Recovered) -> Result<Vec<integrity::RawWrite>, FsckError> {
+        let mut raw = self.check_superblocks()?;
+        raw.extend(self.check_summaries()?);
+        let mut records = self.scan()?;
+        let mut blocks = self.check_blocks(&mut records, recovered)?;
+        if self.options.verify_data {
+            self.verify_data(&records, &mut blocks)?;
+        }
+        let paths = self.check_namespace(&mut records, &mut blocks)?;
+        self.report_salvaged(recovered, &paths);
+        self.reconcile_seginfo(&records, &blocks);
+        self.count(&records, &blocks, recovered);
+        self.name_paths(&paths);
+        Ok(raw)
+    }
+
+    /// One problem per inode that intact WAL records dropped after damage named: its
+    /// acknowledged changes are lost.
+    fn report_salvaged(
+        &mut self,
+        recovered: &open::Recovered,
+        paths: &std::collections::HashMap<format::InodeNo, Vec<String>>,
+    ) {
+        let mut inodes = std::collections::BTreeSet::new();
+        for salvaged in recovered.db.salvaged() {
+            for payload in &salvaged.dropped {
+                let Ok((_, batch)) = WriteBatch::decode(payload) else {
+                    continue;
+                };
+                for (_, key, _) in batch.ops() {
+                    if let Some(ino) = salvaged_ino(key) {
+                        inodes.insert(ino);
+                    }
+                }
+            }
+        }
+        for ino in inodes {
+            let names = paths
+                .get(&format::InodeNo(ino))
+                .cloned()
+                .unwrap_or_default();
+            let shown = if names.is_empty() {
+                format!("inode {ino} (no name left)")
+            } else {
+                names.join(", ")
+            };
+            self.report(
+                Kind::AcknowledgedChangesLost,
+                Class::Destructive,
+                Objects {
+                    ino: Some(ino),
+                    ..Objects::default()
+                },
+                format!("{shown}: acknowledged changes (contents, size or names) were in the damaged WAL and cannot be recovered"),
+                Some("keep the file as recovered"),
+            );
+        }
+    }
+
+    /// Names the path(s) of the inode of every problem that has an inode but no path.
+    fn name_paths(&mut self, paths: &std::collections::HashMap<format::InodeNo, Vec<String>>) {
+        for p in &mut self.problems {
+            let Some(names) = p.objects.ino.and_then(|i| paths.get(&format::InodeNo(i))) else {
+                // An entry's problem: the path the entry would have.
+                let parent = p
+                    .objects
+                    .parent
+                    .and_then(|i| paths.get(&format::InodeNo(i)));
+                if let (None, Some(dir), Some(name)) = (&p.objects.path, parent, &p.objects.name) {
+                    let dir = dir.first().map_or("", |d| d.trim_end_matches('/'));
+                    p.objects.path = Some(format!("{dir}/{name}"));
+                }
+                continue;
+            };
+            if p.objects.path.is_none() {
+                p.objects.path = names.first().cloned();
+            }
+            if names.len() > 1 {
+                p.objects.paths = names.clone();
+            }
+        }
+    }
+}
+
+/// The inode a MetaDB key belongs to (the directory for an entry), if it names one.
+fn salvaged_ino(key: &[u8]) -> Option<u64> {
+    let tag = *key.first()?;
+    let ino = u64::from_be_bytes(key.get(1..9)?.try_into().ok()?);
+    matches!(tag, b'i' | b'x' | b'e' | b'l' | b'a' | b'o' | b'm').then_some(ino)
 }

@@ -16,7 +16,7 @@
 
 use crate::error::FsckError;
 use device::Device;
-use engine::image::{check_pmr, read_superblock};
+use engine::image::{add_features, check_pmr, read_superblock};
 use engine::log::hooks::EngineHooks;
 use engine::log::keys::{
     parse_extent_key, parse_mapping_key, Extent, FileBlock, Mapping, EXTENT_TAG, MAPPING_TAG,
@@ -51,6 +51,14 @@ pub struct Recovered {
     pub replay_dropped: u64,
 }
 
+/// Whether recovery keeps the log up to damage it proves (fsck -y, and -n on its
+/// overlay) or refuses it as a mount does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    Refuse,
+    Salvage,
+}
+
 impl std::fmt::Debug for Recovered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recovered")
@@ -76,8 +84,18 @@ fn config(geometry: &Geometry) -> MetaDbConfig {
 }
 
 /// Recovers the MetaDB of the image on `device`.
-pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, FsckError> {
-    let sb = read_superblock(&device)?.superblock;
+pub fn recover(
+    device: Arc<Device>,
+    pmr: Option<Arc<Pmr>>,
+    damage: Damage,
+) -> Result<Recovered, FsckError> {
+    // This build writes WAL records older code would take for an empty log: make such
+    // code refuse the image first (a no-op on images made since; memory under -n).
+    let sb = add_features(
+        &device,
+        &read_superblock(&device)?,
+        format::superblock::FEATURE_LANE_DURABLE,
+    )?;
     check_pmr(&sb, pmr.as_deref())?;
     let geometry = sb.geometry;
     let pool_config = PoolConfig::for_geometry(&geometry, false);
@@ -98,13 +116,22 @@ pub fn recover(device: Arc<Device>, pmr: Option<Arc<Pmr>>) -> Result<Recovered, 
             table_store: space.clone(),
             hooks: Some(hooks.clone()),
         },
-        config(&geometry),
+        MetaDbConfig {
+            wal_durable: engine::log::wal_durable(&slots)?,
+            salvage_damage: damage == Damage::Salvage,
+            ..config(&geometry)
+        },
         &mut |db| {
             claim_domain_segments(db, &geometry, &pool, &mut conflicts)?;
             claim_lost_segments(db, &geometry, &pool, &mut lost)
         },
     )
-    .map_err(|e| FsckError::Unrecoverable(e.to_string()))?;
+    .map_err(|e| match e {
+        e @ (metadb::MetaDbError::Damaged(_) | metadb::MetaDbError::Corruption { .. }) => {
+            FsckError::MetaDb(e)
+        }
+        e => FsckError::Unrecoverable(e.to_string()),
+    })?;
     if let Err(e) = space.claim_result() {
         return Err(FsckError::Unrecoverable(format!(
             "MetaDB's manifest names a segment twice: {e}"

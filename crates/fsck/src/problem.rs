@@ -53,6 +53,15 @@ pub enum Kind {
     OrphanWithoutInode,
     OrphanOfLinkedInode,
     InodeCounterLow,
+    // Checksums of metadata structures (docs/FORMAT.md "what proves damage").
+    SuperblockCopyInvalid,
+    SummaryInvalid,
+    /// Damage to MetaDB's WAL or manifest that recovery refuses.
+    MetadbDamaged,
+    /// A MetaDB table block (or other structure) that fails its checksum when read.
+    MetadbUnreadable,
+    /// A file whose acknowledged changes were in the damaged log and are lost.
+    AcknowledgedChangesLost,
 }
 
 /// How much a repair may change. `-p` (preen) applies [`Class::Safe`] repairs only: they
@@ -89,6 +98,9 @@ pub struct Objects {
     /// A path of the inode (or of the parent directory), when it is reachable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Every path of the inode, when it has more than one name (hard links).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
     /// The MetaDB key involved, in hex, for records fsck cannot otherwise name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,

@@ -316,6 +316,8 @@ fn corrupt_data_block_is_found_with_verify_data() {
         true,
     );
     assert_eq!(kinds(&r), vec![Kind::DataChecksumMismatch]);
+    // A problem that names an inode names its path too.
+    assert_eq!(r.problems[0].objects.path.as_deref(), Some("/d2/sub/big"));
 }
 
 #[test]
@@ -420,4 +422,56 @@ fn unclean_image_recovers_in_the_overlay_without_writing() {
     let fs = mount(&path);
     assert_eq!(fs.metadata("/after").unwrap().size, 20_000);
     unmount(fs);
+}
+
+/// Every block of MetaDB's tables, zeroed, is reported: recovery refuses the tables it
+/// reads (`metadb_damaged`), the scan of every record meets the rest
+/// (`metadb_unreadable`).
+#[test]
+fn a_damaged_table_block_is_always_reported() {
+    use device::memory::MemoryBackend;
+    let dir = scratch();
+    let path = workload_image(dir.path());
+    // A mount's recovery flush puts the workload's WAL into a table.
+    unmount(mount(&path));
+    let image = std::fs::read(&path).unwrap();
+    let dev = fsck::open_image(&path, false).unwrap();
+    let recovered = fsck::open::recover(dev, None, fsck::open::Damage::Refuse).unwrap();
+    let g = recovered.geometry;
+    let mut blocks = Vec::new();
+    for s in 0..g.segment_count {
+        let segment = format::SegmentNo(s);
+        if recovered.pool.owner(segment) != Some(engine::space::Owner::MetaDb) {
+            continue;
+        }
+        let first = g.segment_start(segment).0 as usize;
+        blocks.extend(
+            (first..first + 512)
+                .filter(|b| image[b * 4096..(b + 1) * 4096].iter().any(|&x| x != 0)),
+        );
+    }
+    recovered.db.close().unwrap();
+    assert!(blocks.len() > 4, "table blocks {blocks:?}");
+    let mut kinds_seen = std::collections::BTreeMap::new();
+    for &b in blocks.iter().step_by((blocks.len() / 24).max(1)) {
+        let mut damaged = image.clone();
+        damaged[b * 4096..(b + 1) * 4096].fill(0);
+        let dev = std::sync::Arc::new(device::Device::new(Box::new(MemoryBackend::from_image(
+            damaged, 512,
+        ))));
+        let options = fsck::Options {
+            mode: Mode::Check,
+            verify_data: false,
+            now_ns: 1,
+        };
+        let r = fsck::check(dev, None, &options, &engine::progress::NoProgress).unwrap();
+        assert!(
+            !r.problems.is_empty(),
+            "table block {b} zeroed: fsck found nothing"
+        );
+        *kinds_seen
+            .entry(format!("{:?}", r.problems[0].kind))
+            .or_insert(0) += 1;
+    }
+    println!("first problem per damaged table block: {kinds_seen:?}");
 }

@@ -13,6 +13,11 @@ pub enum MetaDbError {
     Pmr(#[from] PmrError),
     #[error("corrupted {what}: {detail}")]
     Corruption { what: String, detail: String },
+    /// Damage a crash cannot explain: bytes that were durable no longer check out
+    /// (docs/FORMAT.md §5.2 and §5.4, "what proves damage"). Recovery refuses it instead
+    /// of taking it for a torn tail.
+    #[error("damaged {0}")]
+    Damaged(format::Corruption),
     #[error("no space left for MetaDB tables")]
     NoSpace,
     #[error("the WAL is full: every WAL region byte holds records not yet in tables")]
@@ -31,11 +36,20 @@ impl MetaDbError {
         }
     }
 
+    pub fn damaged(
+        what: impl Into<String>,
+        location: impl Into<String>,
+        expected: impl std::fmt::Display,
+        got: impl std::fmt::Display,
+    ) -> MetaDbError {
+        MetaDbError::Damaged(format::Corruption::new(what, location, expected, got))
+    }
+
     pub fn errno(&self) -> i32 {
         match self {
             MetaDbError::Device(e) => e.errno(),
             MetaDbError::Pmr(e) => e.errno(),
-            MetaDbError::Corruption { .. } => 117, // EUCLEAN
+            MetaDbError::Corruption { .. } | MetaDbError::Damaged(_) => 117, // EUCLEAN
             MetaDbError::NoSpace | MetaDbError::WalFull => libc::ENOSPC,
             MetaDbError::ReadOnly(_) => libc::EROFS,
             MetaDbError::BatchTooLarge { .. } => libc::E2BIG,

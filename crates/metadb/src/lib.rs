@@ -39,7 +39,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{DbIterator, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbStats, Snapshot};
+pub use db::{DbIterator, MetaDb, MetaDbConfig, MetaDbEnv, MetaDbStats, Salvaged, Snapshot};
 pub use error::MetaDbError;
 pub use hooks::{NoHooks, ReplayRecord, WriteHooks};
 pub use table_store::{SegmentPool, TableStore};

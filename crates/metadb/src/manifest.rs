@@ -712,6 +712,26 @@ fn parse_record(half: &[u8], at: usize) -> Option<(Frame, &[u8])> {
     Some((parsed, &record[FRAME_BYTES..]))
 }
 
+/// The first intact edit record of `epoch` with an index above `index` at or after byte
+/// `from + 1` of a half's bytes (docs/FORMAT.md §5.4, "what proves damage"). Records are
+/// packed byte to byte, so every offset is tried; the epoch, kind and index are compared
+/// before the CRC is computed.
+fn later_record(half: &[u8], from: usize, epoch: u64, index: u32) -> Option<(usize, Frame)> {
+    // No record starts in the never-written zero tail of the half.
+    let written = crate::wal::written_len(half);
+    let last = written.checked_sub(FRAME_BYTES)?;
+    (from + 1..=last).find_map(|at| {
+        let frame = &half[at..at + FRAME_BYTES];
+        if R_EPOCH.get_u64(frame) != epoch
+            || R_KIND.get_u8(frame) != KIND_EDIT
+            || R_INDEX.get_u32(frame) <= index
+        {
+            return None;
+        }
+        parse_record(half, at).map(|(f, _)| (at, f))
+    })
+}
+
 /// A half header that checked out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HalfHeader {
@@ -905,6 +925,11 @@ impl Manifest {
             (Some(a), Some(b)) => Some(if a.epoch > b.epoch { a } else { b }),
             (a, b) => a.or(b),
         };
+        for (half, header) in headers.iter().enumerate() {
+            if header.is_none() {
+                manifest.check_headless_half(half as u32)?;
+            }
+        }
         if let Some(header) = newest {
             let (state, log) = manifest.replay(&header)?;
             state.version()?;
@@ -926,6 +951,38 @@ impl Manifest {
         Ok(self
             .device
             .read(offset, AlignedBuf::zeroed(len as usize), IoCause::Manifest)?)
+    }
+
+    /// A half whose header is all zero was never switched to, or its first snapshot's
+    /// header never landed; edits are appended only after the header is durable, so an
+    /// intact edit record after the snapshot proves the header damaged (FORMAT.md §5.4).
+    fn check_headless_half(&self, half: u32) -> Result<(), MetaDbError> {
+        let start = self.half_start(half);
+        let bytes = self.read(start, self.half_bytes)?;
+        let snapshot_at = HEADER_BLOCK_BYTES as usize;
+        let Some((snapshot, _)) = parse_record(&bytes, snapshot_at) else {
+            return Ok(());
+        };
+        let at = snapshot_at + FRAME_BYTES + snapshot.payload_len;
+        match parse_record(&bytes, at) {
+            Some((edit, _))
+                if edit.kind == KIND_EDIT
+                    && edit.epoch == snapshot.epoch
+                    && edit.index == 1
+                    && edit.prev_crc == snapshot.crc =>
+            {
+                Err(MetaDbError::damaged(
+                    "MetaDB manifest half header",
+                    format!("half {half} byte {start}"),
+                    format!(
+                        "the header of epoch {} (its snapshot and edit 1 follow it)",
+                        snapshot.epoch
+                    ),
+                    "zeros",
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Reads the half `header` names: its snapshot (which must check out), then edits
@@ -984,6 +1041,21 @@ impl Manifest {
             }
             fold(&mut state, payload, at)?;
             (at, index, prev_crc) = (at + FRAME_BYTES + frame.payload_len, index + 1, frame.crc);
+        }
+        if let Some((later_at, later)) = later_record(&bytes, at, header.epoch, index) {
+            // Each record is flushed before the next is written, so a crash leaves at
+            // most the last one torn: an intact later record proves this one damaged.
+            return Err(MetaDbError::damaged(
+                "MetaDB manifest record",
+                format!("half {} byte {} (record index {index})", header.half, start + at as u64),
+                format!(
+                    "a record whose CRC, epoch, index and prev_crc check out (record {} of epoch {} follows at byte {})",
+                    later.index,
+                    header.epoch,
+                    start + later_at as u64
+                ),
+                "bytes that do not".to_string(),
+            ));
         }
         let end = at as u64;
         let tail = bytes[round_down(end, self.sector_bytes) as usize..at].to_vec();

@@ -710,6 +710,84 @@ fn damage_to_the_current_half_is_corruption_or_a_shorter_log() {
     assert_eq!(Model::of(&state), models[edits.len()]);
 }
 
+#[test]
+fn damage_before_an_intact_record_is_refused_and_only_the_last_record_reads_as_torn() {
+    let edits = generate(9, 40, 8, 30);
+    let models = prefixes(&edits);
+    let device = memory_device(FULL_IMAGE_BYTES);
+    let (manifest, _) = open(&device, FULL_REGION);
+    for edit in &edits {
+        manifest.apply(edit).unwrap();
+    }
+    let position = manifest.position().unwrap();
+    drop(manifest);
+    let image = device
+        .read(
+            0,
+            device::AlignedBuf::zeroed(FULL_IMAGE_BYTES),
+            platform::IoCause::Tool,
+        )
+        .unwrap()
+        .to_vec();
+    let half_start =
+        FULL_REGION.start_byte() + u64::from(position.half) * (FULL_REGION.size_bytes() / 2);
+    let (mut damaged, mut torn) = (0, 0);
+    for at in (BLOCK..position.used_bytes).step_by(37) {
+        match Manifest::open(
+            device_of(flipped(image.clone(), half_start + at)),
+            FULL_REGION,
+        ) {
+            Err(MetaDbError::Damaged(c)) => {
+                assert!(c.what.contains("manifest record"), "{c}");
+                damaged += 1;
+            }
+            // The snapshot named by the header.
+            Err(MetaDbError::Corruption { .. }) => {}
+            Ok((_, state)) => {
+                assert_eq!(
+                    Model::of(&state),
+                    models[edits.len() - 1],
+                    "byte {at}: damage before the last record was taken for a torn tail"
+                );
+                torn += 1;
+            }
+            Err(e) => panic!("byte {at}: {e}"),
+        }
+    }
+    assert!(damaged > 10 && torn > 0, "{damaged} damaged, {torn} torn");
+}
+
+#[test]
+fn a_zeroed_header_over_appended_edits_is_refused() {
+    let edits = generate(10, 5, 8, 30);
+    let device = memory_device(FULL_IMAGE_BYTES);
+    let (manifest, _) = open(&device, FULL_REGION);
+    for edit in &edits {
+        manifest.apply(edit).unwrap();
+    }
+    let position = manifest.position().unwrap();
+    assert!(position.records >= 2, "{position:?}");
+    drop(manifest);
+    let mut image = device
+        .read(
+            0,
+            device::AlignedBuf::zeroed(FULL_IMAGE_BYTES),
+            platform::IoCause::Tool,
+        )
+        .unwrap()
+        .to_vec();
+    let half_start =
+        FULL_REGION.start_byte() + u64::from(position.half) * (FULL_REGION.size_bytes() / 2);
+    image[half_start as usize..half_start as usize + 512].fill(0);
+    match Manifest::open(device_of(image), FULL_REGION) {
+        Err(MetaDbError::Damaged(c)) => assert!(c.what.contains("half header"), "{c}"),
+        other => panic!(
+            "a zeroed header over edits opened as {:?}",
+            other.map(|(_, s)| Model::of(&s))
+        ),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -69,21 +69,37 @@ impl Posix {
         if d.flags() & libc::O_APPEND != 0 {
             let (at, n) = self.fs.append_ino(d.ino(), buf)?;
             *off = at + n as u64;
-            return Ok(n);
+            drop(off);
+            return self.synced(d, n);
         }
         let n = self.fs.write_at(d.ino(), *off, buf)?;
         *off += n as u64;
-        Ok(n)
+        drop(off);
+        self.synced(d, n)
     }
 
     /// Writes at `offset` (Linux: at the end when the description has O_APPEND).
     pub fn pwrite(&self, fd: i32, buf: &[u8], offset: i64) -> Result<usize> {
         let d = self.writable(fd)?;
         let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-        if d.flags() & libc::O_APPEND != 0 {
-            return Ok(self.fs.append_ino(d.ino(), buf)?.1);
+        let n = if d.flags() & libc::O_APPEND != 0 {
+            self.fs.append_ino(d.ino(), buf)?.1
+        } else {
+            self.fs.write_at(d.ino(), offset, buf)?
+        };
+        self.synced(&d, n)
+    }
+
+    /// After a write of `n` bytes through `d`: O_SYNC makes it durable with an fsync,
+    /// O_DSYNC with an fdatasync, before the write returns (docs/SEMANTICS.md §2).
+    fn synced(&self, d: &Description, n: usize) -> Result<usize> {
+        let flags = d.flags();
+        if flags & libc::O_DSYNC != 0 {
+            // O_SYNC is O_DSYNC plus a bit of its own.
+            let data_only = flags & libc::O_SYNC != libc::O_SYNC;
+            self.fs.fsync_ino(d.ino(), data_only)?;
         }
-        Ok(self.fs.write_at(d.ino(), offset, buf)?)
+        Ok(n)
     }
 
     /// `readv` (offset None) or `preadv`: one read (into the caller's buffer when

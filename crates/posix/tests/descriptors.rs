@@ -293,3 +293,25 @@ fn vectored_calls_gather_and_scatter_with_one_or_many_buffers() {
     assert_eq!(&one, b"efgh");
     assert_eq!(p.lseek(fd, 0, libc::SEEK_CUR).unwrap(), 8);
 }
+
+#[test]
+fn o_sync_and_o_dsync_writes_are_written_back_before_they_return() {
+    let fs = common::mounted(64 << 20, 2);
+    let p = Posix::new(fs.clone(), Creds::root(), 4242);
+    for (flags, synced) in [(0, false), (libc::O_SYNC, true), (libc::O_DSYNC, true)] {
+        let path = format!("/f{flags}");
+        let fd = p
+            .open_fd(At::Cwd, path.as_bytes(), RW_CREAT | flags, 0o644)
+            .unwrap();
+        let ino = p.get(fd).unwrap().ino();
+        p.write(fd, &[7u8; 5000]).unwrap();
+        p.pwrite(fd, &[8u8; 100], 9000).unwrap();
+        let dirty = fs.dirty_blocks(ino).unwrap();
+        assert_eq!(
+            dirty.is_empty(),
+            synced,
+            "flags {flags:#o}: dirty {dirty:?}"
+        );
+        p.close(fd).unwrap();
+    }
+}

@@ -928,11 +928,13 @@ impl FileSystem {
         let gone = child.nlink == 0 && cst.open == 0;
         if gone && child.kind == Kind::File {
             // The entry's removal goes with the unmapping of the blocks in the file's
-            // lane; the directory's new times follow in its own lane (a crash between
-            // loses only them).
+            // lane, ordered both ways with the directory's lane; the directory's new
+            // times follow in its own lane, the first batch there that requires it.
+            self.order_deletion(entry.ino, &[parent], &[]);
             self.delete_inode(entry.ino, &child, batch)?;
             cst.inode = None;
             self.drop_pages(entry.ino);
+            self.core.engine.order_after(parent, entry.ino);
             // Logged in the file's lane: an fsync of the directory must reach it.
             self.note_lane(parent, entry.ino);
             let mut times = WriteBatch::new();
@@ -996,6 +998,32 @@ impl FileSystem {
             .engine
             .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
         Ok(())
+    }
+
+    /// Orders the batch about to delete `ino` in its own lane (its last link went, by an
+    /// unlink or a rename over it) after what it depends on in other lanes: the lanes of
+    /// `dirs`, whose entries it changes (where the removed name was created, or renamed
+    /// or linked to), of `ino`'s other name operations not yet durable (an unlink of
+    /// another of its links), and of `also` (a name the batch gives). So no crash keeps
+    /// the deletion and loses one of them, which would leave a name for the freed inode.
+    /// The other direction, after the deletion, is `Engine::order_after(dir, ino)` for
+    /// each of `dirs`: a later batch there (reusing a removed name) never survives
+    /// without it (docs/DESIGN.md §4c "Deletions in the file's lane").
+    fn order_deletion(&self, ino: InodeNo, dirs: &[InodeNo], also: &[InodeNo]) {
+        let lanes = self.take_lanes(ino);
+        for &lane in dirs.iter().chain(&lanes).chain(also) {
+            self.core.engine.order_after(ino, lane);
+        }
+    }
+
+    /// The lanes `ino`'s fsync must persist (kept for it).
+    fn lanes_of(&self, ino: InodeNo) -> Vec<InodeNo> {
+        self.name_lanes
+            .lock()
+            .expect("name lanes lock")
+            .get(&ino)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Adds the deletion of inode `ino`'s records (not its blocks) to `batch`. A deletion
@@ -1197,6 +1225,23 @@ impl FileSystem {
                 _ => Ok(()),
             };
         }
+        // The files the rename gives new names: written back first, and the rename
+        // logged after their lanes (below), so a new name never survives without the
+        // data the file had (docs/SEMANTICS.md §2; ext4's auto_da_alloc does as much for
+        // a rename over a file).
+        let mut renamed = vec![src];
+        if let (RenameMode::Exchange, Some(d)) = (mode, dst) {
+            renamed.push(d);
+        }
+        renamed.retain(|d| d.kind == Kind::File);
+        renamed.dedup_by_key(|d| d.ino);
+        for d in &renamed {
+            let h = self.handle(d.ino)?;
+            let mut st = h.write();
+            if st.inode.is_some() {
+                self.settle(&h, &mut st)?;
+            }
+        }
         let now = self.now();
         let mut batch = WriteBatch::new();
         let mut follow_up: Option<(InodeNo, Inode)> = None;
@@ -1316,8 +1361,13 @@ impl FileSystem {
             // so the rename and the freeing are one batch; the parents' new times (their
             // link counts do not change: a file replaced a file) follow in `dp`'s lane.
             Some((ino, inode)) => {
+                let mut also = self.lanes_of(src.ino);
+                also.push(src.ino);
+                self.order_deletion(ino, &[sp, dp], &also);
                 self.delete_inode(ino, &inode, batch)?;
                 self.drop_pages(ino);
+                self.core.engine.order_after(sp, ino);
+                self.core.engine.order_after(dp, ino);
                 self.core
                     .engine
                     .put_metadata(dp, &parents, Durability::Buffered)?;
@@ -1327,6 +1377,9 @@ impl FileSystem {
                 for (kind, key, value) in parents.ops() {
                     assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
                     batch.put(key.to_vec(), value.to_vec());
+                }
+                for d in &renamed {
+                    self.core.engine.order_after(dp, d.ino);
                 }
                 self.core
                     .engine

@@ -166,7 +166,18 @@ fn print_text(args: &Args, r: &Report) {
         };
         let kind = serde_json::to_value(p.kind).unwrap_or_default();
         let kind = kind.as_str().unwrap_or("unknown");
-        println!("  [{state}] {kind}: {}{repair}", p.message);
+        let paths = if p.objects.paths.len() > 1 {
+            p.objects.paths.clone()
+        } else {
+            p.objects.path.iter().cloned().collect()
+        };
+        let named = paths.iter().all(|path| p.message.contains(path.as_str()));
+        let paths = if named {
+            String::new()
+        } else {
+            format!(" [{}]", paths.join(", "))
+        };
+        println!("  [{state}] {kind}: {}{paths}{repair}", p.message);
     }
     let s = &r.stats;
     println!(

@@ -114,11 +114,26 @@ impl Engine {
         sequence: u64,
         record: &DomainRecord,
     ) -> Result<(), EngineError> {
+        self.write_slot_payload(
+            owner,
+            sequence,
+            CHECKPOINT_PAYLOAD_VERSION,
+            record.encode().to_vec(),
+        )
+    }
+
+    fn write_slot_payload(
+        &self,
+        owner: CheckpointOwner,
+        sequence: u64,
+        payload_version: u32,
+        payload: Vec<u8>,
+    ) -> Result<(), EngineError> {
         let slot = CheckpointSlot {
             owner,
-            payload_version: CHECKPOINT_PAYLOAD_VERSION,
+            payload_version,
             sequence,
-            payload: record.encode().to_vec(),
+            payload,
         };
         // Sequence n goes to slot (n + 1) mod 2 (mkfs wrote sequence 1 to slot 0), so a new
         // checkpoint never overwrites the current one.
@@ -137,16 +152,24 @@ impl Engine {
     }
 
     /// sync(): a consistent whole-file-system checkpoint. Every domain checkpoints, then
-    /// MetaDB's other lanes are made durable and the global slot is written.
+    /// MetaDB's other lanes are made durable and the global slot is written, naming the
+    /// WAL records now durable (FORMAT.md §6.3) so that recovery can tell damage to them
+    /// from a torn tail.
     pub fn sync(&self) -> Result<(), EngineError> {
         self.checkpoint_all()?;
         self.failing(self.db.sync().map_err(Into::into))?;
+        let extents = self.db.wal_durable();
         let sequence = self.global_checkpoint_seq.fetch_add(1, Ordering::SeqCst) + 1;
         let record = DomainRecord {
             durable_seq: 0,
             issued_seq: 0,
             elapsed_ns: self.domains[0].lock().seginfo.now_ns(),
         };
-        self.write_slot(CheckpointOwner::Global, sequence, &record)
+        self.write_slot_payload(
+            CheckpointOwner::Global,
+            sequence,
+            super::global::GLOBAL_PAYLOAD_VERSION,
+            super::global::encode(&record, &extents),
+        )
     }
 }

@@ -64,6 +64,9 @@ pub struct DomainState {
     /// Per other domain, the furthest of its batches a batch of this lane requires, not
     /// yet known durable: an fsync of this domain persists them too (with their data).
     pub required: Vec<Required>,
+    /// Per other domain, the furthest of its batches the next batch of this lane must
+    /// require (`Engine::order_after`); taken by that batch.
+    pub ordered_after: Vec<Required>,
 }
 
 /// A batch of `domain`'s lane and the number of the writes its data (and its lane's
@@ -83,6 +86,14 @@ impl Required {
             self.receipt = other.receipt;
         }
         self.seq = self.seq.max(other.seq);
+    }
+
+    /// Adds `r` to `list` (one entry per domain, each the furthest).
+    pub fn merge_into(list: &mut Vec<Required>, r: &Required) {
+        match list.iter_mut().find(|q| q.domain == r.domain) {
+            Some(q) => q.merge(r),
+            None => list.push(*r),
+        }
     }
 
     /// Making this durable makes `other` (the same domain) durable.
@@ -105,6 +116,7 @@ impl DomainState {
             created_elsewhere: HashMap::new(),
             created_pruned_len: 0,
             required: Vec::new(),
+            ordered_after: Vec::new(),
         }
     }
 

@@ -511,6 +511,8 @@ pub fn layouts() -> Vec<StructLayout> {
         REVERSE_LAYOUT,
         REVERSE_EXTENT_LAYOUT,
         DOMAIN_RECORD_LAYOUT,
+        super::global::GLOBAL_HEADER_LAYOUT,
+        super::global::WAL_EXTENT_LAYOUT,
     ]
 }
 

@@ -29,12 +29,13 @@
 mod checkpoint;
 pub mod domain;
 pub mod gc;
+pub mod global;
 pub mod hooks;
 mod index;
 pub mod keys;
 mod mapcache;
 mod mount;
-pub use mount::checkpoint_watermarks;
+pub use mount::{checkpoint_watermarks, wal_durable};
 mod read;
 pub mod tracker;
 mod write;

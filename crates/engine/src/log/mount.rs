@@ -16,7 +16,7 @@ use super::keys::{self, DomainRecord};
 use super::tracker::SeqTracker;
 use super::{Domain, Engine, EngineConfig, EngineCounters, EngineEnv, MountReport};
 use crate::error::EngineError;
-use crate::image::{check_pmr, read_checkpoints, read_superblock, OwnerCheckpoint};
+use crate::image::{add_features, check_pmr, read_checkpoints, read_superblock, OwnerCheckpoint};
 use crate::space::pool::{MetaDbSpace, PoolConfig, SpacePool};
 use crate::space::seginfo::SegInfo;
 use crate::space::Owner;
@@ -33,7 +33,13 @@ impl Engine {
     /// data never reached the device), then rebuilds each domain from its records.
     pub fn open(env: EngineEnv, config: EngineConfig) -> Result<Engine, EngineError> {
         let device = env.device.clone();
-        let sb = read_superblock(&device)?.superblock;
+        // This build writes WAL records older code would take for an empty log: make such
+        // code refuse the image first (a no-op on images made since).
+        let sb = add_features(
+            &device,
+            &read_superblock(&device)?,
+            format::superblock::FEATURE_LANE_DURABLE,
+        )?;
         check_pmr(&sb, env.pmr.as_deref())?;
         let geometry = sb.geometry;
         let domain_count = geometry.domain_count;
@@ -47,6 +53,7 @@ impl Engine {
         let pool = Arc::new(SpacePool::new(geometry, pool_config));
         let space = Arc::new(MetaDbSpace::new(pool.clone()));
         let slots = read_checkpoints(&device, &geometry)?;
+        metadb_config.wal_durable = wal_durable(&slots)?;
         let hooks = Arc::new(EngineHooks::new(
             device.clone(),
             checkpoint_watermarks(&slots, domain_count)?,
@@ -135,6 +142,21 @@ pub fn checkpoint_watermarks(
         .collect()
 }
 
+/// The WAL records the current global checkpoint names as durable (none before its
+/// payload version 2): MetaDB's recovery refuses a log that lacks one.
+pub fn wal_durable(slots: &[OwnerCheckpoint]) -> Result<Vec<metadb::wal::WalExtent>, EngineError> {
+    let found = slots
+        .iter()
+        .find(|o| o.owner == CheckpointOwner::Global)
+        .and_then(|o| o.current.as_ref());
+    match found {
+        Some(slot) if slot.payload_version == super::global::GLOBAL_PAYLOAD_VERSION => {
+            Ok(super::global::decode(&slot.payload)?.1)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// The sequence and payload of `owner`'s current checkpoint slot (zeros if none, or a
 /// freshly formatted one).
 fn slot_state(
@@ -148,6 +170,9 @@ fn slot_state(
     match found {
         Some(slot) if slot.payload_version == CHECKPOINT_PAYLOAD_VERSION => {
             Ok((slot.sequence, DomainRecord::decode(&slot.payload)?))
+        }
+        Some(slot) if slot.payload_version == super::global::GLOBAL_PAYLOAD_VERSION => {
+            Ok((slot.sequence, super::global::decode(&slot.payload)?.0))
         }
         Some(slot) => Ok((slot.sequence, DomainRecord::default())),
         None => Ok((0, DomainRecord::default())),

@@ -354,9 +354,11 @@ impl Engine {
     }
 
     /// Puts `batch` in `domain`'s own WAL lane, under the domain's lock, and keeps its
-    /// receipt for later fsyncs and checkpoints of the domain. `ino`: the inode the batch
-    /// changes, if it is the lane's first batch naming an inode created in another lane,
-    /// the batch requires that lane's newest record (see [`Engine::created_in`]).
+    /// receipt for later fsyncs and checkpoints of the domain. The batch requires what
+    /// the lane must not survive without: the records `Engine::order_after` named, and,
+    /// if `ino` (the inode the batch changes) was created in another lane and this is
+    /// the lane's first batch naming it, that lane's newest record (see
+    /// [`Engine::created_in`]).
     pub(super) fn put_batch(
         &self,
         domain: &Domain,
@@ -364,7 +366,8 @@ impl Engine {
         ino: Option<InodeNo>,
         batch: &WriteBatch,
     ) -> Result<Receipt, EngineError> {
-        let required = ino
+        let mut requires = std::mem::take(&mut state.ordered_after);
+        let created = ino
             .and_then(|ino| state.created_elsewhere.remove(&ino))
             .and_then(|(creator, _)| {
                 *self.domains[usize::from(creator.0)]
@@ -372,17 +375,22 @@ impl Engine {
                     .lock()
                     .expect("last logged lock")
             });
-        let with_requirement;
-        let batch = match &required {
-            Some(r) => {
-                with_requirement = {
-                    let mut b = batch.clone();
+        if let Some(r) = created {
+            Required::merge_into(&mut requires, &r);
+        }
+        debug_assert!(requires.iter().all(|r| r.domain != domain.id));
+        let with_requirements;
+        let batch = if requires.is_empty() {
+            batch
+        } else {
+            with_requirements = {
+                let mut b = batch.clone();
+                for r in &requires {
                     b.require(r.receipt.pos);
-                    b
-                };
-                &with_requirement
-            }
-            None => batch,
+                }
+                b
+            };
+            &with_requirements
         };
         let written =
             self.db
@@ -398,13 +406,19 @@ impl Engine {
                 last = Some(ino);
             }
         }
-        let receipt = written?;
-        state.last_receipt = Some(receipt);
-        if let Some(r) = required {
-            match state.required.iter_mut().find(|q| q.domain == r.domain) {
-                Some(q) => q.merge(&r),
-                None => state.required.push(r),
+        let receipt = match written {
+            Ok(receipt) => receipt,
+            Err(e) => {
+                // Not logged: the lane's next batch still owes the orderings.
+                for r in &requires {
+                    Required::merge_into(&mut state.ordered_after, r);
+                }
+                return Err(e.into());
             }
+        };
+        state.last_receipt = Some(receipt);
+        for r in &requires {
+            Required::merge_into(&mut state.required, r);
         }
         // Under the lock, with the number: every write numbered up to it has its batch
         // in the lane already or completes without MetaDB (the rule of `fsync`), so a
@@ -415,6 +429,26 @@ impl Engine {
             seq: domain.tracker.issued(),
         });
         Ok(receipt)
+    }
+
+    /// Orders `lane`'s domain lane after everything logged so far in `after`'s: the
+    /// next batch of `lane`'s domain (and so, each lane recovering as a prefix, every
+    /// later one) requires `after`'s domain's newest record, and a persist of the lane
+    /// persists that record too, with its data. Nothing when both are one domain or
+    /// `after`'s lane has logged nothing. How a batch that changes another lane's keys
+    /// (a directory's entries, changed by a deletion in the file's lane) is ordered both
+    /// ways with that lane (docs/DESIGN.md §3a "Dependencies between lanes"): called for
+    /// its own lane before it is logged, for the other lane after.
+    pub fn order_after(&self, lane: InodeNo, after: InodeNo) {
+        let (to, from) = (self.domain(lane), self.domain(after));
+        if to.id == from.id {
+            return;
+        }
+        // A leaf lock, released before the domain lock is taken.
+        let newest = *from.last_logged.lock().expect("last logged lock");
+        if let Some(r) = newest {
+            Required::merge_into(&mut to.lock().ordered_after, &r);
+        }
     }
 
     /// Notes that the batch creating `child` goes to `creator`'s lane. If `child`'s own

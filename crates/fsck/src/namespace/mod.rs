@@ -65,6 +65,8 @@ struct Tree {
     incoming: HashMap<InodeNo, Vec<usize>>,
     visited: BTreeSet<InodeNo>,
     paths: HashMap<InodeNo, String>,
+    /// Every name of each non-directory reached (hard links), for reports.
+    all_paths: HashMap<InodeNo, Vec<String>>,
     /// Entries naming each non-directory; subdirectories of each directory.
     links: HashMap<InodeNo, u32>,
     subdirs: HashMap<InodeNo, u32>,
@@ -81,7 +83,7 @@ impl Fsck<'_> {
         &mut self,
         r: &mut Records,
         b: &mut BlockState,
-    ) -> Result<(), FsckError> {
+    ) -> Result<HashMap<InodeNo, Vec<String>>, FsckError> {
         self.progress
             .step("checking the namespace", r.inodes.len() as u64);
         let fresh = r.inodes.is_empty() && r.bad_inodes.is_empty() && r.dentries.is_empty();
@@ -108,7 +110,13 @@ impl Fsck<'_> {
                 self.put(&records::inode_key(ino), &i.encode());
             }
         }
-        Ok(())
+        for (ino, path) in &t.paths {
+            let names = t.all_paths.entry(*ino).or_default();
+            if !names.contains(path) {
+                names.insert(0, path.clone());
+            }
+        }
+        Ok(t.all_paths)
     }
 
     fn path(t: &Tree, ino: InodeNo) -> Option<&String> {
@@ -423,6 +431,7 @@ impl Fsck<'_> {
                     }
                 } else {
                     *t.links.entry(child).or_insert(0) += 1;
+                    t.all_paths.entry(child).or_default().push(path.clone());
                 }
                 if t.visited.insert(child) {
                     t.paths.insert(child, path);

@@ -16,6 +16,7 @@ mod jobs;
 mod recover;
 
 pub use iter::{DbIterator, KeyValue};
+pub use recover::Salvaged;
 
 use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionConfig;
@@ -31,7 +32,7 @@ use crate::table::TableId;
 use crate::table_store::TableStore;
 use crate::types::{CallerWrites, Durability, InternalKey, Receipt, Seq, ValueKind, WalPos};
 use crate::version::Version;
-use crate::wal::Wal;
+use crate::wal::{Wal, WalExtent};
 use arc_swap::ArcSwap;
 use device::Device;
 use format::{Geometry, SegmentNo};
@@ -67,6 +68,13 @@ pub struct MetaDbConfig {
     pub background: bool,
     /// Batches being inserted at once (bounds the snapshot gate's slots).
     pub writer_slots: usize,
+    /// WAL records the caller knows were durable (`MetaDb::wal_durable` at its last
+    /// sync, kept in its checkpoint): recovery that finds fewer has met damage.
+    pub wal_durable: Vec<WalExtent>,
+    /// What recovery does with damage it can prove (docs/FORMAT.md §5.2, §5.4): refuse
+    /// with [`MetaDbError::Damaged`] (false, the default), or, for fsck's repair, keep
+    /// what precedes it as a crash would and report it in [`MetaDb::salvaged`].
+    pub salvage_damage: bool,
 }
 
 impl Default for MetaDbConfig {
@@ -82,6 +90,8 @@ impl Default for MetaDbConfig {
             compaction: CompactionConfig::default(),
             background: true,
             writer_slots: 64,
+            wal_durable: Vec::new(),
+            salvage_damage: false,
         }
     }
 }
@@ -199,6 +209,8 @@ pub(crate) struct Inner {
     replay_dropped: u64,
     /// Of those, dropped for a lost requirement (`MetaDbStats::replay_unmet`).
     replay_unmet: u64,
+    /// Damage recovery salvaged (`MetaDb::salvaged`).
+    salvaged: Vec<Salvaged>,
     /// Per WAL lane, the furthest position of each other lane that a batch logged in it
     /// requires (`WriteBatch::require`): a persist of the lane persists these first.
     /// Noted before the batch's append, so every persist that covers the batch sees them.
@@ -436,6 +448,19 @@ impl MetaDb {
             .wal
             .persist_all()
             .inspect_err(|e| self.inner.fail(e))
+    }
+
+    /// Per WAL lane of the current generation, the records durable now: a caller that
+    /// keeps this after `sync` and hands it to a later open (`MetaDbConfig::wal_durable`)
+    /// lets recovery tell damage from a torn tail.
+    pub fn wal_durable(&self) -> Vec<WalExtent> {
+        self.inner.wal.durable_extents()
+    }
+
+    /// Damage recovery met and salvaged (`MetaDbConfig::salvage_damage`), with the
+    /// intact records it had to drop after it; empty after a clean recovery.
+    pub fn salvaged(&self) -> &[Salvaged] {
+        &self.inner.salvaged
     }
 
     /// The newest value of `key`.

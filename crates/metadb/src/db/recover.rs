@@ -139,6 +139,35 @@ fn drop_unmet_requirements(records: &[ReplayRecord], keep: &mut [bool], released
     }
 }
 
+/// Refuses damage the WAL proves (`WalRecovery::damage`), or, when the caller salvages,
+/// reports it with the intact records recovery drops after each gap.
+fn check_damage(
+    recovery: &WalRecovery,
+    config: &MetaDbConfig,
+    released: u64,
+) -> Result<Vec<Salvaged>, MetaDbError> {
+    let Some(damage) = recovery.damage(&config.wal_durable, released) else {
+        return Ok(Vec::new());
+    };
+    if !config.salvage_damage {
+        return Err(MetaDbError::Damaged(damage));
+    }
+    let dropped = recovery
+        .holes
+        .iter()
+        .flat_map(|h| h.beyond.iter().map(|(_, payload)| payload.clone()))
+        .collect();
+    Ok(vec![Salvaged { damage, dropped }])
+}
+
+/// Damage recovery met and salvaged (`MetaDbConfig::salvage_damage`).
+#[derive(Debug, Clone)]
+pub struct Salvaged {
+    pub damage: format::Corruption,
+    /// Encoded batches (`WriteBatch::decode`) of the intact records dropped after gaps.
+    pub dropped: Vec<Vec<u8>>,
+}
+
 /// One memtable holding `replay`'s records, sealed (it is flushed at once).
 fn replay_memtable(generation: u64, replay: &Replay) -> Arc<Memtable> {
     let memtable = Arc::new(Memtable::new(generation));
@@ -183,7 +212,9 @@ impl Inner {
         }
         let released = state.flushed_generation();
         let wal_lanes = config.lanes + config.pinned_lanes;
-        let (wal, recovery): (Box<dyn Wal>, _) = match &env.pmr {
+        // Recovery reads only until the damage check has passed: a refused image is left
+        // as it was.
+        let (wal, recovery, salvaged): (Box<dyn Wal>, _, _) = match &env.pmr {
             Some(pmr) => {
                 let (recovered, recovery) = PmrWal::recover(
                     pmr.clone(),
@@ -192,14 +223,16 @@ impl Inner {
                     wal_lanes,
                     released,
                 )?;
+                let salvaged = check_damage(&recovery, &config, released)?;
                 let next = next_generation(recovery.generation_max, released)?;
-                (Box::new(recovered.start(next)?), recovery)
+                (Box::new(recovered.start(next)?), recovery, salvaged)
             }
             None => {
                 let (recovered, recovery) =
                     SsdWal::recover(env.device.clone(), env.geometry.wal, wal_lanes, released)?;
+                let salvaged = check_damage(&recovery, &config, released)?;
                 let next = next_generation(recovery.generation_max, released)?;
-                (Box::new(recovered.start(next)?), recovery)
+                (Box::new(recovered.start(next)?), recovery, salvaged)
             }
         };
         let generation = wal.generation();
@@ -239,6 +272,7 @@ impl Inner {
             progress_cv: Condvar::new(),
             replay_dropped: replay.dropped,
             replay_unmet: replay.unmet,
+            salvaged,
             requirements: (0..wal_lanes).map(|_| Mutex::new(Vec::new())).collect(),
             any_requirements: AtomicBool::new(false),
             manifest,

@@ -181,15 +181,26 @@ fn read_unit_heads(
     Ok(heads)
 }
 
-/// Hands the chunk's records, up to the first one that does not check out, to `collector`.
+/// Hands every intact record of the chunk to `collector`. Where a record does not check
+/// out, the scan resumes at the next byte offset where one does: records are packed
+/// byte to byte, and intact records beyond a gap are what tells damage from a torn tail
+/// (`WalRecovery::damage`). A record of another chunk never checks out here (it names
+/// its own chunk header's CRC).
 pub(super) fn parse_chunk(
     buf: &[u8],
     header: &ChunkHeader,
     crc: u32,
     collector: &mut Collector,
 ) -> Result<(), MetaDbError> {
+    // Bytes past the last non-zero one were never written: no record starts there.
+    let written = written_len(buf);
     let mut at = CHUNK_DATA_OFFSET;
-    while let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) {
+    while at < written {
+        let Some((id, payload, len)) = decode_record(&buf[at..], header, crc) else {
+            at += 1;
+            continue;
+        };
+        collector.note_durable(id.generation, id.lane, id.durable);
         collector.add(RecoveredRecord {
             generation: id.generation,
             lane: id.lane,
@@ -199,6 +210,24 @@ pub(super) fn parse_chunk(
         at += len;
     }
     Ok(())
+}
+
+/// The length of `buf` up to its last non-zero byte, found a word at a time (it runs on
+/// every chunk at every recovery, and a chunk's unwritten tail is usually most of it).
+pub(crate) fn written_len(buf: &[u8]) -> usize {
+    let words = buf.len() / 8;
+    let tail = &buf[words * 8..];
+    if let Some(p) = tail.iter().rposition(|&b| b != 0) {
+        return words * 8 + p + 1;
+    }
+    let Some(w) = buf[..words * 8]
+        .chunks_exact(8)
+        .rposition(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) != 0)
+    else {
+        return 0;
+    };
+    let word = &buf[w * 8..w * 8 + 8];
+    w * 8 + word.iter().rposition(|&b| b != 0).expect("a non-zero byte") + 1
 }
 
 /// Which units hold chunks of unreleased generations; allocation is first-fit from a
@@ -576,5 +605,54 @@ mod tests {
         // A run longer than any free stretch does not fit even if enough units are free.
         m.release_through(3);
         assert_eq!(m.allocate(5, 5), Some(1));
+    }
+
+    #[test]
+    fn the_chunk_scan_finds_intact_records_beyond_a_damaged_one() {
+        use super::super::record::{encode_record, record_bytes, RecordId};
+        let header = ChunkHeader {
+            incarnation: 1,
+            generation: 3,
+            lane: 2,
+            kind: ChunkKind::Lane,
+            unit_index: 1,
+            unit_count: 1,
+        };
+        let mut buf = vec![0u8; UNIT_BYTES as usize];
+        let crc = header.encode(&mut buf);
+        let mut at = CHUNK_DATA_OFFSET;
+        let mut starts = Vec::new();
+        for lane_seq in 0..4u64 {
+            let payload = vec![lane_seq as u8 + 1; 100 + lane_seq as usize * 7];
+            starts.push(at);
+            let id = RecordId {
+                generation: 3,
+                lane: 2,
+                lane_seq,
+                durable: 0,
+            };
+            encode_record(&mut buf[at..], id, crc, &payload);
+            at += record_bytes(payload.len());
+        }
+        buf[starts[1] + 40] ^= 0x55;
+        let mut collector = Collector::new(0);
+        parse_chunk(&buf, &header, crc, &mut collector).unwrap();
+        let recovery = collector.finish();
+        let run: Vec<u64> = recovery.records.iter().map(|r| r.lane_seq).collect();
+        assert_eq!(run, [0]);
+        let beyond: Vec<u64> = recovery.holes[0].beyond.iter().map(|b| b.0).collect();
+        assert_eq!(beyond, [2, 3]);
+    }
+
+    #[test]
+    fn written_len_finds_the_last_non_zero_byte() {
+        for len in [0usize, 1, 7, 8, 9, 64, 100] {
+            assert_eq!(written_len(&vec![0u8; len]), 0);
+            for at in 0..len {
+                let mut buf = vec![0u8; len];
+                buf[at] = 1;
+                assert_eq!(written_len(&buf), at + 1, "len {len} at {at}");
+            }
+        }
     }
 }

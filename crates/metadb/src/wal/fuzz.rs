@@ -80,6 +80,7 @@ fn chunk_seed(kind: ChunkKind, payloads: &[&[u8]]) -> Vec<u8> {
             generation: 5,
             lane: 3,
             lane_seq: i as u64,
+            durable: i as u64,
         };
         encode_record(&mut buf[at..], id, crc, payload);
     }
@@ -167,6 +168,7 @@ pub fn pmr_entries_seeds() -> Vec<Vec<u8>> {
             generation: 4,
             lane: i as u16,
             lane_seq: i as u64,
+            durable: i as u64,
         };
         encode_entry(&mut entry, id, payload);
         range.extend_from_slice(&entry);

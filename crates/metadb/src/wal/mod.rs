@@ -28,6 +28,10 @@
 //! - `rotate(next)` first makes every record of the current generation durable, so no
 //!   hole can span generations.
 //! - Space of generations `<= g` is reused only after `release_through(g)`.
+//! - Every record carries `lane_durable`: records of its lane that were durable when it
+//!   was appended, never more. With `durable_extents` kept by the caller at sync and the
+//!   rotation rule, that is what lets [`WalRecovery::damage`] tell damage from a torn
+//!   tail (docs/FORMAT.md §5.2, "what proves damage").
 
 mod chunk;
 mod flush;
@@ -39,6 +43,7 @@ mod record;
 mod recovery;
 pub mod ssd;
 
+pub(crate) use chunk::written_len;
 pub use record::{layouts as format_layouts, PAYLOAD_BYTES_MAX};
 
 use crate::error::MetaDbError;
@@ -64,6 +69,106 @@ pub struct WalRecovery {
     pub generation_max: u64,
     /// Complete records dropped because they followed a hole in their lane.
     pub dropped_after_hole: u64,
+    /// Every (generation, lane) whose run stopped before intact records of the lane.
+    pub holes: Vec<LaneHole>,
+    /// Per (generation, lane): the most records of the lane an intact record said were
+    /// durable when it was appended (its `lane_durable`, FORMAT.md §5.2).
+    pub marks: Vec<WalExtent>,
+}
+
+/// Records 0..`count` of (generation, lane) that were durable when the caller noted them
+/// (`Wal::durable_extents`, kept in the engine's global checkpoint): recovery that finds
+/// fewer is looking at damage, not a torn tail (docs/FORMAT.md §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalExtent {
+    pub generation: u64,
+    pub lane: u16,
+    pub count: u64,
+}
+
+/// A lane whose run of records stops at `run` although intact records of it lie beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneHole {
+    pub generation: u64,
+    pub lane: u16,
+    /// Records 0..run were returned; record `run` is missing or fails its checks.
+    pub run: u64,
+    /// The intact records beyond the hole (lane_seq, payload), dropped by recovery.
+    pub beyond: Vec<(u64, Vec<u8>)>,
+}
+
+impl WalRecovery {
+    /// Records returned for (generation, lane).
+    fn run_len(&self, generation: u64, lane: u16) -> u64 {
+        self.records
+            .iter()
+            .filter(|r| r.generation == generation && r.lane == lane)
+            .count() as u64
+    }
+
+    /// The first damage the log proves (docs/FORMAT.md §5.2 "What proves damage"), if any:
+    /// - a lane of a generation above `released_through` holds fewer records than a
+    ///   `durable` extent says were durable, or than an intact record of the lane says
+    ///   were durable when it was appended;
+    /// - a lane's run stops before intact records of the same (generation, lane) while a
+    ///   later generation exists: `rotate` made the whole generation durable before
+    ///   anything of the next one was written, so no crash leaves a hole in it.
+    pub fn damage(
+        &self,
+        durable: &[WalExtent],
+        released_through: u64,
+    ) -> Option<format::Corruption> {
+        let sources = durable
+            .iter()
+            .map(|e| (e, "durable at the last sync"))
+            .chain(self.marks.iter().map(|e| {
+                (
+                    e,
+                    "durable when a later intact record of the lane was appended",
+                )
+            }));
+        for (e, source) in sources.filter(|(e, _)| e.generation > released_through) {
+            let run = self.run_len(e.generation, e.lane);
+            if run < e.count {
+                let beyond = self
+                    .holes
+                    .iter()
+                    .find(|h| h.generation == e.generation && h.lane == e.lane)
+                    .map_or(0, |h| h.beyond.len());
+                return Some(format::Corruption::new(
+                    "MetaDB WAL record",
+                    format!(
+                        "generation {} lane {} lane_seq {}",
+                        e.generation, e.lane, run
+                    ),
+                    format!("records 0..{} of the lane, {source}", e.count),
+                    format!(
+                        "the lane's records end at {run} ({beyond} intact records after the gap)"
+                    ),
+                ));
+            }
+        }
+        let h = self
+            .holes
+            .iter()
+            .find(|h| h.generation < self.generation_max)?;
+        Some(format::Corruption::new(
+            "MetaDB WAL record",
+            format!(
+                "generation {} lane {} lane_seq {}",
+                h.generation, h.lane, h.run
+            ),
+            format!(
+                "an intact record (generation {} was made durable whole before generation {} began)",
+                h.generation, self.generation_max
+            ),
+            format!(
+                "a gap followed by {} intact records of the lane (lane_seq {}..)",
+                h.beyond.len(),
+                h.beyond.first().map_or(0, |b| b.0)
+            ),
+        ))
+    }
 }
 
 pub trait Wal: Send + Sync + std::fmt::Debug {
@@ -103,6 +208,11 @@ pub trait Wal: Send + Sync + std::fmt::Debug {
         positions: &[WalPos],
         before_flush: &mut dyn FnMut() -> Result<CallerWrites, MetaDbError>,
     ) -> Result<(), MetaDbError>;
+
+    /// Per lane of the current generation with durable records: how many are durable
+    /// now (records 0..count, each covered by a completed device flush or PMR persist).
+    /// A later recovery that finds fewer proves damage ([`WalRecovery::damage`]).
+    fn durable_extents(&self) -> Vec<WalExtent>;
 
     /// Ok while the WAL can be written; `ReadOnly` once a WAL write, flush or persist
     /// failed (it stays so until reopened).

@@ -121,6 +121,20 @@ struct SerialInfo {
     visit: AtomicU64,
 }
 
+/// How many entries of (generation, the lane of `state`) are persisted: those before the
+/// lane's first pending one of the generation (pending entries of a migrated visit are
+/// durable too, but counting them out only weakens the evidence).
+fn lane_durable(state: &LaneState, generation: u64) -> u64 {
+    if state.generation != generation {
+        return 0;
+    }
+    state
+        .pending
+        .iter()
+        .find(|p| p.generation == generation)
+        .map_or(state.next_seq, |p| p.lane_seq)
+}
+
 /// The PMR-mode WAL. See the module documentation.
 pub struct PmrWal {
     pmr: Arc<Pmr>,
@@ -498,6 +512,7 @@ impl Wal for PmrWal {
                 state.next_seq = 0;
             }
             let lane_seq = state.next_seq;
+            let durable = lane_durable(&state, generation);
             state.next_seq += 1;
             let mut scratch = std::mem::take(&mut state.scratch);
             encode_entry(
@@ -506,6 +521,7 @@ impl Wal for PmrWal {
                     generation,
                     lane,
                     lane_seq,
+                    durable,
                 },
                 payload,
             );
@@ -566,6 +582,24 @@ impl Wal for PmrWal {
             }
             CallerWrites::Durable => Ok(()),
         }
+    }
+
+    fn durable_extents(&self) -> Vec<super::WalExtent> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (0..self.lanes.len())
+            .filter_map(|lane| {
+                let state = self.lanes[lane].lock();
+                if state.generation != generation {
+                    return None;
+                }
+                let count = lane_durable(&state, generation);
+                (count > 0).then_some(super::WalExtent {
+                    generation,
+                    lane: lane as u16,
+                    count,
+                })
+            })
+            .collect()
     }
 
     fn check_health(&self) -> Result<(), MetaDbError> {

@@ -9,6 +9,8 @@
 //! - A record names the CRC of the chunk header it lives under (`chunk_crc`): a record left
 //!   in a chunk by an earlier use of the space (another incarnation, generation or lane)
 //!   does not check out under the chunk's new header.
+//! - A record's or entry's `lane_durable` never exceeds its `lane_seq`; the first forms
+//!   (`WR` records, `WTXB` entries, without it) are still decoded, as carrying none.
 //! - A PMR entry is 64-byte aligned and a multiple of 64 bytes: TxB in its first 8 bytes,
 //!   TxE (CRC + magic) in its last 8, so it is complete only if both ends and everything
 //!   between landed.
@@ -212,7 +214,10 @@ impl ChunkHeader {
 // ---------------------------------------------------------------------------------------
 // Record: packed byte-contiguously after a chunk's header sector.
 
-pub(super) const RECORD_MAGIC: u16 = 0x5257; // "WR"
+/// The first form of a record: a 32-byte header without `lane_durable` (still read).
+pub(super) const RECORD_MAGIC_V1: u16 = 0x5257; // "WR"
+/// A record whose header carries `lane_durable` (40 bytes): the form written now.
+pub(super) const RECORD_MAGIC: u16 = 0x4457; // "WD"
 const R_CRC: Field = Field::at("crc", 0, 4);
 const R_MAGIC: Field = Field::after(R_CRC, "magic", 2);
 const R_LANE: Field = Field::after(R_MAGIC, "lane", 2);
@@ -220,7 +225,10 @@ const R_PAYLOAD_LEN: Field = Field::after(R_LANE, "payload_len", 4);
 const R_CHUNK_CRC: Field = Field::after(R_PAYLOAD_LEN, "chunk_crc", 4);
 const R_GENERATION: Field = Field::after(R_CHUNK_CRC, "generation", 8);
 const R_LANE_SEQ: Field = Field::after(R_GENERATION, "lane_seq", 8);
-pub(super) const RECORD_HEADER_BYTES: usize = 32;
+const R_LANE_DURABLE: Field = Field::after(R_LANE_SEQ, "lane_durable", 8);
+/// Header of a first-form (`WR`) record.
+const RECORD_HEADER_BYTES_V1: usize = 32;
+pub(super) const RECORD_HEADER_BYTES: usize = 40;
 pub const RECORD_HEADER_LAYOUT: StructLayout = StructLayout {
     name: "WAL record header",
     size: RECORD_HEADER_BYTES,
@@ -232,16 +240,23 @@ pub const RECORD_HEADER_LAYOUT: StructLayout = StructLayout {
         R_CHUNK_CRC,
         R_GENERATION,
         R_LANE_SEQ,
+        R_LANE_DURABLE,
     ],
 };
-const _: () = assert!(R_LANE_SEQ.end() == RECORD_HEADER_BYTES);
+const _: () = assert!(R_LANE_SEQ.end() == RECORD_HEADER_BYTES_V1);
+const _: () = assert!(R_LANE_DURABLE.end() == RECORD_HEADER_BYTES);
 
-/// Identity of a record: where it belongs.
+/// Identity of a record: where it belongs, and what its lane had made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RecordId {
     pub generation: u64,
     pub lane: u16,
     pub lane_seq: u64,
+    /// Records `0..durable` of (generation, lane) were durable (covered by a completed
+    /// device flush or PMR persist) when this one was appended: if any of them is
+    /// missing while this one is intact, the log is damaged (docs/FORMAT.md §5.2).
+    /// 0 for records of the first form.
+    pub durable: u64,
 }
 
 /// Bytes a record with a payload of `payload_len` bytes takes in a chunk.
@@ -260,6 +275,11 @@ pub(super) fn encode_record(out: &mut [u8], id: RecordId, chunk_crc: u32, payloa
     R_CHUNK_CRC.put_u32(buf, chunk_crc);
     R_GENERATION.put_u64(buf, id.generation);
     R_LANE_SEQ.put_u64(buf, id.lane_seq);
+    assert!(
+        id.durable <= id.lane_seq,
+        "a record cannot be durable before it is written"
+    );
+    R_LANE_DURABLE.put_u64(buf, id.durable);
     buf[RECORD_HEADER_BYTES..].copy_from_slice(payload);
     let crc = crc32c::crc32c(&buf[R_CRC.end()..]);
     R_CRC.put_u32(buf, crc);
@@ -272,15 +292,20 @@ pub(super) fn decode_record(
     chunk: &ChunkHeader,
     chunk_crc: u32,
 ) -> Option<(RecordId, std::ops::Range<usize>, usize)> {
-    let head = buf.get(..RECORD_HEADER_BYTES)?;
-    if R_MAGIC.get_u16(head) != RECORD_MAGIC || R_CHUNK_CRC.get_u32(head) != chunk_crc {
+    let head = buf.get(..RECORD_HEADER_BYTES_V1)?;
+    let header_bytes = match R_MAGIC.get_u16(head) {
+        RECORD_MAGIC => RECORD_HEADER_BYTES,
+        RECORD_MAGIC_V1 => RECORD_HEADER_BYTES_V1,
+        _ => return None,
+    };
+    if R_CHUNK_CRC.get_u32(head) != chunk_crc {
         return None;
     }
     let payload_len = R_PAYLOAD_LEN.get_u32(head) as usize;
     if payload_len > PAYLOAD_BYTES_MAX {
         return None;
     }
-    let total = record_bytes(payload_len);
+    let total = header_bytes + payload_len;
     let whole = buf.get(..total)?;
     if R_CRC.get_u32(whole) != crc32c::crc32c(&whole[R_CRC.end()..]) {
         return None;
@@ -289,17 +314,25 @@ pub(super) fn decode_record(
         generation: R_GENERATION.get_u64(head),
         lane: R_LANE.get_u16(head),
         lane_seq: R_LANE_SEQ.get_u64(head),
+        durable: if header_bytes == RECORD_HEADER_BYTES {
+            R_LANE_DURABLE.get_u64(whole)
+        } else {
+            0
+        },
     };
-    if id.generation != chunk.generation || id.lane != chunk.lane {
+    if id.generation != chunk.generation || id.lane != chunk.lane || id.durable > id.lane_seq {
         return None;
     }
-    Some((id, RECORD_HEADER_BYTES..total, total))
+    Some((id, header_bytes..total, total))
 }
 
 // ---------------------------------------------------------------------------------------
 // PMR entry: TxB | content | padding | TxE, 64-byte aligned (augefs.txt §V-B).
 
-pub(super) const TXB_MAGIC: u32 = u32::from_le_bytes(*b"WTXB");
+/// An entry of the first form: a 32-byte header without `lane_durable` (still read).
+pub(super) const TXB_MAGIC_V1: u32 = u32::from_le_bytes(*b"WTXB");
+/// An entry whose header carries `lane_durable` (40 bytes): the form written now.
+pub(super) const TXB_MAGIC: u32 = u32::from_le_bytes(*b"WTXD");
 pub(super) const TXE_MAGIC: u32 = u32::from_le_bytes(*b"WTXE");
 const E_TXB_MAGIC: Field = Field::at("txb_magic", 0, 4);
 const E_ENTRY_BYTES: Field = Field::after(E_TXB_MAGIC, "entry_bytes", 4);
@@ -308,7 +341,9 @@ const E_LANE_SEQ: Field = Field::after(E_GENERATION, "lane_seq", 8);
 const E_LANE: Field = Field::after(E_LANE_SEQ, "lane", 2);
 const E_RESERVED: Field = Field::after(E_LANE, "reserved", 2);
 const E_PAYLOAD_LEN: Field = Field::after(E_RESERVED, "payload_len", 4);
-pub(super) const ENTRY_HEADER_BYTES: usize = 32;
+const E_LANE_DURABLE: Field = Field::after(E_PAYLOAD_LEN, "lane_durable", 8);
+const ENTRY_HEADER_BYTES_V1: usize = 32;
+pub(super) const ENTRY_HEADER_BYTES: usize = 40;
 /// TxE: the entry's last 8 bytes.
 const T_CRC: Field = Field::at("crc", 0, 4);
 const T_TXE_MAGIC: Field = Field::after(T_CRC, "txe_magic", 4);
@@ -324,6 +359,7 @@ pub const ENTRY_HEADER_LAYOUT: StructLayout = StructLayout {
         E_LANE,
         E_RESERVED,
         E_PAYLOAD_LEN,
+        E_LANE_DURABLE,
     ],
 };
 pub const ENTRY_TRAILER_LAYOUT: StructLayout = StructLayout {
@@ -331,7 +367,8 @@ pub const ENTRY_TRAILER_LAYOUT: StructLayout = StructLayout {
     size: ENTRY_TRAILER_BYTES,
     fields: &[T_CRC, T_TXE_MAGIC],
 };
-const _: () = assert!(E_PAYLOAD_LEN.end() == ENTRY_HEADER_BYTES);
+const _: () = assert!(E_PAYLOAD_LEN.end() == ENTRY_HEADER_BYTES_V1);
+const _: () = assert!(E_LANE_DURABLE.end() == ENTRY_HEADER_BYTES);
 const _: () = assert!(T_TXE_MAGIC.end() == ENTRY_TRAILER_BYTES);
 pub(super) const ENTRY_ALIGN_BYTES: usize = PMR_LINE_BYTES as usize;
 
@@ -353,6 +390,11 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, id: RecordId, payload: &[u8]) {
     E_LANE_SEQ.put_u64(out, id.lane_seq);
     E_LANE.put_u16(out, id.lane);
     E_PAYLOAD_LEN.put_u32(out, payload.len() as u32);
+    assert!(
+        id.durable <= id.lane_seq,
+        "an entry cannot be durable before it is written"
+    );
+    E_LANE_DURABLE.put_u64(out, id.durable);
     out[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + payload.len()].copy_from_slice(payload);
     let body = total - ENTRY_TRAILER_BYTES;
     let crc = crc32c::crc32c(&out[..body]);
@@ -363,7 +405,7 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, id: RecordId, payload: &[u8]) {
 /// The length an entry's TxB at the start of `buf` announces, if it looks like a TxB.
 pub(super) fn entry_txb(buf: &[u8]) -> Option<usize> {
     let head = buf.get(..8)?;
-    if E_TXB_MAGIC.get_u32(head) != TXB_MAGIC {
+    if !matches!(E_TXB_MAGIC.get_u32(head), TXB_MAGIC | TXB_MAGIC_V1) {
         return None;
     }
     let total = E_ENTRY_BYTES.get_u32(head) as usize;
@@ -385,16 +427,29 @@ pub(super) fn decode_entry(buf: &[u8]) -> Option<(RecordId, std::ops::Range<usiz
     {
         return None;
     }
+    let header_bytes = if E_TXB_MAGIC.get_u32(whole) == TXB_MAGIC {
+        ENTRY_HEADER_BYTES
+    } else {
+        ENTRY_HEADER_BYTES_V1
+    };
     let payload_len = E_PAYLOAD_LEN.get_u32(whole) as usize;
-    if ENTRY_HEADER_BYTES + payload_len > body {
+    if header_bytes + payload_len > body {
         return None;
     }
     let id = RecordId {
         generation: E_GENERATION.get_u64(whole),
         lane: E_LANE.get_u16(whole),
         lane_seq: E_LANE_SEQ.get_u64(whole),
+        durable: if header_bytes == ENTRY_HEADER_BYTES {
+            E_LANE_DURABLE.get_u64(whole)
+        } else {
+            0
+        },
     };
-    Some((id, ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + payload_len))
+    if id.durable > id.lane_seq {
+        return None;
+    }
+    Some((id, header_bytes..header_bytes + payload_len))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -503,6 +558,7 @@ mod tests {
             generation: 7,
             lane: 2,
             lane_seq: 11,
+            durable: 9,
         };
         let payload = b"hello wal";
         let at = CHUNK_DATA_OFFSET;
@@ -539,12 +595,13 @@ mod tests {
     #[test]
     fn entry_round_trip_sizes_and_torn_entries() {
         assert_eq!(entry_bytes(0), 64);
-        assert_eq!(entry_bytes(24), 64);
-        assert_eq!(entry_bytes(25), 128);
+        assert_eq!(entry_bytes(16), 64);
+        assert_eq!(entry_bytes(17), 128);
         let id = RecordId {
             generation: 4,
             lane: 1,
             lane_seq: 0,
+            durable: 0,
         };
         let payload: Vec<u8> = (0..200u8).collect();
         let mut out = Vec::new();

@@ -450,6 +450,9 @@ impl Wal for SsdWal {
             });
         }
         let lane_seq = state.next_seq;
+        // Records 0..durable_count were covered by a completed flush before this one is
+        // appended: the evidence recovery needs to call a gap before it damage.
+        let durable = state.durable_count;
         let chunk = state.chunks.back_mut().expect("a chunk to append to");
         let at = chunk.filled;
         encode_record(
@@ -458,6 +461,7 @@ impl Wal for SsdWal {
                 generation,
                 lane,
                 lane_seq,
+                durable,
             },
             chunk.crc,
             payload,
@@ -552,6 +556,22 @@ impl Wal for SsdWal {
         self.store.flush_covering(need)?;
         self.mark_durable(&written);
         Ok(())
+    }
+
+    fn durable_extents(&self) -> Vec<super::WalExtent> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        (0..self.lanes.len())
+            .filter_map(|lane| {
+                let state = self.lanes[lane].lock();
+                (state.generation == generation && state.durable_count > 0).then(|| {
+                    super::WalExtent {
+                        generation,
+                        lane: lane as u16,
+                        count: state.durable_count,
+                    }
+                })
+            })
+            .collect()
     }
 
     fn check_health(&self) -> Result<(), MetaDbError> {

@@ -73,6 +73,9 @@ impl PmrWal {
                         generation: *generation,
                         lane: *lane,
                         lane_seq,
+                        // The PMR entry's evidence is not carried over (less evidence,
+                        // never wrong evidence).
+                        durable: 0,
                     };
                     encode_record(&mut chunk.buf[at..], id, chunk.crc, payload);
                     at += record_bytes(payload.len());

@@ -97,6 +97,7 @@ impl PmrWal {
                 if id.generation > released_through {
                     live_generation_max = live_generation_max.max(Some(id.generation));
                 }
+                collector.note_durable(id.generation, id.lane, id.durable);
                 collector.add(RecoveredRecord {
                     generation: id.generation,
                     lane: id.lane,

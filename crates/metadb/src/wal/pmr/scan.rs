@@ -255,6 +255,7 @@ mod tests {
                     generation: 1,
                     lane: 0,
                     lane_seq: seq,
+                    durable: 0,
                 },
                 &payload,
             );
