@@ -21,11 +21,11 @@ use crate::adapter::AugeFuse;
 use crate::channel::Channel;
 use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_BYTES};
 use crate::notify::Notifier;
-use crate::uring::Mailbox;
 use crate::proto::abi::{self, init, Pod};
 use crate::proto::reply::ReplyBuf;
 use crate::proto::request::{self, Op};
 use crate::stats::{Stats, ThreadStats};
+use crate::uring::Mailbox;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -138,7 +138,13 @@ impl Session {
         } else {
             self.opts.threads
         };
-        running.handles.extend(self.spawn_workers(1, dev_threads)?.handles);
+        running
+            .handles
+            .extend(self.spawn_workers(1, dev_threads)?.handles);
+        eprintln!(
+            "augefs: serving FUSE requests over {}",
+            self.stats.transport()
+        );
         let first = serve_thread(
             &self.fs,
             &self.first,
@@ -163,7 +169,10 @@ impl Session {
 
     /// Serves from `threads` background threads; [`Running::join`] waits for them.
     pub fn spawn(self) -> io::Result<Running> {
-        assert!(!self.opts.uring, "background sessions serve through /dev/fuse");
+        assert!(
+            !self.opts.uring,
+            "background sessions serve through /dev/fuse"
+        );
         self.spawn_workers(0, self.opts.threads)
     }
 
@@ -194,7 +203,8 @@ impl Session {
                 scratch_bytes: REQUEST_SLACK_BYTES,
                 pin: true,
             };
-            let (fs, stats, notifier) = (self.fs.clone(), self.stats.clone(), self.notifier.clone());
+            let (fs, stats, notifier) =
+                (self.fs.clone(), self.stats.clone(), self.notifier.clone());
             let first = self.first.clone();
             let (tell, told_spawn) = (tell.clone(), tell.clone());
             let spawned = std::thread::Builder::new()

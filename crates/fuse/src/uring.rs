@@ -171,7 +171,13 @@ pub(crate) struct QueueSpec {
 }
 
 /// A 128-byte SQE of FUSE's io_uring command `cmd_op` for entry `tag`.
-fn fuse_cmd(spec: &QueueSpec, cmd_op: u32, commit_id: u64, iov: Option<*const libc::iovec>, tag: u64) -> squeue::Entry128 {
+fn fuse_cmd(
+    spec: &QueueSpec,
+    cmd_op: u32,
+    commit_id: u64,
+    iov: Option<*const libc::iovec>,
+    tag: u64,
+) -> squeue::Entry128 {
     let req = UringCmdReq {
         commit_id,
         qid: spec.qid,
@@ -238,7 +244,13 @@ impl Queue<'_> {
     fn register_new(&mut self) {
         let entry = Entry::new(self.spec.payload_bytes);
         let tag = self.entries.len() as u64;
-        let sqe = fuse_cmd(&self.spec, uring_cmd::REGISTER, 0, Some(entry.iov.as_ptr()), tag);
+        let sqe = fuse_cmd(
+            &self.spec,
+            uring_cmd::REGISTER,
+            0,
+            Some(entry.iov.as_ptr()),
+            tag,
+        );
         self.entries.push(entry);
         self.push(&sqe);
     }
@@ -258,7 +270,13 @@ impl Queue<'_> {
         let head = e.payload.header();
         e.headers.in_out[..16].copy_from_slice(abi::bytes_of(&head));
         e.headers.ent.payload_sz = head.len - std::mem::size_of::<abi::OutHeader>() as u32;
-        let sqe = fuse_cmd(&self.spec, uring_cmd::COMMIT_AND_FETCH, e.commit_id, None, i as u64);
+        let sqe = fuse_cmd(
+            &self.spec,
+            uring_cmd::COMMIT_AND_FETCH,
+            e.commit_id,
+            None,
+            i as u64,
+        );
         self.push(&sqe);
     }
 
@@ -273,7 +291,11 @@ impl Queue<'_> {
         e.commit_id = ent.commit_id;
         let len = (ent.payload_sz as usize).min(self.spec.payload_bytes);
         let stamp = counters.begin();
-        let req = request::decode_ring(&e.headers.in_out, &e.headers.op_in, e.payload.payload_bytes(len));
+        let req = request::decode_ring(
+            &e.headers.in_out,
+            &e.headers.op_in,
+            e.payload.payload_bytes(len),
+        );
         let req = match req {
             Ok(r) => r,
             Err(err) => {
@@ -325,7 +347,10 @@ impl Queue<'_> {
     fn deliver_mail(&mut self) {
         for (i, bytes) in self.mailbox.take() {
             let e = &mut self.entries[i];
-            assert!(e.parked, "a deferred reply for entry {i}, which waits for none");
+            assert!(
+                e.parked,
+                "a deferred reply for entry {i}, which waits for none"
+            );
             e.parked = false;
             e.payload.set_reply(&bytes);
             self.commit(i);
@@ -385,17 +410,12 @@ pub(crate) fn serve_queue(
     // the entry's first request.
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(RING_DEPTH as usize * 2);
     let mut work: Vec<(u64, i32)> = Vec::with_capacity(RING_DEPTH as usize * 2);
-    let refused = q
-        .ring
-        .submit()
-        .err()
-        .map(|e| e.to_string())
-        .or_else(|| {
-            cqes.extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
-            cqes.iter()
-                .find(|&&(tag, res)| tag != MAILBOX_TAG && res < 0)
-                .map(|&(_, res)| io::Error::from_raw_os_error(-res).to_string())
-        });
+    let refused = q.ring.submit().err().map(|e| e.to_string()).or_else(|| {
+        cqes.extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
+        cqes.iter()
+            .find(|&&(tag, res)| tag != MAILBOX_TAG && res < 0)
+            .map(|&(_, res)| io::Error::from_raw_os_error(-res).to_string())
+    });
     match refused {
         Some(why) => {
             registered(Err(why.clone()));
