@@ -33,9 +33,12 @@ pub struct Args {
     #[arg(short = 'f', long)]
     pub foreground: bool,
     /// Mount options, comma-separated: allow_other, allow_root, writeback_cache,
-    /// threads=N (default 4), fsname=NAME, pmr=FILE, nosuid, nodev, noexec (and
-    /// suid, dev, exec); fstab's defaults, noauto, nofail, _netdev, rw, noatime are
-    /// accepted. Permissions are always checked by the kernel (default_permissions).
+    /// threads=N (/dev/fuse request threads; default one per CPU), nouring (serve
+    /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
+    /// (per-request counts and times in the log at unmount), commit=SECS, ro,
+    /// fsname=NAME, pmr=FILE, nosuid, nodev, noexec (and suid, dev, exec); fstab's
+    /// defaults, noauto, nofail, _netdev, rw, noatime are accepted. Permissions are
+    /// always checked by the kernel (default_permissions).
     #[arg(short = 'o', value_name = "OPT,...")]
     pub options: Vec<String>,
     /// The PMR file the image was formatted with (as -o pmr=FILE).
