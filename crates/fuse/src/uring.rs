@@ -128,7 +128,7 @@ impl std::fmt::Debug for Entry {
 }
 
 impl Entry {
-    fn new(payload_bytes: usize) -> Box<Entry> {
+    fn new(payload_bytes: usize) -> Entry {
         let mut headers = Box::new(Headers {
             in_out: [0; abi::URING_IN_OUT_HEADER_BYTES],
             op_in: [0; abi::URING_OP_IN_OUT_BYTES],
@@ -146,13 +146,13 @@ impl Entry {
                 iov_len: len,
             },
         ]);
-        Box::new(Entry {
+        Entry {
             headers,
             payload,
             iov,
             commit_id: 0,
             parked: false,
-        })
+        }
     }
 }
 
@@ -225,7 +225,8 @@ struct Queue<'a> {
     spec: QueueSpec,
     notifier: &'a Notifier,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<Box<Entry>>,
+    /// Entries move when this grows; the buffers their commands name do not (boxed).
+    entries: Vec<Entry>,
     mailbox: Arc<Mailbox>,
     scratch: ReplyBuf,
     /// The eventfd read's target.
@@ -377,8 +378,11 @@ pub(crate) fn serve_queue(
     registered: impl FnOnce(Result<(), String>),
 ) -> io::Result<()> {
     let start = (|| -> io::Result<Queue<'_>> {
-        if spec.pin {
-            pin_to(usize::from(spec.qid))?;
+        // A CPU that is possible but not online refuses the pin; its queue still needs
+        // entries (the kernel uses the ring only once every queue has one) and its
+        // thread serves them from wherever it runs.
+        if spec.pin && pin_to(usize::from(spec.qid)).is_err() {
+            eprintln!("augefs: FUSE ring queue {} runs unpinned", spec.qid);
         }
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
