@@ -61,9 +61,9 @@ pub struct SessionOptions {
     pub clone_fd: bool,
     /// Time each request (`-o stats`); requests are counted either way.
     pub stats: bool,
-    /// Serve through FUSE over io_uring where the kernel offers it (a queue thread per
-    /// CPU, `crate::uring`; `threads` then counts only the /dev/fuse threads while the
-    /// ring cannot be set up).
+    /// Serve through FUSE over io_uring where the kernel offers it (`crate::uring`:
+    /// `threads / queues` queue threads on each of the kernel's queues, one per
+    /// possible CPU, at least one).
     pub uring: bool,
 }
 
@@ -194,8 +194,12 @@ impl Session {
                 return (running, false);
             }
         };
+        // `threads` counts request threads over either transport: a queue thread serves
+        // its requests one at a time, so more than one per queue lets a request that
+        // waits for the device (a cold READ, an FSYNC) not hold up the next.
+        let per_queue = (self.opts.threads / queues).max(1);
         let (tell, told) = std::sync::mpsc::channel();
-        for qid in 0..queues {
+        for (qid, k) in (0..queues).flat_map(|q| (0..per_queue).map(move |k| (q, k))) {
             let spec = crate::uring::QueueSpec {
                 qid: u16::try_from(qid).expect("fewer than 65536 CPUs"),
                 dev_fd: self.first.raw(),
@@ -208,7 +212,7 @@ impl Session {
             let first = self.first.clone();
             let (tell, told_spawn) = (tell.clone(), tell.clone());
             let spawned = std::thread::Builder::new()
-                .name(format!("augefs-ring-{qid}"))
+                .name(format!("augefs-ring-{qid}.{k}"))
                 .spawn(move || {
                     // The descriptor the commands name stays open while they are in use.
                     let _dev = first;
@@ -227,7 +231,11 @@ impl Session {
             }
         }
         drop(tell);
-        let refused: Vec<String> = told.iter().take(queues).filter_map(Result::err).collect();
+        let refused: Vec<String> = told
+            .iter()
+            .take(queues * per_queue)
+            .filter_map(Result::err)
+            .collect();
         if refused.is_empty() {
             self.stats.set_transport("io_uring");
             return (running, true);

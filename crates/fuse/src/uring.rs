@@ -1,8 +1,10 @@
 //! FUSE over io_uring (protocol 7.42; the kernel's
 //! Documentation/filesystems/fuse-io-uring.rst): requests come through ring entries
 //! instead of read(2) and write(2) on /dev/fuse. The kernel keeps a queue per CPU it may
-//! run on and puts a request on the queue of the CPU its caller runs on; a queue thread
-//! here (pinned to that CPU) owns an io_uring and a few entries of that queue. An entry
+//! run on and puts a request on the queue of the CPU its caller runs on; each queue
+//! thread here (one or more per queue, pinned to its CPU) owns an io_uring and a few
+//! entries of that queue, so a queue serves as many requests at once as it has threads.
+//! An entry
 //! is a header area (the request's header, the opcode's argument struct, the entry's
 //! fields) and a payload buffer (the rest of the arguments; the reply), registered once
 //! (FUSE_IO_URING_CMD_REGISTER, a 128-byte SQE on the /dev/fuse descriptor); its

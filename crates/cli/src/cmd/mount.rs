@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(short = 'f', long)]
     pub foreground: bool,
     /// Mount options, comma-separated: allow_other, allow_root, writeback_cache,
-    /// threads=N (/dev/fuse request threads; default one per CPU), nouring (serve
+    /// threads=N (request threads; default two per CPU), nouring (serve
     /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
     /// (per-request counts and times in the log at unmount), commit=SECS, ro,
     /// fsname=NAME, pmr=FILE, nosuid, nodev, noexec (and suid, dev, exec); fstab's
