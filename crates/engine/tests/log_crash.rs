@@ -95,7 +95,7 @@ fn workload(
     };
     for _ in 0..ops {
         let ino = 1 + rng.below(FILES);
-        let acknowledged = match rng.below(12) {
+        let acknowledged = match rng.below(13) {
             0..=6 => {
                 let w = RandomWrite::new(&mut rng, BLOCKS, 10, 2);
                 for (b, v) in w.blocks() {
@@ -122,6 +122,10 @@ fn workload(
             10 => {
                 engine.metadb().flush().unwrap();
                 false
+            }
+            11 => {
+                engine.persist_all().unwrap();
+                true
             }
             _ => {
                 engine.sync().unwrap();

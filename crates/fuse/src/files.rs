@@ -80,7 +80,7 @@ impl AugeFuse {
             // (FUSE_SYNCFS below waits for a kernel that does): an fsync of the root
             // directory, `sync DIR` of the mount point, is the way to make everything
             // durable now (docs/SEMANTICS.md §2).
-            Op::FsyncDir(_) if i == abi::ROOT_ID => done(out, self.fs.sync()),
+            Op::FsyncDir(_) if i == abi::ROOT_ID => done(out, self.fs.persist_all()),
             Op::Fsync(f) | Op::FsyncDir(f) => {
                 let data_only = f.fsync_flags & abi::FSYNC_FDATASYNC != 0;
                 match self.fs.fsync_ino(ino(i), data_only) {

@@ -902,6 +902,17 @@ impl FileSystem {
     }
 
     /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
+    /// Everything written before the call durable, like [`FileSystem::sync`], but as
+    /// an fsync of every file would make it: one persist and one device flush, no
+    /// checkpoint (an fsync of a FUSE mount's root directory, which programs such as
+    /// sqlite also call after creating a file there).
+    pub fn persist_all(&self) -> Result<(), VfsError> {
+        self.core.write_back_all()?;
+        self.forget_lanes();
+        self.core.engine.persist_all()?;
+        Ok(())
+    }
+
     pub fn sync(&self) -> Result<(), VfsError> {
         self.core.write_back_all()?;
         // What was noted before the sync is covered by it.

@@ -583,7 +583,7 @@ impl Engine {
     /// durable can be dropped at recovery for data that never arrived (which would drop
     /// the rest of its lane and, through a requirement, an acknowledged batch of another
     /// lane). Called holding no domain lock.
-    fn persist_domains(&self, parts: Vec<Required>) -> Result<(), EngineError> {
+    pub(super) fn persist_domains(&self, parts: Vec<Required>) -> Result<(), EngineError> {
         self.persist_domains_after(parts, 0, &mut || Ok(()))
     }
 
