@@ -6,6 +6,8 @@
 //! - An `augefs_t` is one mounted image and its own descriptor table (descriptors are
 //!   small numbers of that table, not kernel descriptors).
 //! - `augefs_unmount` closes every descriptor and unmounts (everything durable).
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![expect(
     clippy::undocumented_unsafe_blocks,
     clippy::missing_safety_doc,

@@ -1,5 +1,7 @@
 //! `augefs`: the command-line front end. It parses arguments, calls the engine and
 //! prints; no file-system logic lives here.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod cmd;
 mod size;

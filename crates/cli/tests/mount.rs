@@ -550,3 +550,40 @@ fn a_non_owner_write_drops_set_id_bits_through_the_mount() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+/// Supplementary groups reach the vfs's own checks: a user whose only tie to a
+/// directory and file (mode 0770 and 0640, group 4242) is a supplementary group reads
+/// the file and creates a file there, and without the group is refused. The daemon
+/// reads the groups from /proc only when a decision depends on them.
+#[test]
+fn supplementary_groups_grant_access_through_the_mount() {
+    let fx = Fixture::new();
+    fx.mount_with(BIN, &["mount"], &["-o", "allow_other"]);
+    let v = fx.vars();
+    sh(
+        "mkdir \"$MNT/g\" && chown 0:4242 \"$MNT/g\" && chmod 0770 \"$MNT/g\" && \
+         echo group > \"$MNT/g/f\" && chown 0:4242 \"$MNT/g/f\" && chmod 0640 \"$MNT/g/f\"",
+        &v,
+    );
+    let as_nobody = |groups: &[&str], cmd: &str| {
+        let mut args = vec!["--reuid=65534", "--regid=65534"];
+        args.extend_from_slice(groups);
+        args.extend_from_slice(&["sh", "-c", cmd]);
+        Command::new("setpriv")
+            .args(&args)
+            .env("MNT", &fx.mnt)
+            .output()
+            .expect("setpriv")
+    };
+    let member = ["--groups=4242"];
+    let out = as_nobody(&member, "cat \"$MNT/g/f\"");
+    check("read through a supplementary group", &out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "group");
+    let out = as_nobody(&member, "echo new > \"$MNT/g/new\"");
+    check("create through a supplementary group", &out);
+    assert_eq!(sh("stat -c %u \"$MNT/g/new\"", &v).trim(), "65534");
+    let out = as_nobody(&["--clear-groups"], "cat \"$MNT/g/f\"");
+    assert!(!out.status.success(), "read without the group succeeded");
+    fx.unmount();
+    fx.fsck_clean();
+}

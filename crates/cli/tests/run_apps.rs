@@ -10,42 +10,13 @@
 
 mod common;
 
-use common::{check, Fixture, BIN};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use common::{log_of, preload_built, run, stdout, Fixture, BIN};
+use std::path::Path;
+use std::process::Command;
 
-fn preload_built() {
-    let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: run `cargo build -p augefs-preload` first (scripts/test does)",
-        lib.display()
-    );
-}
-
-/// The interposer's log of this fixture.
-fn log_of(fx: &Fixture) -> PathBuf {
-    fx.host.join("interposer.log")
-}
-
-/// `augefs run --image IMG --log LOG -- args...`.
-fn run(fx: &Fixture, args: &[&str]) -> Output {
-    preload_built();
-    Command::new(BIN)
-        .arg("run")
-        .arg("--image")
-        .arg(&fx.image)
-        .arg("--log")
-        .arg(log_of(fx))
-        .arg("--")
-        .args(args)
-        .output()
-        .expect("run augefs run")
-}
-
-fn stdout(what: &str, out: &Output) -> String {
-    check(what, out);
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// Compiles tests/run_apps/`name`.c.
+fn compile(fx: &Fixture, name: &str) -> std::path::PathBuf {
+    common::compile_c(fx, "run_apps", name)
 }
 
 /// No bridge mount of this fixture's image is left behind (its source is the image).
@@ -225,20 +196,6 @@ fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
 }
 
 /// Compiles `tests/run_apps/NAME.c` into the fixture's host directory.
-fn compile(fx: &Fixture, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/run_apps/{name}.c"));
-    let exe = fx.host.join(name);
-    let cc = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("cc (install gcc: scripts/test does)");
-    check(&format!("cc {name}.c"), &cc);
-    exe
-}
-
 #[test]
 fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
     let fx = Fixture::new();

@@ -9,7 +9,7 @@
 //!   code happens to do: the one-domain check holds the code to it.
 
 use crate::snapshot::Snapshot;
-use crate::workload::{NodeKind, Op, Step, Target, WriteMode};
+use crate::workload::{Op, Step, Target, WriteMode};
 use format::InodeNo;
 use std::collections::{BTreeMap, BTreeSet};
 use vfs::{AttrChanges, Creds, Fallocate, FileSystem, Kind, OpenInode, VfsError, XattrMode};
@@ -87,7 +87,8 @@ impl<'a> Runner<'a> {
         match self.fs.stat_ino(ino)?.kind {
             Kind::File => Ok(ino),
             Kind::Dir => Err(VfsError::IsDir(target.to_string())),
-            Kind::Symlink => Err(VfsError::Invalid(target.to_string())),
+            // A dangling symbolic link or a special file (truncate(2) answers EINVAL).
+            _ => Err(VfsError::Invalid(target.to_string())),
         }
     }
 
@@ -100,12 +101,12 @@ impl<'a> Runner<'a> {
             fs.create(&root, parent, name, kind, mode, None).map(drop)
         };
         match &step.op {
-            Op::Create(p, mode) | Op::Mknod(p, NodeKind::Regular, mode) => {
-                create(p, Kind::File, *mode)
+            Op::Create(p, mode) => create(p, Kind::File, *mode),
+            Op::Mknod(p, kind, mode, dev) => {
+                let (parent, name) = fs.resolve_parent(p)?;
+                fs.mknod(&root, parent, name, kind.kind(), *mode, *dev)
+                    .map(drop)
             }
-            Op::Mknod(p, ..) => Err(VfsError::NotPermitted(format!(
-                "{p}: augefs has no device nodes, FIFOs or sockets"
-            ))),
             Op::Mkdir(p, mode) => create(p, Kind::Dir, *mode),
             Op::Write(t, off, len, mode) => {
                 let ino = self.file(t)?;

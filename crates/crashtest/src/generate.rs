@@ -76,7 +76,7 @@ fn operation(index: usize, position: usize) -> (Vec<Op>, Target) {
         22 => one(Op::Chmod(p("/A"), 0o600), "/A"),
         // A long write: an extent made (and trimming /B's block) inside the window.
         23 => one(Op::Write(p("/B"), 0, 40960, buffered), "/B"),
-        24 => one(Op::Mknod(s("/D/P"), NodeKind::Regular, 0o640), "/D/P"),
+        24 => one(Op::Mknod(s("/D/P"), NodeKind::Regular, 0o640, 0), "/D/P"),
         25 => one(Op::Write(p("/B"), 8192, 4096, WriteMode::Sync), "/B"),
         26 => one(Op::Write(p("/A"), 16384, 4096, WriteMode::Direct), "/A"),
         // Reuses /A's name once it is gone.

@@ -201,8 +201,7 @@ fn half_done_object(w: &Workload, h: &History, ino: u64, j: usize, o: &Object) -
     let Some(after) = h.states.get(j).and_then(|s| s.objects.get(&ino)) else {
         return false;
     };
-    (o.kind, o.perm, &o.xattrs, o.nlink) == (after.kind, after.perm, &after.xattrs, after.nlink)
-        && half_done(w, h, ino, j, &o.data)
+    o.attributes() == after.attributes() && half_done(w, h, ino, j, &o.data)
 }
 
 /// The last acknowledged step whose scope `covers`, or 0.
@@ -289,7 +288,7 @@ fn matches_at(w: &Workload, h: &History, got: &Snapshot, k: usize) -> bool {
         let Some(t) = s.objects.get(ino) else {
             return false;
         };
-        if (o.kind, o.perm, &o.xattrs, o.nlink) != (t.kind, t.perm, &t.xattrs, t.nlink) {
+        if o.attributes() != t.attributes() {
             return false;
         }
         if o.kind != Kind::File {

@@ -12,6 +12,8 @@
 //! - [`check`]: every crash state of a run, and each step's outcome.
 //! - [`generate`], [`model`]: the generated sequences and the namespace model that
 //!   gives each step its expected outcome.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod apply;
 pub mod check;

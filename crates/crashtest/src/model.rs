@@ -8,7 +8,7 @@
 //! - The order of checks follows Linux's (the parent's walk, then the name, then the
 //!   kinds), which is the order the vfs checks in.
 
-use crate::workload::{NodeKind, Op, Target};
+use crate::workload::{Op, Target};
 use std::collections::{BTreeMap, BTreeSet};
 use vfs::{Kind, RenameMode};
 
@@ -63,10 +63,8 @@ impl Model {
     /// Applies `op` and returns its outcome (the model changes only on success).
     pub fn apply(&mut self, op: &Op) -> Result<(), Errno> {
         match op {
-            Op::Create(p, _) | Op::Mknod(p, NodeKind::Regular, _) => {
-                self.add(p, Kind::File, "").map(drop)
-            }
-            Op::Mknod(..) => Err(libc::EPERM),
+            Op::Create(p, _) => self.add(p, Kind::File, "").map(drop),
+            Op::Mknod(p, kind, ..) => self.add(p, kind.kind(), "").map(drop),
             Op::Mkdir(p, _) => self.add(p, Kind::Dir, "").map(drop),
             Op::Symlink(t, p) => self.add(p, Kind::Symlink, t).map(drop),
             Op::Write(t, ..)
@@ -77,16 +75,17 @@ impl Model {
             | Op::Zero(t, ..) => match self.node(self.target(t)?).kind {
                 Kind::File => Ok(()),
                 Kind::Dir => Err(libc::EISDIR),
-                Kind::Symlink => Err(libc::EINVAL),
+                // A symbolic link (dangling: others are followed) or a special file.
+                _ => Err(libc::EINVAL),
             },
             Op::Fsync(t) | Op::Fdatasync(t) | Op::Chmod(t, _) => self.target(t).map(drop),
             Op::SetXattr(t, name, _) => {
-                let ino = self.target(t)?;
+                let ino = self.xattr_holder(t, name)?;
                 self.node_mut(ino).xattrs.insert(name.clone());
                 Ok(())
             }
             Op::RemoveXattr(t, name) => {
-                let ino = self.target(t)?;
+                let ino = self.xattr_holder(t, name)?;
                 match self.node_mut(ino).xattrs.remove(name) {
                     true => Ok(()),
                     false => Err(libc::ENODATA),
@@ -112,6 +111,18 @@ impl Model {
                 None => Err(libc::EBADF),
             },
             Op::Sync => Ok(()),
+        }
+    }
+
+    /// The inode `t` names, if it may hold attribute `name`: `user.` ones only on files
+    /// and directories (EPERM for a special file, as Linux); `trusted.` ones (root's) on
+    /// any inode.
+    fn xattr_holder(&self, t: &Target, name: &str) -> Result<u64, Errno> {
+        let ino = self.target(t)?;
+        match self.node(ino).kind {
+            Kind::File | Kind::Dir => Ok(ino),
+            _ if name.starts_with("user.") => Err(libc::EPERM),
+            _ => Ok(ino),
         }
     }
 
@@ -312,7 +323,9 @@ mod tests {
                     link /d /l\nlink /d/f /l\nunlink /d/f\nwrite /d/f 0 1\nwrite /l 0 1\n\
                     symlink /l /s\nwrite /s 0 1\nunlink /l\nwrite /s 0 1\nremovexattr /s u\n\
                     rename /d /x exchange\nmknod /p fifo\nopen h /d\nclose h\n\
-                    mkdir /d/e\nrename /d /d/e/f\nrmdir /d/e\nrmdir /d/e\n";
+                    mkdir /d/e\nrename /d /d/e/f\nrmdir /d/e\nrmdir /d/e\n\
+                    mknod /q chr 600 1:3\nwrite /q 0 1\nsetxattr /q user.a v\nmknod /q sock\n\
+                    setxattr /q trusted.a v\nunlink /q\n";
         use libc::*;
         let want = [
             Ok(()),
@@ -332,13 +345,19 @@ mod tests {
             Err(ENOENT),
             Err(ENOENT),
             Err(ENOENT),
-            Err(EPERM),
+            Ok(()), // mknod /p fifo
             Ok(()),
             Ok(()),
             Ok(()),
             Err(EINVAL),
             Ok(()),
             Err(ENOENT),
+            Ok(()),
+            Err(EINVAL),
+            Err(EPERM),
+            Err(EEXIST),
+            Ok(()),
+            Ok(()),
         ];
         assert_eq!(run(text), want);
     }

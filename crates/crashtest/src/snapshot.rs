@@ -1,6 +1,6 @@
 //! What a mounted file system holds, as the checker compares it: every directory entry
-//! reachable from the root and every object (file, directory, symlink) it names, by inode
-//! number.
+//! reachable from the root and every object (file, directory, symlink, special file) it
+//! names, by inode number.
 //!
 //! Invariants:
 //! - Taken through the VFS's inode-level API as root, so permissions never hide anything.
@@ -20,6 +20,18 @@ pub struct Object {
     pub data: Vec<u8>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub nlink: u32,
+    /// A device's number (`st_rdev`), 0 for every other kind.
+    pub rdev: u64,
+}
+
+/// An object's kind, permissions, device number, extended attributes and link count.
+pub type Attributes<'a> = (Kind, u32, u64, &'a BTreeMap<Vec<u8>, Vec<u8>>, u32);
+
+impl Object {
+    /// What the judge compares besides the data.
+    pub fn attributes(&self) -> Attributes<'_> {
+        (self.kind, self.perm, self.rdev, &self.xattrs, self.nlink)
+    }
 }
 
 /// The whole reachable tree.
@@ -106,9 +118,10 @@ impl Snapshot {
 impl Object {
     pub fn describe(&self) -> String {
         format!(
-            "{:?} mode {:o} nlink {} {} bytes (crc {:08x}) {} xattrs",
+            "{:?} mode {:o} rdev {:#x} nlink {} {} bytes (crc {:08x}) {} xattrs",
             self.kind,
             self.perm,
+            self.rdev,
             self.nlink,
             self.data.len(),
             format::checksum::crc32c(&self.data),
@@ -129,7 +142,8 @@ fn object(fs: &FileSystem, root: &Creds, ino: u64) -> Result<Object, VfsError> {
             buf
         }
         Kind::Symlink => fs.readlink_ino(ino_no)?,
-        Kind::Dir => Vec::new(),
+        // A directory's contents are its entries; a special file holds none.
+        _ => Vec::new(),
     };
     let mut xattrs = BTreeMap::new();
     if meta.kind != Kind::Symlink {
@@ -144,6 +158,7 @@ fn object(fs: &FileSystem, root: &Creds, ino: u64) -> Result<Object, VfsError> {
         data,
         xattrs,
         nlink: meta.nlink,
+        rdev: meta.rdev,
     })
 }
 

@@ -76,9 +76,10 @@ pub enum Op {
     Create(String, u32),
     /// `mkdir PATH [MODE]`.
     Mkdir(String, u32),
-    /// `mknod PATH reg|fifo|chr|blk|sock [MODE]`: a regular file is a create; augefs has
-    /// no other kinds (FUSE's mknod answers EPERM for them), so they fail with EPERM.
-    Mknod(String, NodeKind, u32),
+    /// `mknod PATH reg|fifo|chr|blk|sock [MODE] [MAJOR:MINOR]`: a regular file is a
+    /// create; the others are special files (the device number, a `dev_t`, is kept for
+    /// `chr` and `blk` and ignored for the rest, as mknod(2) does).
+    Mknod(String, NodeKind, u32, u64),
     /// `write TARGET OFFSET LEN [sync|dsync|direct]`: LEN bytes of a pattern that depends
     /// on the offset and the step, so misplaced or stale blocks never compare equal.
     Write(Target, u64, u64, WriteMode),
@@ -275,6 +276,17 @@ impl fmt::Display for WriteMode {
 }
 
 impl NodeKind {
+    /// The vfs kind a `mknod` of this type makes.
+    pub fn kind(self) -> vfs::Kind {
+        match self {
+            NodeKind::Regular => vfs::Kind::File,
+            NodeKind::Fifo => vfs::Kind::Fifo,
+            NodeKind::Char => vfs::Kind::CharDev,
+            NodeKind::Block => vfs::Kind::BlockDev,
+            NodeKind::Socket => vfs::Kind::Socket,
+        }
+    }
+
     pub(crate) const NAMES: [(&'static str, NodeKind); 5] = [
         ("reg", NodeKind::Regular),
         ("fifo", NodeKind::Fifo),
@@ -300,7 +312,14 @@ impl fmt::Display for Op {
             Op::Create(p, m) => write!(f, "create {p} {m:o}"),
             Op::Mkdir(p, DIR_MODE_DEFAULT) => write!(f, "mkdir {p}"),
             Op::Mkdir(p, m) => write!(f, "mkdir {p} {m:o}"),
-            Op::Mknod(p, k, m) => write!(f, "mknod {p} {} {m:o}", k.name()),
+            Op::Mknod(p, k, m, 0) => write!(f, "mknod {p} {} {m:o}", k.name()),
+            Op::Mknod(p, k, m, dev) => write!(
+                f,
+                "mknod {p} {} {m:o} {}:{}",
+                k.name(),
+                libc::major(*dev),
+                libc::minor(*dev)
+            ),
             Op::Write(t, o, l, mode) => write!(f, "write {t} {o} {l}{mode}"),
             Op::Append(t, l, mode) => write!(f, "append {t} {l}{mode}"),
             Op::Truncate(t, s) => write!(f, "truncate {t} {s}"),

@@ -21,6 +21,8 @@
 //!   Writes in flight at the same time as a flush are not covered by it.
 //! - A completed request returns its buffer to the caller; a request that failed
 //!   returns it too, with the error.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod backend;
 pub mod buf;

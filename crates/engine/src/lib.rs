@@ -18,6 +18,8 @@
 //!   superblocks first and writes the new ones last, so an interrupted mkfs never leaves
 //!   an image that opens.
 //! - All IO names its cause (superblock, checkpoint, WAL, manifest, tool).
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod error;
 pub mod image;

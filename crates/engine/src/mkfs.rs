@@ -125,31 +125,7 @@ pub fn format(
         progress.advance(geometry.segments.size_bytes());
     }
 
-    let owners = geometry.checkpoint_owners();
-    progress.step(
-        "writing initial checkpoints",
-        owners.len() as u64 * CHECKPOINT_SLOT_BYTES,
-    );
-    let mut requests: Vec<IoRequest> = owners
-        .iter()
-        .map(|&owner| {
-            let slot = CheckpointSlot {
-                owner,
-                payload_version: 0,
-                sequence: 1,
-                payload: Vec::new(),
-            };
-            let offset = geometry.checkpoint_slot_offset(owner, 0);
-            IoRequest::write(
-                offset,
-                AlignedBuf::from_slice(&slot.encode()),
-                IoCause::Checkpoint,
-            )
-        })
-        .collect();
-    requests.push(IoRequest::flush(IoCause::Checkpoint));
-    device.run(requests)?;
-    progress.advance(owners.len() as u64 * CHECKPOINT_SLOT_BYTES);
+    write_initial_checkpoints(device, &geometry, progress)?;
 
     if let Some(p) = pmr {
         progress.step("formatting the PMR", p.len());
@@ -176,6 +152,40 @@ pub fn format(
     progress.advance(2 * BLOCK_SIZE_BYTES);
     progress.finish();
     Ok(superblock)
+}
+
+/// Writes sequence 1 of every checkpoint owner's first slot, empty, and flushes.
+fn write_initial_checkpoints(
+    device: &Device,
+    geometry: &Geometry,
+    progress: &dyn Progress,
+) -> Result<(), EngineError> {
+    let owners = geometry.checkpoint_owners();
+    progress.step(
+        "writing initial checkpoints",
+        owners.len() as u64 * CHECKPOINT_SLOT_BYTES,
+    );
+    let mut requests: Vec<IoRequest> = owners
+        .iter()
+        .map(|&owner| {
+            let slot = CheckpointSlot {
+                owner,
+                payload_version: 0,
+                sequence: 1,
+                payload: Vec::new(),
+            };
+            let offset = geometry.checkpoint_slot_offset(owner, 0);
+            IoRequest::write(
+                offset,
+                AlignedBuf::from_slice(&slot.encode()),
+                IoCause::Checkpoint,
+            )
+        })
+        .collect();
+    requests.push(IoRequest::flush(IoCause::Checkpoint));
+    device.run(requests)?;
+    progress.advance(owners.len() as u64 * CHECKPOINT_SLOT_BYTES);
+    Ok(())
 }
 
 fn zero_region(

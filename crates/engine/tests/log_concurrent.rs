@@ -12,7 +12,7 @@ use common::{
 };
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::InodeNo;
@@ -168,8 +168,7 @@ fn background_cleaner_runs_beside_writers() {
                 InodeNo(ino),
                 FileBlock(0),
                 &data,
-                &WriteBatch::new(),
-                Durability::Buffered,
+                WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
             )
             .unwrap();
     }

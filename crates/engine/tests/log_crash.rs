@@ -16,7 +16,7 @@ use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend, RecordingHandle};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::{DomainId, InodeNo};
@@ -95,7 +95,7 @@ fn workload(
     };
     for _ in 0..ops {
         let ino = 1 + rng.below(FILES);
-        let acknowledged = match rng.below(12) {
+        let acknowledged = match rng.below(13) {
             0..=6 => {
                 let w = RandomWrite::new(&mut rng, BLOCKS, 10, 2);
                 for (b, v) in w.blocks() {
@@ -122,6 +122,10 @@ fn workload(
             10 => {
                 engine.metadb().flush().unwrap();
                 false
+            }
+            11 => {
+                engine.persist_all().unwrap();
+                true
             }
             _ => {
                 engine.sync().unwrap();
@@ -185,8 +189,7 @@ fn check_states(seed: u64, ops: usize, path: FsyncPath, domains: u32, states_max
                 InodeNo(1),
                 FileBlock(0),
                 &vec![0xee; BLOCK],
-                &WriteBatch::new(),
-                Durability::Fsync,
+                WriteOptions::new(&WriteBatch::new(), Durability::Fsync),
             )
             .unwrap();
         engine.gc_pass(Policy::Greedy).unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use common::{memory_image, mount, read_values, small_config, write_block, BLOCK};
 use engine::log::keys::{self, FileBlock};
-use engine::log::{Durability, Engine, FsyncPath};
+use engine::log::{Durability, Engine, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::InodeNo;
@@ -26,8 +26,7 @@ fn write(engine: &Engine, first: u64, values: &[u8]) {
             InodeNo(INO),
             FileBlock(first),
             &data,
-            &WriteBatch::new(),
-            Durability::Buffered,
+            WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
         )
         .unwrap();
 }
@@ -99,8 +98,7 @@ fn extents_map_long_runs_and_survive_overwrites_punches_gc_and_remounts() {
             InodeNo(INO),
             FileBlock(100),
             Some(FileBlock(120)),
-            &WriteBatch::new(),
-            Durability::Buffered,
+            WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
         )
         .unwrap();
     for b in 100..120 {
@@ -158,8 +156,7 @@ fn extents_map_long_runs_and_survive_overwrites_punches_gc_and_remounts() {
             ino,
             FileBlock(50),
             None,
-            &WriteBatch::new(),
-            Durability::Fsync,
+            WriteOptions::new(&WriteBatch::new(), Durability::Fsync),
         )
         .unwrap();
     model.retain(|&b, _| b < 50);
@@ -210,8 +207,7 @@ fn reads_through_the_map_cache_see_every_change_made_before_them() {
                     ino,
                     FileBlock(50),
                     Some(FileBlock(60)),
-                    &WriteBatch::new(),
-                    Durability::Buffered,
+                    WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
                 )
                 .unwrap();
             for b in 50..60 {
@@ -242,8 +238,7 @@ fn reads_through_the_map_cache_see_every_change_made_before_them() {
                     ino,
                     FileBlock(30),
                     None,
-                    &WriteBatch::new(),
-                    Durability::Buffered,
+                    WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
                 )
                 .unwrap();
             m.retain(|&b, _| b < 30);

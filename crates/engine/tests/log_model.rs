@@ -8,7 +8,7 @@ mod common;
 use common::{formatted, memory_image, mount, read_values, small_config, RandomWrite, BLOCK};
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, FsyncPath};
+use engine::log::{Durability, Engine, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
 use format::constants::MIB;
 use format::InodeNo;
@@ -79,8 +79,7 @@ fn run_model_on(seed: u64, path: FsyncPath, domains: u32, dev: Arc<Device>, pmr:
                         InodeNo(ino),
                         FileBlock(from),
                         to.map(FileBlock),
-                        &WriteBatch::new(),
-                        Durability::Buffered,
+                        WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
                     )
                     .unwrap();
                 if let Some(f) = model.get_mut(&ino) {

@@ -11,7 +11,7 @@ mod common;
 
 use common::{memory_image, mount, small_config, write_block, BLOCK};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, FsyncPath};
+use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
 use format::constants::MIB;
 use format::InodeNo;
 use metadb::WriteBatch;
@@ -47,8 +47,7 @@ fn fill_then_overwrite(utilization: f64, domains: u32) {
                 InodeNo(files),
                 FileBlock(0),
                 &data,
-                &WriteBatch::new(),
-                Durability::Buffered,
+                WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
             )
             .unwrap_or_else(|e| panic!("fill to {utilization}: file {files}: {e}"));
     }

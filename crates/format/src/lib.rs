@@ -9,6 +9,8 @@
 //! - Every structure a reader could meet as garbage carries a CRC-32C ([`checksum`]).
 //! - On-disk numbers (magics, tags, versions) are forever: retired values stay as
 //!   comments where they were defined.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod checkpoint;
 pub mod checksum;

@@ -193,21 +193,10 @@ impl Superblock {
                 supported: FORMAT_VERSION,
             });
         }
-        let corrupt = |field: &str, expected: String, got: String| {
-            FormatError::corruption(
-                format!("{what} field {field}"),
-                location.clone(),
-                expected,
-                got,
-            )
-        };
-        let check = |field: Field, expected: u64, got: u64| {
-            if expected == got {
-                Ok(())
-            } else {
-                Err(corrupt(field.name, expected.to_string(), got.to_string()))
-            }
-        };
+        let fields = FieldCheck { what, location };
+        let corrupt =
+            |field: &str, expected: String, got: String| fields.corrupt(field, expected, got);
+        let check = |field: Field, expected: u64, got: u64| fields.check(field, expected, got);
         check(
             F_COPY_INDEX,
             copy_index as u64,
@@ -240,24 +229,7 @@ impl Superblock {
                 e.to_string(),
             )
         })?;
-        let stored_regions = [
-            (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, geometry.checkpoints),
-            (F_MANIFEST_START, F_MANIFEST_COUNT, geometry.manifest),
-            (F_WAL_START, F_WAL_COUNT, geometry.wal),
-            (F_SUMMARY_START, F_SUMMARY_COUNT, geometry.summaries),
-            (
-                F_SEGMENT_START,
-                F_SEGMENT_COUNT,
-                Region {
-                    start_block: geometry.segments.start_block,
-                    block_count: geometry.segment_count as u64,
-                },
-            ),
-        ];
-        for (start, count, region) in stored_regions {
-            check(start, region.start_block, start.get_u64(buf))?;
-            check(count, region.block_count, count.get_u64(buf))?;
-        }
+        fields.check_regions(buf, &geometry)?;
         let pmr_size_bytes = F_PMR_SIZE.get_u64(buf);
         if (feature_flags & FEATURE_PMR != 0) != (pmr_size_bytes != 0) {
             return Err(corrupt(
@@ -275,6 +247,57 @@ impl Superblock {
             pmr_size_bytes,
             geometry,
         })
+    }
+}
+
+/// Reports a superblock field that is not what the rest of the superblock implies.
+struct FieldCheck {
+    /// Which copy ("superblock copy N").
+    what: String,
+    /// Where it was read.
+    location: String,
+}
+
+impl FieldCheck {
+    fn corrupt(&self, field: &str, expected: String, got: String) -> FormatError {
+        FormatError::corruption(
+            format!("{} field {field}", self.what),
+            self.location.clone(),
+            expected,
+            got,
+        )
+    }
+
+    fn check(&self, field: Field, expected: u64, got: u64) -> Result<(), FormatError> {
+        if expected == got {
+            Ok(())
+        } else {
+            Err(self.corrupt(field.name, expected.to_string(), got.to_string()))
+        }
+    }
+
+    /// The stored regions are the ones `geometry` computes from the device size and
+    /// the domain count.
+    fn check_regions(&self, buf: &[u8], geometry: &Geometry) -> Result<(), FormatError> {
+        let stored_regions = [
+            (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, geometry.checkpoints),
+            (F_MANIFEST_START, F_MANIFEST_COUNT, geometry.manifest),
+            (F_WAL_START, F_WAL_COUNT, geometry.wal),
+            (F_SUMMARY_START, F_SUMMARY_COUNT, geometry.summaries),
+            (
+                F_SEGMENT_START,
+                F_SEGMENT_COUNT,
+                Region {
+                    start_block: geometry.segments.start_block,
+                    block_count: geometry.segment_count as u64,
+                },
+            ),
+        ];
+        for (start, count, region) in stored_regions {
+            self.check(start, region.start_block, start.get_u64(buf))?;
+            self.check(count, region.block_count, count.get_u64(buf))?;
+        }
+        Ok(())
     }
 }
 

@@ -585,6 +585,7 @@ impl Fsck<'_> {
                 K::Dir => self.stats.directories += 1,
                 K::File => self.stats.files += 1,
                 K::Symlink => self.stats.symlinks += 1,
+                K::Fifo | K::Socket | K::CharDev | K::BlockDev => self.stats.special += 1,
             }
         }
         self.stats.mappings = b.kept.iter().filter(|&&k| k).count() as u64;

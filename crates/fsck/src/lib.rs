@@ -15,6 +15,8 @@
 //! - Repairs are collected while checking and written at the end, in MetaDB batches,
 //!   then flushed to tables; a problem is `fixed` only if its repair is among them.
 //! - Corrupted input never panics: every decode is checked, every index is bounded.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod blocks;
 pub mod error;
@@ -65,6 +67,8 @@ pub struct Stats {
     pub directories: u64,
     pub files: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special: u64,
     pub mappings: u64,
     pub domain_segments: u64,
     pub table_segments: u64,

@@ -53,6 +53,10 @@ pub enum Kind {
     OrphanWithoutInode,
     OrphanOfLinkedInode,
     InodeCounterLow,
+    /// A FIFO, socket or device node with a size (they hold no data).
+    SpecialFileWithSize,
+    /// A device number on an inode that is not a device.
+    DeviceNumberOnNonDevice,
     // Checksums of metadata structures (docs/FORMAT.md "what proves damage").
     SuperblockCopyInvalid,
     SummaryInvalid,

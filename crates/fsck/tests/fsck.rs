@@ -159,6 +159,51 @@ fn wrong_link_count_is_preened() {
 }
 
 #[test]
+fn special_files_check_clean_and_their_fields_are_preened() {
+    let dir = scratch();
+    let path = workload_image(dir.path());
+    let fs = mount(&path);
+    fs.make_node("/fifo", libc::S_IFIFO | 0o600, 0).unwrap();
+    fs.make_node("/sock", libc::S_IFSOCK | 0o600, 0).unwrap();
+    fs.make_node("/d1/null", libc::S_IFCHR | 0o666, 0x103)
+        .unwrap();
+    fs.make_node("/d1/sda", libc::S_IFBLK | 0o600, 0x800)
+        .unwrap();
+    fs.hard_link("/fifo", "/d2/fifo-link").unwrap();
+    unmount(fs);
+    let r = run(&path, Mode::Check, false);
+    assert_eq!(r.problems, vec![], "special files check clean");
+    assert_eq!(r.stats.special, 4, "{:?}", r.stats);
+    // A FIFO with a size and a device number; a socket with a device number.
+    let fs = mount(&path);
+    let fifo = ino(&fs, "/fifo");
+    let mut i = inode(&fs, fifo);
+    (i.size, i.rdev) = (5, 0x103);
+    put(&fs, &records::inode_key(fifo), &i.encode());
+    unmount(fs);
+    let r = run(&path, Mode::Check, false);
+    let mut found = kinds(&r);
+    found.sort();
+    assert_eq!(
+        found,
+        vec![Kind::SpecialFileWithSize, Kind::DeviceNumberOnNonDevice],
+        "{:#?}",
+        r.problems
+    );
+    assert_eq!(r.exit_code(), 4);
+    assert_eq!(run(&path, Mode::Preen, false).exit_code(), 1);
+    assert_eq!(run(&path, Mode::Check, false).problems, vec![]);
+    let fs = mount(&path);
+    let m = fs.metadata("/d2/fifo-link").unwrap();
+    assert_eq!(
+        (m.kind, m.size, m.rdev, m.nlink),
+        (vfs::Kind::Fifo, 0, 0, 2)
+    );
+    assert_eq!(fs.metadata("/d1/null").unwrap().rdev, 0x103);
+    unmount(fs);
+}
+
+#[test]
 fn dangling_dentry_is_dropped() {
     case(
         |fs, _| {

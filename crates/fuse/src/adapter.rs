@@ -59,18 +59,32 @@ pub(crate) fn ino(n: u64) -> InodeNo {
 }
 
 /// The caller of a request: its uid and gid, and the supplementary groups of its
-/// process (from /proc; none if the process is gone). The kernel checks permissions too
-/// (default_permissions); the vfs's own checks see the same identity.
+/// thread, read from /proc only if a decision of the vfs depends on them (none do for
+/// root, for the owner, or where an inode's group and other bits agree). The kernel
+/// checks permissions too (default_permissions); the vfs's own checks see the same
+/// identity.
 pub(crate) fn creds(h: &abi::InHeader) -> Creds {
-    Creds::user(h.uid, h.gid, groups_of(h.pid))
+    Creds::with_group_reader(h.uid, h.gid, groups_of, h.pid)
 }
 
-fn groups_of(pid: u32) -> Vec<u32> {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+/// The supplementary groups of thread `tid` (its /proc status's `Groups:` line; none if
+/// it is gone).
+fn groups_of(tid: u32) -> Vec<u32> {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(format!("/proc/{tid}/status")) else {
         return Vec::new();
     };
-    status
-        .lines()
+    // The status text is about 1.5 KiB; `Groups:` is in its first half.
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    text.lines()
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| {
             g.split_whitespace()
@@ -114,6 +128,11 @@ impl AugeFuse {
         }
     }
 
+    /// The kernel's references to inodes, as counted from the replies.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
+    }
+
     /// INIT flags this adapter asks for (the session adds the protocol's own).
     pub(crate) fn wanted_flags(&self) -> u64 {
         // HANDLE_KILLPRIV_V2: without it the kernel keeps S_ISGID on a write to a file
@@ -122,9 +141,20 @@ impl AugeFuse {
         let mut f = init::PARALLEL_DIROPS
             | init::POSIX_LOCKS
             | init::FLOCK_LOCKS
-            | init::HANDLE_KILLPRIV_V2;
+            | init::HANDLE_KILLPRIV_V2
+            | init::EXPORT_SUPPORT;
+        if !self.ttl.is_zero() {
+            // A bridge caches nothing: attributes listed with the names would go unused,
+            // and symbolic links' targets (which never change) would not be kept.
+            f |= init::DO_READDIRPLUS | init::READDIRPLUS_AUTO | init::CACHE_SYMLINKS;
+        }
         if self.writeback_cache {
             f |= init::WRITEBACK_CACHE;
+        }
+        if self.direct_io {
+            // A bridge's opens are direct IO: without this a bridged process's
+            // MAP_SHARED mmap fails with ENODEV (docs/DESIGN.md §4f "mmap").
+            f |= init::DIRECT_IO_ALLOW_MMAP;
         }
         f
     }
@@ -160,7 +190,8 @@ impl AugeFuse {
         }
     }
 
-    fn entry_out(&self, m: &Metadata) -> abi::EntryOut {
+    /// The entry reply for `m`, which counts one kernel lookup of it.
+    pub(crate) fn entry_out(&self, m: &Metadata) -> abi::EntryOut {
         let (s, ns) = timeout(self.ttl);
         self.nodes.looked_up(m.ino, file_type(m.kind));
         abi::EntryOut {
@@ -203,6 +234,25 @@ impl AugeFuse {
         self.fs.stat_ino(created)
     }
 
+    /// MKNOD: a regular file, FIFO, socket or device node (the kernel sends no other
+    /// types). The kernel then provides the FIFO, socket or device itself from the
+    /// type and `rdev` in the attributes.
+    fn mknod(
+        &self,
+        h: &abi::InHeader,
+        arg: &abi::MknodIn,
+        name: &[u8],
+    ) -> Result<Metadata, VfsError> {
+        let kind = Kind::from_mode(arg.mode)
+            .ok_or_else(|| VfsError::Invalid(format!("mknod of mode {:o}", arg.mode)))?;
+        let perm = arg.mode & !arg.umask & 0o7777;
+        let dev = vfs::records::dev_of(arg.rdev);
+        let made = self
+            .fs
+            .mknod(&creds(h), ino(h.nodeid), name, kind, perm, dev)?;
+        self.fs.stat_ino(made)
+    }
+
     fn admits(&self, h: &abi::InHeader) -> bool {
         match self.admit {
             Admit::Kernel => true,
@@ -240,13 +290,7 @@ impl AugeFuse {
     fn dispatch_names(&self, req: &Request<'_>, out: &mut Out<'_>) -> bool {
         let h = &req.header;
         match &req.op {
-            Op::Lookup { name } => {
-                let r = self
-                    .fs
-                    .lookup_ino(&creds(h), ino(h.nodeid), name)
-                    .and_then(|i| self.fs.stat_ino(i));
-                self.entry(out, r);
-            }
+            Op::Lookup { name } => self.lookup(h, name, out),
             Op::GetAttr => self.attr_reply(out, self.stat(h.nodeid)),
             Op::SetAttr(a) => self.setattr(h, a, out),
             Op::ReadLink => match self.fs.readlink_ino(ino(h.nodeid)) {
@@ -260,12 +304,8 @@ impl AugeFuse {
                 let r = self.new_inode(h, name, Kind::Symlink, 0o777, Some(target));
                 self.entry(out, r);
             }
-            // FIFOs, sockets and device nodes have no vfs kind yet (vfat answers so).
-            Op::Mknod { arg, .. } if arg.mode & libc::S_IFMT != libc::S_IFREG => {
-                out.error(libc::EPERM);
-            }
             Op::Mknod { arg, name } => {
-                let r = self.new_inode(h, name, Kind::File, arg.mode & !arg.umask, None);
+                let r = self.mknod(h, arg, name);
                 self.entry(out, r);
             }
             Op::Mkdir { arg, name } => {
@@ -299,6 +339,33 @@ impl AugeFuse {
             _ => return false,
         }
         true
+    }
+
+    /// LOOKUP: the entry, or a negative entry the kernel caches for as long as it
+    /// caches names (a create through the kernel replaces it). With export support the
+    /// kernel also asks for `.` of any inode by number (open_by_handle_at of an inode it
+    /// no longer caches; only callers with CAP_DAC_READ_SEARCH get there) and for `..`
+    /// of a directory.
+    fn lookup(&self, h: &abi::InHeader, name: &[u8], out: &mut Out<'_>) {
+        let r = if name == b"." {
+            self.fs.stat_ino(ino(h.nodeid))
+        } else {
+            self.fs
+                .lookup_ino(&creds(h), ino(h.nodeid), name)
+                .and_then(|i| self.fs.stat_ino(i))
+        };
+        match r {
+            Err(VfsError::NotFound(_)) if !self.ttl.is_zero() && name != b"." => {
+                let (s, ns) = timeout(self.ttl);
+                out.send(&abi::EntryOut {
+                    nodeid: 0,
+                    entry_valid: s,
+                    entry_valid_nsec: ns,
+                    ..abi::EntryOut::default()
+                });
+            }
+            r => self.entry(out, r),
+        }
     }
 
     fn rename(

@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-/// How long the kernel may cache attributes and names. Only this process changes the
-/// image (the device is locked exclusively), and every change passes through the
-/// kernel, which updates or drops its cache for it, so the time could be longer; one
-/// second bounds the damage of a missed invalidation.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes, names and the absence of names. Only this
+/// process changes the image (the device is locked exclusively), and every change
+/// passes through the kernel, which updates or drops its cache for it; a change that
+/// does not (a set-id bit a write dropped; changes made through the vfs directly) is
+/// told to the kernel by a notification ([`crate::notify::Notifier`]). An hour only
+/// bounds the damage of a missed invalidation: nothing is refetched in between.
+pub const TTL: Duration = Duration::from_secs(3600);
 /// Most pages per request asked of the kernel even where its limit
 /// (fs.fuse.max_pages_limit, 256 by default) is higher: 8 MiB writes, two buffers of
 /// that per request thread.
@@ -26,3 +28,11 @@ pub const LOCK_WAITERS_MAX: usize = 256;
 /// INTERRUPTs remembered for requests not (yet) known to be waiting: the kernel may
 /// send one before the SETLKW it interrupts has registered its wait.
 pub const EARLY_INTERRUPTS_MAX: usize = 256;
+/// Ring entries each FUSE-over-io_uring queue thread registers: while it serves one
+/// request the kernel can hand it the next (one more per deferred reply, see
+/// `crate::uring`).
+pub const RING_ENTRIES_PER_THREAD: usize = 2;
+/// Submission queue entries of a queue thread's io_uring: one per entry it may hold
+/// (the registered ones and one per SETLKW that waits) and one for its mailbox.
+pub const RING_DEPTH: u32 = 512;
+const _: () = assert!(RING_ENTRIES_PER_THREAD + LOCK_WAITERS_MAX < RING_DEPTH as usize);

@@ -16,16 +16,12 @@ pub fn errno(e: &VfsError) -> i32 {
 
 /// The `S_IFMT` bits of `kind`.
 pub fn file_type(kind: Kind) -> u32 {
-    match kind {
-        Kind::File => libc::S_IFREG,
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-    }
+    kind.mode_bits()
 }
 
 /// The readdir type (`DT_*`) of `kind`.
 pub fn dirent_type(kind: Kind) -> u32 {
-    file_type(kind) >> 12
+    u32::from(kind.dirent_type())
 }
 
 /// Nanoseconds since the epoch as FUSE's (seconds, nanoseconds), the nanoseconds in
@@ -62,7 +58,9 @@ pub fn attr(m: &Metadata) -> abi::Attr {
         nlink: m.nlink,
         uid: m.uid,
         gid: m.gid,
-        rdev: m.rdev as u32,
+        // The kernel's 32-bit encoding, as the inode holds it (st_rdev is the kernel's
+        // decoding of it): what the kernel's own device and FIFO code then uses.
+        rdev: vfs::records::rdev_of(m.rdev).expect("an inode's device number fits 32 bits"),
         blksize: m.blksize,
         flags: 0,
     }
@@ -86,5 +84,7 @@ mod tests {
         }
         assert_eq!(dirent_type(Kind::Dir), libc::DT_DIR as u32);
         assert_eq!(dirent_type(Kind::Symlink), libc::DT_LNK as u32);
+        assert_eq!(dirent_type(Kind::Fifo), libc::DT_FIFO as u32);
+        assert_eq!(file_type(Kind::CharDev), libc::S_IFCHR);
     }
 }

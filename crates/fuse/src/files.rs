@@ -8,7 +8,7 @@
 //!   writeback_cache: times or pages written back after the last name went) succeeds
 //!   without effect: nothing can read that inode again. Any other ENOENT is returned.
 
-use crate::adapter::{creds, done, ino, AugeFuse};
+use crate::adapter::{creds, done, ino, ino as vfs_ino, AugeFuse};
 use crate::constants::READDIR_BATCH;
 use crate::convert::{dirent_type, errno, join_ns};
 use crate::proto::abi::{self, fattr};
@@ -80,7 +80,7 @@ impl AugeFuse {
             // (FUSE_SYNCFS below waits for a kernel that does): an fsync of the root
             // directory, `sync DIR` of the mount point, is the way to make everything
             // durable now (docs/SEMANTICS.md §2).
-            Op::FsyncDir(_) if i == abi::ROOT_ID => done(out, self.fs.sync()),
+            Op::FsyncDir(_) if i == abi::ROOT_ID => done(out, self.fs.persist_all()),
             Op::Fsync(f) | Op::FsyncDir(f) => {
                 let data_only = f.fsync_flags & abi::FSYNC_FDATASYNC != 0;
                 match self.fs.fsync_ino(ino(i), data_only) {
@@ -117,7 +117,8 @@ impl AugeFuse {
                 Ok(_) => out.error(libc::ENOTDIR),
                 Err(e) => out.error(errno(&e)),
             },
-            Op::ReadDir(r) => self.readdir(h, r, out),
+            Op::ReadDir(r) => self.readdir(h, r, false, out),
+            Op::ReadDirPlus(r) => self.readdir(h, r, true, out),
             Op::ReleaseDir(r) => match self.dirs.remove(r.fh) {
                 Some(_) => out.ok(),
                 None => out.error(libc::EBADF),
@@ -257,26 +258,59 @@ impl AugeFuse {
         }
     }
 
-    fn readdir(&self, h: &abi::InHeader, r: &abi::ReadIn, out: &mut Out<'_>) {
+    fn readdir(&self, h: &abi::InHeader, r: &abi::ReadIn, plus: bool, out: &mut Out<'_>) {
         let Some(cursor) = self.dirs.get(r.fh) else {
             return out.error(libc::EBADF);
         };
         let mut cursor = cursor.lock().expect("directory cursor lock");
-        let size = r.size as usize;
-        match self.fill_dir(&creds(h), h.nodeid, &mut cursor, r.offset, size, out) {
+        let listing = Listing {
+            dir: h.nodeid,
+            size: r.size as usize,
+            plus,
+        };
+        match self.fill_dir(&creds(h), &listing, &mut cursor, r.offset, out) {
             Ok(()) => out.send_payload(),
             Err(e) => out.error(errno(&e)),
         }
     }
 
-    /// Fills the reply from `offset` of directory `dir`'s listing, up to `size` bytes.
+    /// Appends one entry if it fits; false if it does not. With `plus` it carries the
+    /// entry's attributes (and counts a kernel lookup), except for `.` and `..` and an
+    /// entry removed since it was listed, which go without (nodeid 0).
+    fn push_entry(&self, l: &Listing, e: (u64, &[u8], u32), off: u64, out: &mut Out<'_>) -> bool {
+        let (ino, name, typ) = e;
+        if !l.plus {
+            return out.buf().push_dirent(l.size, ino, off, typ, name);
+        }
+        if !out.buf().fits_direntplus(l.size, name) {
+            return false;
+        }
+        let entry = match name {
+            b"." | b".." => None,
+            _ => self
+                .fs
+                .stat_ino(vfs_ino(ino))
+                .ok()
+                .map(|m| self.entry_out(&m)),
+        };
+        let entry = entry.unwrap_or_else(|| abi::EntryOut {
+            attr: abi::Attr {
+                ino,
+                ..abi::Attr::default()
+            },
+            ..abi::EntryOut::default()
+        });
+        out.buf().push_direntplus(entry, off, typ, name);
+        true
+    }
+
+    /// Fills the reply from `offset` of the listing `l`.
     fn fill_dir(
         &self,
         cx: &Creds,
-        dir: u64,
+        l: &Listing,
         cursor: &mut DirCursor,
         offset: u64,
-        size: usize,
         out: &mut Out<'_>,
     ) -> Result<(), VfsError> {
         let dt_dir = dirent_type(Kind::Dir);
@@ -284,43 +318,52 @@ impl AugeFuse {
             Resume::End => return Ok(()),
             Resume::After(n) => Some(n),
             Resume::Start { dot, dotdot } => {
-                if dot && !out.buf().push_dirent(size, dir, 1, dt_dir, b".") {
+                if dot && !self.push_entry(l, (l.dir, b".", dt_dir), 1, out) {
                     return Ok(());
                 }
                 if dotdot {
-                    let parent = self.fs.lookup_ino(cx, ino(dir), b"..")?;
-                    if !out.buf().push_dirent(size, parent.0, 2, dt_dir, b"..") {
+                    let parent = self.fs.lookup_ino(cx, vfs_ino(l.dir), b"..")?;
+                    if !self.push_entry(l, (parent.0, b"..", dt_dir), 2, out) {
                         return Ok(());
                     }
                 }
                 None
             }
         };
+        // About as many entries as fit: a name of 8 bytes or more takes 32 bytes, 160
+        // with attributes.
+        let least = if l.plus { 160 } else { 32 };
+        let batch = (l.size / least + 1).clamp(1, READDIR_BATCH);
         loop {
-            let batch = self
+            let entries = self
                 .fs
-                .readdir(cx, ino(dir), after.as_deref(), READDIR_BATCH)?;
-            let Some(last) = batch.last() else {
+                .readdir(cx, vfs_ino(l.dir), after.as_deref(), batch)?;
+            let Some(last) = entries.last() else {
                 return Ok(());
             };
-            let more = batch.len() == READDIR_BATCH;
+            let more = entries.len() == batch;
             after = Some(last.name.clone());
-            for e in batch {
-                let next = cursor.push(e.name.clone());
-                if !out
-                    .buf()
-                    .push_dirent(size, e.ino, next, dirent_type(e.kind), &e.name)
-                {
-                    // The kernel resumes after the last entry it got, which forgets
-                    // this one.
+            for e in entries {
+                let next = cursor.next_offset();
+                if !self.push_entry(l, (e.ino, &e.name, dirent_type(e.kind)), next, out) {
+                    // The kernel resumes after the last entry it got.
                     return Ok(());
                 }
+                cursor.push(e.name);
             }
             if !more {
                 return Ok(());
             }
         }
     }
+}
+
+/// One READDIR or READDIRPLUS: of which directory, how many bytes, with attributes.
+#[derive(Debug, Clone, Copy)]
+struct Listing {
+    dir: u64,
+    size: usize,
+    plus: bool,
 }
 
 /// getxattr/listxattr: the size alone for a zero-sized probe, ERANGE if it does not fit.

@@ -72,6 +72,11 @@ impl Nodes {
         self.shard(ino).get(&ino).map(|n| n.kind)
     }
 
+    /// The lookups the kernel counts of `ino` (0: it holds none).
+    pub fn lookups(&self, ino: u64) -> u64 {
+        self.shard(ino).get(&ino).map_or(0, |n| n.lookups)
+    }
+
     /// Nodes the kernel holds (diagnostics and tests).
     pub fn count(&self) -> usize {
         self.shards

@@ -15,8 +15,9 @@
 use crate::adapter::{Admit, AugeFuse};
 use crate::channel::Channel;
 use crate::mount::{mount, unmount};
+use crate::notify::Notifier;
 use crate::options::MountOptions;
-use crate::session::{Running, Session};
+use crate::session::{Running, Session, SessionOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use thiserror::Error;
@@ -76,7 +77,15 @@ fn start(
         source,
     };
     let fd = mount(dir, fsname, opts).map_err(err)?;
-    let session = Session::init(adapter, Channel::new(fd), opts.threads, clone_fd);
+    let session_opts = SessionOptions {
+        threads: opts.threads,
+        clone_fd,
+        stats: opts.stats,
+        // A background session shares the process with its owner's descriptors
+        // (the interposer numbers them): /dev/fuse alone, opened here.
+        uring: opts.uring && clone_fd,
+    };
+    let session = Session::init(adapter, Channel::new(fd), session_opts);
     session.map_err(|e| {
         // The kernel mount exists but cannot be served: take it away again.
         let _ = unmount(dir, true);
@@ -91,6 +100,7 @@ fn start(
 pub struct Bridge {
     running: Running,
     dir: PathBuf,
+    notifier: Notifier,
 }
 
 impl Bridge {
@@ -102,13 +112,36 @@ impl Bridge {
         fsname: &str,
         threads: usize,
     ) -> Result<Bridge, FuseError> {
+        Bridge::spawn_adapter(AugeFuse::bridge(fs), dir, fsname, threads)
+    }
+
+    /// As [`Bridge::spawn`], but the kernel caches attributes, names and pages as on a
+    /// mount of its own: the caller tells it of every change it makes through `fs`
+    /// directly, through [`Bridge::notifier`].
+    pub fn spawn_caching(
+        fs: Arc<FileSystem>,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
+        let adapter = AugeFuse::new(fs, false, crate::adapter::Admit::Kernel);
+        Bridge::spawn_adapter(adapter, dir, fsname, threads)
+    }
+
+    fn spawn_adapter(
+        adapter: AugeFuse,
+        dir: &Path,
+        fsname: &str,
+        threads: usize,
+    ) -> Result<Bridge, FuseError> {
         let opts = MountOptions {
             threads,
             ..MountOptions::default()
         };
         // Every descriptor of the bridge is opened here, synchronously (no per-thread
         // clones opened later): the interposer numbers them out of programs' way.
-        let session = start(Arc::new(AugeFuse::bridge(fs)), dir, fsname, &opts, false)?;
+        let session = start(Arc::new(adapter), dir, fsname, &opts, false)?;
+        let notifier = session.notifier();
         let running = session.spawn().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
@@ -116,7 +149,14 @@ impl Bridge {
         Ok(Bridge {
             running,
             dir: dir.to_path_buf(),
+            notifier,
         })
+    }
+
+    /// Notifications to the kernel about this mount (for changes made through the vfs
+    /// directly; [`crate::notify`] says from where they may be sent).
+    pub fn notifier(&self) -> Notifier {
+        self.notifier.clone()
     }
 
     /// Unmounts the bridge and waits for its threads.
@@ -159,10 +199,15 @@ pub fn serve(
         on_ready(Unmounter {
             dir: dir.to_path_buf(),
         });
-        session.run().map_err(|source| FuseError::Serve {
+        let stats = session.stats();
+        let served = session.run().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
-        })
+        });
+        if opts.stats {
+            eprint!("{}", stats.report());
+        }
+        served
     });
     // Commands that find the image locked now wait for this unmount instead of refusing.
     fs.stop_serving();

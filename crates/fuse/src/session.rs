@@ -20,9 +20,12 @@
 use crate::adapter::AugeFuse;
 use crate::channel::Channel;
 use crate::constants::{MAX_BACKGROUND, MAX_PAGES_CAP, PAGE_BYTES, REQUEST_SLACK_BYTES};
+use crate::notify::Notifier;
 use crate::proto::abi::{self, init, Pod};
 use crate::proto::reply::ReplyBuf;
 use crate::proto::request::{self, Op};
+use crate::stats::{Stats, ThreadStats};
+use crate::uring::Mailbox;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -48,14 +51,31 @@ impl Negotiated {
     }
 }
 
+/// How a session serves.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionOptions {
+    /// Request threads.
+    pub threads: usize,
+    /// Each request thread past the first reads from a /dev/fuse descriptor of its own
+    /// (else they share the first).
+    pub clone_fd: bool,
+    /// Time each request (`-o stats`); requests are counted either way.
+    pub stats: bool,
+    /// Serve through FUSE over io_uring where the kernel offers it (`crate::uring`:
+    /// `threads / queues` queue threads on each of the kernel's queues, one per
+    /// possible CPU, at least one).
+    pub uring: bool,
+}
+
 /// A session whose INIT is done, ready to serve.
 #[derive(Debug)]
 pub struct Session {
     fs: Arc<AugeFuse>,
     first: Arc<Channel>,
     negotiated: Negotiated,
-    threads: usize,
-    clone_fd: bool,
+    opts: SessionOptions,
+    stats: Arc<Stats>,
+    notifier: Notifier,
 }
 
 /// The kernel's fs.fuse.max_pages_limit (256 where the sysctl does not exist).
@@ -68,15 +88,9 @@ fn max_pages_limit() -> u32 {
 
 impl Session {
     /// Reads the kernel's INIT from `channel`, answers it with what `fs` wants, and
-    /// returns the session. `clone_fd`: each further request thread gets a descriptor
-    /// of its own (else they share `channel`).
-    pub fn init(
-        fs: Arc<AugeFuse>,
-        channel: Channel,
-        threads: usize,
-        clone_fd: bool,
-    ) -> io::Result<Session> {
-        assert!(threads >= 1);
+    /// returns the session.
+    pub fn init(fs: Arc<AugeFuse>, channel: Channel, opts: SessionOptions) -> io::Result<Session> {
+        assert!(opts.threads >= 1);
         let mut buf = vec![0u8; abi::MIN_READ_BUFFER.max(4096 + REQUEST_SLACK_BYTES)];
         loop {
             let n = match channel.receive(&mut buf) {
@@ -95,18 +109,21 @@ impl Session {
                 channel.send(r.finish(-libc::EIO))?;
                 continue;
             };
-            let (reply, negotiated) = negotiate(&arg, fs.wanted_flags())?;
+            let ring = if opts.uring { init::OVER_IO_URING } else { 0 };
+            let (reply, negotiated) = negotiate(&arg, fs.wanted_flags() | ring)?;
             let mut r = ReplyBuf::new(std::mem::size_of::<abi::InitOut>());
             r.begin(req.header.unique);
             r.push(&reply);
             channel.send(r.finish(0))?;
             fs.set_negotiated(negotiated);
+            let first = Arc::new(channel);
             return Ok(Session {
                 fs,
-                first: Arc::new(channel),
+                notifier: Notifier::new(first.clone()),
+                first,
                 negotiated,
-                threads,
-                clone_fd,
+                opts,
+                stats: Arc::new(Stats::new(opts.stats)),
             });
         }
     }
@@ -114,31 +131,139 @@ impl Session {
     /// Serves on `threads` threads (this one among them) until the kernel ends the
     /// session, then ends the adapter's lock waits.
     pub fn run(self) -> io::Result<()> {
-        let running = self.spawn_workers(1)?;
-        let first = serve_thread(&self.fs, &self.first, self.negotiated);
+        let (mut running, ring) = self.start_rings();
+        let dev_threads = if ring {
+            // FORGET, INTERRUPT and what comes before the ring is ready.
+            1
+        } else {
+            self.opts.threads
+        };
+        running
+            .handles
+            .extend(self.spawn_workers(1, dev_threads)?.handles);
+        eprintln!(
+            "augefs: serving FUSE requests over {}",
+            self.stats.transport()
+        );
+        let first = serve_thread(
+            &self.fs,
+            &self.first,
+            self.negotiated,
+            &self.stats,
+            &self.notifier,
+        );
         let rest = running.join();
         self.fs.shutdown();
         first.and(rest)
     }
 
-    /// Serves from `threads` background threads; [`Running::join`] waits for them.
-    pub fn spawn(self) -> io::Result<Running> {
-        self.spawn_workers(0)
+    /// Notifications to the kernel on this session.
+    pub fn notifier(&self) -> Notifier {
+        self.notifier.clone()
     }
 
-    /// Starts the request threads past the first `skip`.
-    fn spawn_workers(&self, skip: usize) -> io::Result<Running> {
+    /// The session's request counters (complete once every thread has ended).
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Serves from `threads` background threads; [`Running::join`] waits for them.
+    pub fn spawn(self) -> io::Result<Running> {
+        assert!(
+            !self.opts.uring,
+            "background sessions serve through /dev/fuse"
+        );
+        self.spawn_workers(0, self.opts.threads)
+    }
+
+    /// Starts a queue thread per kernel queue if the kernel agreed to FUSE over
+    /// io_uring; whether it took every thread's entries (else the /dev/fuse threads
+    /// serve everything, and the reason is printed).
+    fn start_rings(&self) -> (Running, bool) {
+        let mut running = Running {
+            handles: Vec::new(),
+            fs: self.fs.clone(),
+        };
+        if self.negotiated.flags & init::OVER_IO_URING == 0 {
+            return (running, false);
+        }
+        let queues = match crate::uring::queue_count() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("augefs: FUSE over io_uring unused: {e}");
+                return (running, false);
+            }
+        };
+        // `threads` counts request threads over either transport: a queue thread serves
+        // its requests one at a time, so more than one per queue lets a request that
+        // waits for the device (a cold READ, an FSYNC) not hold up the next.
+        let per_queue = (self.opts.threads / queues).max(1);
+        let (tell, told) = std::sync::mpsc::channel();
+        for (qid, k) in (0..queues).flat_map(|q| (0..per_queue).map(move |k| (q, k))) {
+            let spec = crate::uring::QueueSpec {
+                qid: u16::try_from(qid).expect("fewer than 65536 CPUs"),
+                dev_fd: self.first.raw(),
+                payload_bytes: self.negotiated.reply_buffer_bytes(),
+                scratch_bytes: REQUEST_SLACK_BYTES,
+                pin: true,
+            };
+            let (fs, stats, notifier) =
+                (self.fs.clone(), self.stats.clone(), self.notifier.clone());
+            let first = self.first.clone();
+            let (tell, told_spawn) = (tell.clone(), tell.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("augefs-ring-{qid}.{k}"))
+                .spawn(move || {
+                    // The descriptor the commands name stays open while they are in use.
+                    let _dev = first;
+                    let mut counters = stats.thread();
+                    let r = crate::uring::serve_queue(&fs, spec, &notifier, &mut counters, |r| {
+                        let _ = tell.send(r);
+                    });
+                    stats.merge(counters);
+                    r
+                });
+            match spawned {
+                Ok(h) => running.handles.push(h),
+                Err(e) => {
+                    let _ = told_spawn.send(Err(e.to_string()));
+                }
+            }
+        }
+        drop(tell);
+        let refused: Vec<String> = told
+            .iter()
+            .take(queues * per_queue)
+            .filter_map(Result::err)
+            .collect();
+        if refused.is_empty() {
+            self.stats.set_transport("io_uring");
+            return (running, true);
+        }
+        eprintln!(
+            "augefs: FUSE over io_uring unused, serving through /dev/fuse: {}",
+            refused[0]
+        );
+        // Threads whose entries the kernel took wait for the end of the session (the
+        // ring never starts without every queue); they are joined with the others.
+        running.handles.retain(|h| !h.is_finished());
+        (running, false)
+    }
+
+    /// Starts the /dev/fuse request threads from `skip` to `count`.
+    fn spawn_workers(&self, skip: usize, count: usize) -> io::Result<Running> {
         let mut handles = Vec::new();
-        for i in skip..self.threads {
-            let ch = if self.clone_fd && i > 0 {
+        for i in skip..count {
+            let ch = if self.opts.clone_fd && i > 0 {
                 Arc::new(self.first.clone_attached()?)
             } else {
                 self.first.clone()
             };
-            let (fs, n) = (self.fs.clone(), self.negotiated);
+            let (fs, n, stats) = (self.fs.clone(), self.negotiated, self.stats.clone());
+            let notifier = self.notifier.clone();
             let h = std::thread::Builder::new()
                 .name(format!("augefs-fuse-{i}"))
-                .spawn(move || serve_thread(&fs, &ch, n))?;
+                .spawn(move || serve_thread(&fs, &ch, n, &stats, &notifier))?;
             handles.push(h);
         }
         Ok(Running {
@@ -229,8 +354,28 @@ fn negotiate(arg: &abi::InitIn, wants: u64) -> io::Result<(abi::InitOut, Negotia
     Ok((out, negotiated))
 }
 
-/// One request thread: read, decode, dispatch, until the session ends.
-fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<()> {
+/// One request thread: read, decode, dispatch, until the session ends; its counters
+/// join `stats` at the end.
+fn serve_thread(
+    fs: &AugeFuse,
+    ch: &Arc<Channel>,
+    n: Negotiated,
+    stats: &Stats,
+    notifier: &Notifier,
+) -> io::Result<()> {
+    let mut counters = stats.thread();
+    let r = serve_loop(fs, ch, n, &mut counters, notifier);
+    stats.merge(counters);
+    r
+}
+
+fn serve_loop(
+    fs: &AugeFuse,
+    ch: &Arc<Channel>,
+    n: Negotiated,
+    counters: &mut ThreadStats,
+    notifier: &Notifier,
+) -> io::Result<()> {
     let mut buf = vec![0u8; n.request_buffer_bytes()];
     let mut reply = ReplyBuf::new(n.reply_buffer_bytes());
     loop {
@@ -243,12 +388,14 @@ fn serve_thread(fs: &AugeFuse, ch: &Arc<Channel>, n: Negotiated) -> io::Result<(
             Err(e) => return Err(e),
         };
         let bytes = &buf[..len];
+        let stamp = counters.begin();
         match request::decode(bytes) {
             Ok(req) => {
                 reply.begin(req.header.unique);
-                let mut out = Out::new(&mut reply, ch);
+                let mut out = Out::new(&mut reply, Sink::Channel(ch), notifier);
                 fs.dispatch(&req, &mut out);
                 out.check(&req.op);
+                counters.end(req.header.opcode, stamp);
             }
             Err(e) => {
                 eprintln!("augefs: malformed FUSE request: {e}");
@@ -270,27 +417,43 @@ fn send(ch: &Channel, bytes: &[u8]) {
     }
 }
 
+/// What became of a request once the adapter was done with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     Pending,
     Sent,
     NoReply,
     Deferred,
 }
 
+/// Where a reply goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sink<'a> {
+    /// Written to this /dev/fuse descriptor at once.
+    Channel(&'a Arc<Channel>),
+    /// Left finished in the reply buffer: the ring transport commits it to entry
+    /// `entry` of its thread, whose mailbox takes the reply if it is deferred.
+    Ring {
+        mailbox: &'a Arc<Mailbox>,
+        entry: usize,
+    },
+}
+
 /// Where the adapter answers one request.
 #[derive(Debug)]
 pub struct Out<'a> {
     buf: &'a mut ReplyBuf,
-    channel: &'a Arc<Channel>,
+    sink: Sink<'a>,
+    notifier: &'a Notifier,
     state: State,
 }
 
 impl<'a> Out<'a> {
-    fn new(buf: &'a mut ReplyBuf, channel: &'a Arc<Channel>) -> Out<'a> {
+    pub(crate) fn new(buf: &'a mut ReplyBuf, sink: Sink<'a>, notifier: &'a Notifier) -> Out<'a> {
         Out {
             buf,
-            channel,
+            sink,
+            notifier,
             state: State::Pending,
         }
     }
@@ -305,10 +468,17 @@ impl<'a> Out<'a> {
         self.buf
     }
 
+    fn finish(&mut self, error: i32) {
+        let bytes = self.buf.finish(error);
+        if let Sink::Channel(ch) = self.sink {
+            send(ch, bytes);
+        }
+    }
+
     /// Success with what was pushed into [`Out::buf`].
     pub fn send_payload(&mut self) {
         self.done(State::Sent);
-        send(self.channel, self.buf.finish(0));
+        self.finish(0);
     }
 
     /// Success with `v` as the payload.
@@ -326,7 +496,7 @@ impl<'a> Out<'a> {
     pub fn error(&mut self, errno: i32) {
         assert!(errno > 0, "errno {errno}");
         self.done(State::Sent);
-        send(self.channel, self.buf.finish(-errno));
+        self.finish(-errno);
     }
 
     /// Tells the kernel, before this reply, that its cached attributes of `ino` are
@@ -334,24 +504,8 @@ impl<'a> Out<'a> {
     /// write dropped). Attributes only: no page is invalidated, so nothing the request
     /// holds is waited for.
     pub fn inval_attrs(&mut self, ino: u64) {
-        let body = abi::NotifyInvalInodeOut {
-            ino,
-            off: -1,
-            len: 0,
-        };
-        let head = abi::OutHeader {
-            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
-            error: abi::notify::INVAL_INODE,
-            unique: 0,
-        };
-        let mut msg = [0u8; 40];
-        msg[..16].copy_from_slice(abi::bytes_of(&head));
-        msg[16..].copy_from_slice(abi::bytes_of(&body));
-        // ENOENT: the kernel no longer caches the inode, so nothing is stale.
-        if let Err(e) = self.channel.send(&msg) {
-            if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
-                eprintln!("augefs: invalidating the kernel's attributes of {ino}: {e}");
-            }
+        if let Err(e) = self.notifier.inval_attrs(ino) {
+            eprintln!("augefs: invalidating the kernel's attributes of {ino}: {e}");
         }
     }
 
@@ -363,13 +517,19 @@ impl<'a> Out<'a> {
     /// The reply will be sent later, from another thread.
     pub fn defer(&mut self, unique: u64) -> Deferred {
         self.done(State::Deferred);
-        Deferred {
-            channel: self.channel.clone(),
-            unique,
-        }
+        let to = match self.sink {
+            Sink::Channel(ch) => DeferredTo::Channel(ch.clone()),
+            Sink::Ring { mailbox, entry } => DeferredTo::Ring(mailbox.clone(), entry),
+        };
+        Deferred { to, unique }
     }
 
-    fn check(&self, op: &Op<'_>) {
+    /// What became of the request.
+    pub(crate) fn state(&self) -> State {
+        self.state
+    }
+
+    pub(crate) fn check(&self, op: &Op<'_>) {
         let silent = matches!(op, Op::Forget(_) | Op::BatchForget(_) | Op::Interrupt(_));
         assert!(
             match self.state {
@@ -383,10 +543,18 @@ impl<'a> Out<'a> {
     }
 }
 
+/// Where a deferred reply goes: the descriptor its request came from, or the ring
+/// thread (its mailbox) that holds the request's entry.
+#[derive(Debug)]
+enum DeferredTo {
+    Channel(Arc<Channel>),
+    Ring(Arc<Mailbox>, usize),
+}
+
 /// A reply owed to the kernel, sent from another thread (a lock wait's).
 #[derive(Debug)]
 pub struct Deferred {
-    channel: Arc<Channel>,
+    to: DeferredTo,
     unique: u64,
 }
 
@@ -402,7 +570,10 @@ impl Deferred {
             }
             Err(e) => buf.finish(-e),
         };
-        send(&self.channel, bytes);
+        match &self.to {
+            DeferredTo::Channel(ch) => send(ch, bytes),
+            DeferredTo::Ring(mailbox, entry) => mailbox.post(*entry, bytes),
+        }
     }
 }
 
@@ -432,5 +603,31 @@ mod tests {
             ..abi::InitIn::default()
         };
         assert!(negotiate(&old, 0).is_err());
+    }
+
+    #[test]
+    fn flags2_bits_are_negotiated_through_the_extension() {
+        let mmap = init::DIRECT_IO_ALLOW_MMAP;
+        let offered = |flags2: u64| abi::InitIn {
+            major: 7,
+            minor: 45,
+            flags: (init::ASYNC_READ | init::INIT_EXT) as u32,
+            flags2: (flags2 >> 32) as u32,
+            ..abi::InitIn::default()
+        };
+        let (out, n) = negotiate(&offered(mmap), mmap).unwrap();
+        assert_eq!(
+            u64::from(out.flags2) << 32,
+            mmap,
+            "asked and offered: granted"
+        );
+        assert_ne!(n.flags & mmap, 0);
+        let (out, _) = negotiate(&offered(0), mmap).unwrap();
+        assert_eq!(
+            out.flags2, 0,
+            "a kernel without it (before 6.6) is not sent it"
+        );
+        let (out, _) = negotiate(&offered(mmap), 0).unwrap();
+        assert_eq!(out.flags2, 0, "not asked for");
     }
 }

@@ -143,11 +143,17 @@ impl DirCursor {
         }
     }
 
-    /// Records `name` as handed out next; returns its FUSE offset (the offset a readdir
-    /// resumes from to get the entries after it).
+    /// The FUSE offset the next name pushed will have (the offset a readdir resumes
+    /// from to get the entries after it).
+    pub fn next_offset(&self) -> u64 {
+        self.names.len() as u64 + FIRST_ENTRY_OFFSET
+    }
+
+    /// Records `name` as handed out next; returns its FUSE offset.
     pub fn push(&mut self, name: Vec<u8>) -> u64 {
+        let off = self.next_offset();
         self.names.push(name);
-        self.names.len() as u64 - 1 + FIRST_ENTRY_OFFSET
+        off
     }
 }
 

@@ -8,7 +8,7 @@
 use augefs_fuse::adapter::{Admit, AugeFuse};
 use augefs_fuse::channel::Channel;
 use augefs_fuse::proto::abi::{self, bytes_of, opcode};
-use augefs_fuse::session::Session;
+use augefs_fuse::session::{Session, SessionOptions};
 use device::memory::MemoryBackend;
 use device::Device;
 use engine::log::{EngineConfig, EngineEnv};
@@ -98,6 +98,18 @@ impl Kernel {
 
 /// A session serving `fs` on two threads; the kernel's end and the server thread.
 fn start(fs: Arc<FileSystem>) -> (Kernel, std::thread::JoinHandle<std::io::Result<()>>) {
+    let (k, server, _) = start_adapter(fs);
+    (k, server)
+}
+
+/// [`start`], with the adapter.
+fn start_adapter(
+    fs: Arc<FileSystem>,
+) -> (
+    Kernel,
+    std::thread::JoinHandle<std::io::Result<()>>,
+    Arc<AugeFuse>,
+) {
     let mut pair = [0; 2];
     // SAFETY: `pair` has room for two descriptors.
     let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, pair.as_mut_ptr()) };
@@ -105,8 +117,14 @@ fn start(fs: Arc<FileSystem>) -> (Kernel, std::thread::JoinHandle<std::io::Resul
     // SAFETY: both descriptors were just created and are ours.
     let (k, s) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
     let adapter = Arc::new(AugeFuse::new(fs, false, Admit::Kernel));
-    let server =
-        std::thread::spawn(move || Session::init(adapter, Channel::new(s), 2, false)?.run());
+    let served = adapter.clone();
+    let opts = SessionOptions {
+        threads: 2,
+        clone_fd: false,
+        stats: false,
+        uring: false,
+    };
+    let server = std::thread::spawn(move || Session::init(served, Channel::new(s), opts)?.run());
     let mut kernel = Kernel { sock: k, unique: 0 };
     let init = abi::InitIn {
         major: 7,
@@ -121,7 +139,7 @@ fn start(fs: Arc<FileSystem>) -> (Kernel, std::thread::JoinHandle<std::io::Resul
     let out: abi::InitOut = abi::read(&reply).unwrap();
     assert_eq!(out.major, 7);
     assert!(u64::from(out.flags) & abi::init::POSIX_LOCKS != 0);
-    (kernel, server)
+    (kernel, server, adapter)
 }
 
 /// CREATE `name` in the root: (node id, file handle).
@@ -262,4 +280,98 @@ fn flush_releases_locks_and_interrupt_ends_a_waiting_setlkw() {
     drop(k);
     server.join().unwrap().unwrap();
     assert_eq!(fs.record_locks().held(format::InodeNo(node)).len(), 1);
+}
+
+/// One READDIRPLUS entry: (node id, attribute inode and mode, dirent offset, name).
+fn direntplus(buf: &[u8]) -> Vec<(u64, u64, u32, u64, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let d: abi::DirentPlus = abi::read(&buf[at..]).unwrap();
+        let name_at = at + std::mem::size_of::<abi::DirentPlus>();
+        let name = &buf[name_at..name_at + d.dirent.namelen as usize];
+        out.push((
+            d.entry_out.nodeid,
+            d.dirent.ino,
+            d.entry_out.attr.mode,
+            d.dirent.off,
+            String::from_utf8_lossy(name).into_owned(),
+        ));
+        at += (std::mem::size_of::<abi::DirentPlus>() + name.len() + 7) & !7;
+    }
+    out
+}
+
+#[test]
+fn readdirplus_carries_attributes_and_counts_lookups() {
+    let dev = image();
+    let fs = Arc::new(mount(&dev));
+    let (mut k, server, adapter) = start_adapter(fs);
+    let (a, _) = create(&mut k, "a");
+    let (b, _) = create(&mut k, "b");
+    let mut mkdir = bytes_of(&abi::MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    })
+    .to_vec();
+    mkdir.extend_from_slice(b"d\0");
+    let (e, reply) = k.call(opcode::MKDIR, abi::ROOT_ID, &mkdir);
+    assert_eq!(e, 0);
+    let d = abi::read::<abi::EntryOut>(&reply).unwrap().nodeid;
+    let (e, reply) = k.call(
+        opcode::OPENDIR,
+        abi::ROOT_ID,
+        bytes_of(&abi::OpenIn::default()),
+    );
+    assert_eq!(e, 0);
+    let fh = abi::read::<abi::OpenOut>(&reply).unwrap().fh;
+    // 400 bytes hold two entries: the listing comes in three replies.
+    let mut listed = Vec::new();
+    let mut offset = 0;
+    loop {
+        let arg = abi::ReadIn {
+            fh,
+            offset,
+            size: 400,
+            ..abi::ReadIn::default()
+        };
+        let (e, reply) = k.call(opcode::READDIRPLUS, abi::ROOT_ID, bytes_of(&arg));
+        assert_eq!(e, 0);
+        let got = direntplus(&reply);
+        let Some(last) = got.last() else { break };
+        assert!(got.len() <= 2);
+        offset = last.3;
+        listed.extend(got);
+    }
+    let names: Vec<&str> = listed.iter().map(|x| x.4.as_str()).collect();
+    assert_eq!(names, [".", "..", "a", "b", "d"]);
+    // `.` and `..` carry no entry; the others their node and attributes.
+    assert_eq!((listed[0].0, listed[1].0), (0, 0));
+    assert_eq!((listed[2].0, listed[2].1), (a, a));
+    assert_eq!(listed[2].2 & libc::S_IFMT, libc::S_IFREG);
+    assert_eq!((listed[3].0, listed[4].0), (b, d));
+    assert_eq!(listed[4].2 & libc::S_IFMT, libc::S_IFDIR);
+    // Each entry counted one more lookup (the create or mkdir counted the first).
+    let nodes = adapter.nodes();
+    assert_eq!(
+        (nodes.lookups(a), nodes.lookups(b), nodes.lookups(d)),
+        (2, 2, 2)
+    );
+    k.send(opcode::FORGET, a, bytes_of(&abi::ForgetIn { nlookup: 2 }));
+
+    // A missing name: a negative entry the kernel may cache. `.` of a file (export
+    // support): the file itself.
+    let (e, reply) = k.call(opcode::LOOKUP, abi::ROOT_ID, b"missing\0");
+    let neg: abi::EntryOut = abi::read(&reply).unwrap();
+    assert_eq!((e, neg.nodeid), (0, 0));
+    assert!(neg.entry_valid > 0);
+    let (e, reply) = k.call(opcode::LOOKUP, b, b".\0");
+    assert_eq!(
+        (e, abi::read::<abi::EntryOut>(&reply).unwrap().nodeid),
+        (0, b)
+    );
+    assert_eq!(nodes.lookups(b), 3);
+    assert_eq!(nodes.lookups(a), 0, "FORGET dropped a's lookups");
+    drop(k);
+    server.join().unwrap().unwrap();
 }

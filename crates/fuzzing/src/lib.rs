@@ -12,6 +12,8 @@
 //! Invariants:
 //! - Runs are deterministic for a seed and a case count, so a failure replays.
 //! - Nothing here is shipped: no other crate depends on this one.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod driver;
 pub mod mutate;

@@ -21,6 +21,8 @@
 //!   writes included) on top of the durable tables.
 //! - MetaDB does not order concurrent writes to the same key: callers that need an order
 //!   hold their own lock (the file system's inode locks); see docs/DESIGN.md "MetaDB".
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod batch;
 pub mod compaction;

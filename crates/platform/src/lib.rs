@@ -9,6 +9,8 @@
 //! - `Clock::now_ns` never goes backwards for one clock.
 //! - `Rng::from_seed(s)` yields the same sequence for the same `s` on every machine.
 //! - Every counter is monotonic; snapshots subtract to deltas.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod accounting;
 pub mod clock;

@@ -17,6 +17,8 @@
 //! - Nothing is durable until `persist` returns `Ok`.
 //! - Concurrent writers write disjoint byte ranges (the WAL reserves ranges with a CAS
 //!   on its tail); the region itself takes no locks on the store path.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod crash_model;
 pub mod error;

@@ -50,11 +50,7 @@ impl Dirent {
 }
 
 pub fn dtype(kind: Kind) -> u8 {
-    match kind {
-        Kind::File => libc::DT_REG,
-        Kind::Dir => libc::DT_DIR,
-        Kind::Symlink => libc::DT_LNK,
-    }
+    kind.dirent_type()
 }
 
 /// The cursor of one open directory.

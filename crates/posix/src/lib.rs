@@ -23,6 +23,8 @@
 //!   directory.
 //! - Descriptor numbers are chosen by the caller ([`Posix::install`]) or, for callers
 //!   without a kernel to agree with (the C ABI, tests), by [`Posix::install_lowest`].
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod desc;
 pub mod dir;

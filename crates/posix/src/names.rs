@@ -60,6 +60,26 @@ impl Posix {
         Ok(())
     }
 
+    /// `mknodat`: a regular file, FIFO, socket or device node (`dev` for a device) of
+    /// the `S_IFMT` bits of `mode` (0 is a regular file, as Linux takes it). The node is
+    /// recorded only: opening one is [`Posix::open_node`]'s business.
+    pub fn mknod(&self, at: At, path: &[u8], mode: u32, dev: u64) -> Result<()> {
+        let ty = match mode & libc::S_IFMT {
+            0 => libc::S_IFREG,
+            ty => ty,
+        };
+        let kind = match Kind::from_mode(ty) {
+            Some(k) if k == Kind::File || k.is_special() => k,
+            // Linux: EPERM for a directory (mkdir's), EINVAL for anything else.
+            Some(Kind::Dir) => return Err(err(libc::EPERM)),
+            _ => return Err(err(libc::EINVAL)),
+        };
+        let (dir, name) = self.parent(at, path)?;
+        self.fs
+            .mknod(&self.creds(), dir, &name, kind, mode & 0o7777, dev)?;
+        Ok(())
+    }
+
     pub fn symlink(&self, target: &[u8], at: At, path: &[u8]) -> Result<()> {
         if target.is_empty() {
             return Err(err(libc::ENOENT));
@@ -127,8 +147,8 @@ impl Posix {
         let ino = self.lookup(at, path, true, false)?;
         match self.fs.stat_ino(ino)?.kind {
             Kind::Dir => return Err(err(libc::EISDIR)),
-            Kind::Symlink => return Err(err(libc::EINVAL)),
             Kind::File => {}
+            _ => return Err(err(libc::EINVAL)),
         }
         self.fs.access(&self.creds(), ino, vfs::creds::MAY_WRITE)?;
         Ok(self.fs.truncate(ino, size)?)

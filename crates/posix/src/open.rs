@@ -6,6 +6,9 @@
 //! anything but a directory; O_NOFOLLOW fails with ELOOP on a final symlink; O_PATH
 //! opens the inode for name operations and fstat only; O_TMPFILE is EOPNOTSUPP (the vfs
 //! has no unnamed files yet).
+//! - A FIFO, socket or device node opened other than O_PATH is not an augefs
+//!   description: the pipe, socket or device is the kernel's ([`Opened::Special`]; the
+//!   interposer opens it on its bridge mount; [`Posix::open`] answers ENXIO).
 
 use crate::desc::Description;
 use crate::{err, join, At, Posix, Result};
@@ -13,10 +16,28 @@ use std::sync::Arc;
 use vfs::creds::{MAY_READ, MAY_WRITE};
 use vfs::{Kind, VfsError};
 
+/// What an open found.
+#[derive(Debug)]
+pub enum Opened {
+    /// A new description (the caller installs it under a number).
+    Desc(Arc<Description>),
+    /// A FIFO, socket or device node, at `path` (from augefs's root, as opened): only
+    /// a kernel mount of the image can give it a pipe, a socket or a device.
+    Special { kind: Kind, path: String },
+}
+
 impl Posix {
     /// Opens `path` (relative to `at`) and returns the new description; the caller
-    /// installs it under a number.
+    /// installs it under a number. A special file is ENXIO ([`Posix::open_node`]).
     pub fn open(&self, at: At, path: &[u8], flags: i32, mode: u32) -> Result<Arc<Description>> {
+        match self.open_node(at, path, flags, mode)? {
+            Opened::Desc(d) => Ok(d),
+            Opened::Special { .. } => Err(err(libc::ENXIO)),
+        }
+    }
+
+    /// [`Posix::open`], telling a special file apart instead of failing.
+    pub fn open_node(&self, at: At, path: &[u8], flags: i32, mode: u32) -> Result<Opened> {
         if flags & libc::O_TMPFILE == libc::O_TMPFILE {
             return Err(err(libc::EOPNOTSUPP));
         }
@@ -64,6 +85,13 @@ impl Posix {
             }
             _ => {}
         }
+        if meta.kind.is_special() && !path_only {
+            // Its permission bits are the kernel's to check, at its own open.
+            return Ok(Opened::Special {
+                kind: meta.kind,
+                path: join(&base, path),
+            });
+        }
         if !created && !path_only {
             let want = match acc {
                 libc::O_RDONLY => MAY_READ,
@@ -80,7 +108,7 @@ impl Posix {
         if flags & libc::O_TRUNC != 0 && writes && meta.kind == Kind::File && meta.size > 0 {
             self.fs.truncate(ino, 0)?;
         }
-        Ok(desc)
+        Ok(Opened::Desc(desc))
     }
 
     /// `open` and install at the lowest free number (for callers that number their

@@ -25,6 +25,7 @@ pub fn to_stat(m: &Metadata) -> libc::stat {
     st.st_nlink = u64::from(m.nlink);
     st.st_uid = m.uid;
     st.st_gid = m.gid;
+    st.st_rdev = m.rdev;
     st.st_size = m.size as i64;
     st.st_blksize = BLKSIZE;
     st.st_blocks = m.blocks as i64;
@@ -60,6 +61,8 @@ pub fn to_statx(m: &Metadata) -> libc::statx {
     st.stx_btime = stamp(m.btime_ns);
     st.stx_ctime = stamp(m.ctime_ns);
     st.stx_mtime = stamp(m.mtime_ns);
+    st.stx_rdev_major = libc::major(m.rdev);
+    st.stx_rdev_minor = libc::minor(m.rdev);
     st.stx_dev_major = (DEV >> 8) as u32;
     st.stx_dev_minor = (DEV & 0xff) as u32;
     st

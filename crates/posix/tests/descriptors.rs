@@ -315,3 +315,86 @@ fn o_sync_and_o_dsync_writes_are_written_back_before_they_return() {
         p.close(fd).unwrap();
     }
 }
+
+#[test]
+fn special_files_are_made_and_stated_but_not_opened() {
+    let p = posix();
+    let dev = libc::makedev(1, 3);
+    p.mknod(At::Cwd, b"/fifo", libc::S_IFIFO | 0o640, 0)
+        .unwrap();
+    p.mknod(At::Cwd, b"/null", libc::S_IFCHR | 0o666, dev)
+        .unwrap();
+    p.mknod(At::Cwd, b"/sda", libc::S_IFBLK | 0o600, libc::makedev(8, 1))
+        .unwrap();
+    p.mknod(At::Cwd, b"/sock", libc::S_IFSOCK | 0o600, 0)
+        .unwrap();
+    p.mknod(At::Cwd, b"/reg", 0o600, 0).unwrap(); // no type bits: a regular file
+    let st = posix::stat::to_stat(&p.stat(At::Cwd, b"/null", false, false).unwrap());
+    assert_eq!(
+        (st.st_mode, st.st_rdev, st.st_size),
+        (libc::S_IFCHR | 0o666, dev, 0)
+    );
+    let sx = posix::stat::to_statx(&p.stat(At::Cwd, b"/sda", false, false).unwrap());
+    assert_eq!((sx.stx_rdev_major, sx.stx_rdev_minor), (8, 1));
+    let st = posix::stat::to_stat(&p.stat(At::Cwd, b"/fifo", false, false).unwrap());
+    assert_eq!((st.st_mode, st.st_rdev), (libc::S_IFIFO | 0o640, 0));
+    let reg = p.stat(At::Cwd, b"/reg", false, false).unwrap();
+    assert_eq!(reg.mode, libc::S_IFREG | 0o600);
+    assert_eq!(
+        errno(p.mknod(At::Cwd, b"/d", libc::S_IFDIR | 0o755, 0)),
+        libc::EPERM
+    );
+    assert_eq!(
+        errno(p.mknod(At::Cwd, b"/fifo", libc::S_IFIFO, 0)),
+        libc::EEXIST
+    );
+    // Not a description: open_node names the file for a kernel mount, open refuses.
+    for (path, kind) in [
+        (&b"/fifo"[..], vfs::Kind::Fifo),
+        (b"/null", vfs::Kind::CharDev),
+    ] {
+        match p.open_node(At::Cwd, path, libc::O_RDONLY, 0).unwrap() {
+            posix::open::Opened::Special { kind: k, path: at } => {
+                assert_eq!((k, at.as_bytes()), (kind, path));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(errno(p.open(At::Cwd, path, libc::O_WRONLY, 0)), libc::ENXIO);
+    }
+    // O_PATH is a description (fstat, fchmod by descriptor).
+    let f = p.open_fd(At::Cwd, b"/sock", libc::O_PATH, 0).unwrap();
+    assert_eq!(p.fstat(f).unwrap().kind, vfs::Kind::Socket);
+    // Names and attributes as any non-directory.
+    p.rename(At::Cwd, b"/fifo", At::Cwd, b"/fifo2", 0).unwrap();
+    p.link(At::Cwd, b"/fifo2", At::Cwd, b"/fifo3", false)
+        .unwrap();
+    assert_eq!(p.stat(At::Cwd, b"/fifo3", false, false).unwrap().nlink, 2);
+    assert_eq!(errno(p.truncate(At::Cwd, b"/fifo3", 0)), libc::EINVAL);
+    p.unlink(At::Cwd, b"/fifo2", false).unwrap();
+    p.unlink(At::Cwd, b"/fifo3", false).unwrap();
+    let mut names = Vec::new();
+    let d = p
+        .open_fd(At::Cwd, b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = p.getdents64(d, &mut buf).unwrap();
+    let mut at = 0;
+    while at < n {
+        let len = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        let name_end = buf[at + 19..at + len].iter().position(|&c| c == 0).unwrap();
+        names.push((buf[at + 19..at + 19 + name_end].to_vec(), buf[at + 18]));
+        at += len;
+    }
+    assert!(
+        names.contains(&(b"null".to_vec(), libc::DT_CHR)),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(b"sock".to_vec(), libc::DT_SOCK)),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(b"sda".to_vec(), libc::DT_BLK)),
+        "{names:?}"
+    );
+}

@@ -19,7 +19,8 @@ use std::ffi::CString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-fn bridge_path(rel: &str) -> Option<CString> {
+/// The bridge path of `rel` (a path from augefs's root), if this process has a bridge.
+pub(crate) fn bridge_path(rel: &str) -> Option<CString> {
     let mut b = state::bridge_dir()?.to_vec();
     if rel != "/" {
         b.extend_from_slice(rel.as_bytes());

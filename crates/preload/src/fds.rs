@@ -18,6 +18,7 @@ use crate::real::real;
 use crate::route::{self, ret, ret_int, set_errno, Route};
 use crate::state;
 use libc::{c_char, c_int, c_void, iovec, mode_t, off_t, size_t, ssize_t};
+use posix::open::Opened;
 use posix::{At, Posix};
 
 /// A new placeholder descriptor (close-on-exec as asked).
@@ -39,14 +40,19 @@ fn placeholder(cloexec: bool) -> posix::Result<i32> {
 
 fn open_augefs(px: &Posix, at: At, rel: &[u8], flags: c_int, mode: mode_t) -> i64 {
     let _g = guard::enter();
-    ret(px
-        .open(at, rel, flags, state::masked(mode))
-        .and_then(|desc| {
+    match px.open_node(at, rel, flags, state::masked(mode)) {
+        Ok(Opened::Desc(desc)) => {
             let cloexec = flags & libc::O_CLOEXEC != 0;
-            let fd = placeholder(cloexec)?;
-            px.install(fd, desc, cloexec);
-            Ok(fd)
-        }))
+            ret(placeholder(cloexec).inspect(|&fd| {
+                px.install(fd, desc, cloexec);
+            }))
+        }
+        // A FIFO, socket or device: the kernel's, on the bridge.
+        Ok(Opened::Special { kind, path }) => {
+            i64::from(crate::special::open_special(kind, &path, flags, mode))
+        }
+        Err(e) => ret::<i32>(Err(e)),
+    }
 }
 
 unsafe fn do_openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {

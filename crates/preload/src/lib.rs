@@ -13,6 +13,8 @@
 //! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
 //!   descriptors.
 //! - [`convert`]: augefs descriptors to bridge descriptors in a forked child.
+//! - [`special`]: FIFOs, sockets and device nodes: opened, bound and connected on the
+//!   bridge, where the kernel provides them.
 //! - [`ident`]: the set*id family: augefs follows the program's identity.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //! - [`uaccess`]: reading the program's path strings without trusting its pointers.
@@ -27,6 +29,8 @@
 //!
 //! The variadic functions (open, openat, fcntl, ioctl) are defined with their optional
 //! argument as a fixed one: on x86-64 (System V) the register carrying it is the same.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 /// mimalloc for the library's own allocations (the host program keeps its malloc).
 #[global_allocator]
@@ -45,6 +49,8 @@ mod pump;
 mod real;
 mod route;
 mod spawn;
+mod special;
 mod state;
 mod stdio;
 mod uaccess;
+mod xattr;

@@ -1,6 +1,6 @@
 //! Exported calls on names (stat family, mkdir, unlink, rename, link, symlink,
-//! readlink, access, truncate, chmod, chown, utimens, xattrs, chdir, getcwd, realpath)
-//! and the attribute calls on descriptors (fstat, fchmod, fchown, futimens, f*xattr,
+//! readlink, access, truncate, chmod, chown, utimens, chdir, getcwd, realpath)
+//! and the attribute calls on descriptors (fstat, fchmod, fchown, futimens,
 //! fstatfs).
 #![expect(
     clippy::undocumented_unsafe_blocks,
@@ -10,16 +10,16 @@
 
 use crate::guard;
 use crate::real::real;
-use crate::route::{self, bytes, ret, ret_int, set_errno, Route};
+use crate::route::{self, bytes, ret_int, set_errno, Route};
 use crate::state::{self, CWD_IN};
-use libc::{c_char, c_int, c_void, mode_t, size_t, ssize_t};
+use libc::{c_char, c_int, mode_t, size_t, ssize_t};
 use posix::{At, Posix};
 use std::sync::atomic::Ordering;
 use vfs::{AttrChanges, Metadata};
 
 /// Routes `path` at `dirfd`: the kernel call (with the path, rewritten under the
 /// bridge if need be) or the augefs one.
-unsafe fn via(
+pub(crate) unsafe fn via(
     dirfd: c_int,
     path: *const c_char,
     kernel: impl FnOnce(*const c_char) -> c_int,
@@ -646,151 +646,6 @@ pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -
     unsafe { utimensat(libc::AT_FDCWD, path, ts.as_ptr(), 0) }
 }
 
-// Extended attributes: by path (following or not) and by descriptor.
-unsafe fn copy_out(v: &[u8], buf: *mut c_void, n: size_t) -> posix::Result<ssize_t> {
-    if n == 0 {
-        return Ok(v.len() as ssize_t);
-    }
-    if v.len() > n {
-        return Err(posix::Errno(libc::ERANGE));
-    }
-    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.cast::<u8>(), v.len()) };
-    Ok(v.len() as ssize_t)
-}
-
-unsafe fn xattr_path(
-    path: *const c_char,
-    follow: bool,
-    kernel: impl FnOnce(*const c_char) -> ssize_t,
-    augefs: impl FnOnce(&Posix, format::InodeNo) -> posix::Result<ssize_t>,
-) -> ssize_t {
-    let out = std::cell::Cell::new(0 as ssize_t);
-    let r = unsafe {
-        via(
-            libc::AT_FDCWD,
-            path,
-            |p| {
-                out.set(kernel(p));
-                out.get().min(0) as c_int
-            },
-            |px, at, rel| {
-                out.set(augefs(px, px.lookup(at, rel, follow, false)?)?);
-                Ok(())
-            },
-        )
-    };
-    if r < 0 {
-        -1
-    } else {
-        out.get()
-    }
-}
-
-unsafe fn xattr_fd(
-    fd: c_int,
-    kernel: impl FnOnce() -> ssize_t,
-    augefs: impl FnOnce(&Posix, format::InodeNo) -> posix::Result<ssize_t>,
-) -> ssize_t {
-    match route::fd(fd) {
-        Some(px) => {
-            let _g = guard::enter();
-            ret(px
-                .get(fd)
-                .and_then(|d| augefs(px, d.ino()))
-                .map(|n| n as i64)) as ssize_t
-        }
-        None => kernel(),
-    }
-}
-
-macro_rules! xattr_calls {
-    ($set:ident, $get:ident, $list:ident, $remove:ident, $follow:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $set(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int {
-            let real = real!($set: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int);
-            let value = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), n) };
-            unsafe { xattr_path(path, $follow, |p| real(p, name, v, n, flags) as ssize_t, |px, ino| {
-                px.set_xattr(ino, bytes(name), value, flags).map(|()| 0)
-            }) as c_int }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $get(path: *const c_char, name: *const c_char, v: *mut c_void, n: size_t) -> ssize_t {
-            let real = real!($get: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t);
-            unsafe { xattr_path(path, $follow, |p| real(p, name, v, n), |px, ino| copy_out(&px.get_xattr(ino, bytes(name))?, v, n)) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $list(path: *const c_char, v: *mut c_char, n: size_t) -> ssize_t {
-            let real = real!($list: fn(*const c_char, *mut c_char, size_t) -> ssize_t);
-            unsafe { xattr_path(path, $follow, |p| real(p, v, n), |px, ino| copy_out(&px.list_xattr(ino)?, v.cast(), n)) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $remove(path: *const c_char, name: *const c_char) -> c_int {
-            let real = real!($remove: fn(*const c_char, *const c_char) -> c_int);
-            unsafe { xattr_path(path, $follow, |p| real(p, name) as ssize_t, |px, ino| px.remove_xattr(ino, bytes(name)).map(|()| 0)) as c_int }
-        }
-    };
-}
-
-xattr_calls!(setxattr, getxattr, listxattr, removexattr, true);
-xattr_calls!(lsetxattr, lgetxattr, llistxattr, lremovexattr, false);
-
-#[no_mangle]
-pub unsafe extern "C" fn fsetxattr(
-    fd: c_int,
-    name: *const c_char,
-    v: *const c_void,
-    n: size_t,
-    flags: c_int,
-) -> c_int {
-    let real = real!(fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int);
-    let value = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), n) };
-    unsafe {
-        xattr_fd(
-            fd,
-            || real(fd, name, v, n, flags) as ssize_t,
-            |px, ino| px.set_xattr(ino, bytes(name), value, flags).map(|()| 0),
-        ) as c_int
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn fgetxattr(
-    fd: c_int,
-    name: *const c_char,
-    v: *mut c_void,
-    n: size_t,
-) -> ssize_t {
-    let real = real!(fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t);
-    unsafe {
-        xattr_fd(
-            fd,
-            || real(fd, name, v, n),
-            |px, ino| copy_out(&px.get_xattr(ino, bytes(name))?, v, n),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn flistxattr(fd: c_int, v: *mut c_char, n: size_t) -> ssize_t {
-    let real = real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t);
-    unsafe {
-        xattr_fd(
-            fd,
-            || real(fd, v, n),
-            |px, ino| copy_out(&px.list_xattr(ino)?, v.cast(), n),
-        )
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
-    let real = real!(fremovexattr: fn(c_int, *const c_char) -> c_int);
-    unsafe {
-        xattr_fd(
-            fd,
-            || real(fd, name) as ssize_t,
-            |px, ino| px.remove_xattr(ino, bytes(name)).map(|()| 0),
-        ) as c_int
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     let real = real!(chdir: fn(*const c_char) -> c_int);
@@ -949,7 +804,8 @@ pub unsafe extern "C" fn __realpath_chk(
     unsafe { realpath(path, out) }
 }
 
-/// Special files are not supported on augefs.
+/// A regular file, FIFO, socket or device node, recorded in the image (opening one is
+/// [`crate::special`]'s).
 #[no_mangle]
 pub unsafe extern "C" fn mknodat(
     d: c_int,
@@ -963,7 +819,7 @@ pub unsafe extern "C" fn mknodat(
             d,
             path,
             |p| real(d, p, mode, dev),
-            |_, _, _| Err(posix::Errno(crate::log::unsupported("mknod"))),
+            |px, at, rel| px.mknod(at, rel, state::masked(mode), dev),
         )
     }
 }
@@ -978,4 +834,28 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mkfifoat(d: c_int, path: *const c_char, mode: mode_t) -> c_int {
     unsafe { mknodat(d, path, mode | libc::S_IFIFO, 0) }
+}
+/// The mknod ABI of programs built against glibc before 2.33 (`ver` is 0 on x86-64).
+#[no_mangle]
+pub unsafe extern "C" fn __xmknodat(
+    _ver: c_int,
+    d: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: *const libc::dev_t,
+) -> c_int {
+    if dev.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    unsafe { mknodat(d, path, mode, *dev) }
+}
+#[no_mangle]
+pub unsafe extern "C" fn __xmknod(
+    ver: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: *const libc::dev_t,
+) -> c_int {
+    unsafe { __xmknodat(ver, libc::AT_FDCWD, path, mode, dev) }
 }

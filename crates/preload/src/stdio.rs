@@ -108,7 +108,16 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
             None => std::ptr::null_mut(),
             Some(flags) => match unsafe { fds::open(path, flags, 0o666) } {
                 fd if fd < 0 => std::ptr::null_mut(),
-                fd => cookie_file(fd, mode),
+                fd if route::fd(fd).is_some() => cookie_file(fd, mode),
+                // A FIFO, socket or device, opened on the bridge: a kernel descriptor.
+                fd => {
+                    let fdopen = real!(fdopen: fn(c_int, *const c_char) -> *mut FILE);
+                    let f = unsafe { fdopen(fd, mode) };
+                    if f.is_null() {
+                        crate::state::real_close(fd);
+                    }
+                    f
+                }
             },
         },
     }

@@ -7,9 +7,14 @@
 //!   by the owner bits is denied even if the other bits allow).
 //! - Root (uid 0) may read and write anything, and search or execute anything that has
 //!   at least one execute bit, or is a directory (Linux's CAP_DAC_OVERRIDE).
+//! - Supplementary groups may come from a front end's reader ([`Creds::with_group_reader`]),
+//!   called at most once per `Creds` and only when an answer depends on them: a check
+//!   whose group and other bits agree on the access asked, and every check by root or
+//!   the owner, needs none (the FUSE front end reads them from /proc, a file read).
 
 use crate::error::VfsError;
 use crate::records::{Inode, Kind};
+use std::sync::OnceLock;
 
 /// Read permission (as in `access(2)`'s `R_OK`).
 pub const MAY_READ: u32 = 4;
@@ -23,13 +28,27 @@ pub const S_ISUID: u32 = 0o4000;
 pub const S_ISGID: u32 = 0o2000;
 pub const S_ISVTX: u32 = 0o1000;
 
+/// Reads the supplementary groups of a caller, named by a front end's number (the
+/// FUSE front end: the calling thread's id).
+pub type GroupReader = fn(u32) -> Vec<u32>;
+
 /// Who is asking: effective user and group IDs and the supplementary groups.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Creds {
     pub uid: u32,
     pub gid: u32,
-    pub groups: Vec<u32>,
+    groups: OnceLock<Vec<u32>>,
+    /// Fills `groups` on first need: the reader and its argument.
+    reader: Option<(GroupReader, u32)>,
 }
+
+impl PartialEq for Creds {
+    fn eq(&self, other: &Creds) -> bool {
+        self.uid == other.uid && self.gid == other.gid && self.groups() == other.groups()
+    }
+}
+
+impl Eq for Creds {}
 
 impl Creds {
     /// The superuser.
@@ -38,7 +57,36 @@ impl Creds {
     }
 
     pub fn user(uid: u32, gid: u32, groups: Vec<u32>) -> Creds {
-        Creds { uid, gid, groups }
+        Creds {
+            uid,
+            gid,
+            groups: OnceLock::from(groups),
+            reader: None,
+        }
+    }
+
+    /// A caller whose supplementary groups `read(caller)` returns, read only if a
+    /// decision needs them.
+    pub fn with_group_reader(uid: u32, gid: u32, read: GroupReader, caller: u32) -> Creds {
+        Creds {
+            uid,
+            gid,
+            groups: OnceLock::new(),
+            reader: Some((read, caller)),
+        }
+    }
+
+    /// The supplementary groups (read now if they come from a reader).
+    pub fn groups(&self) -> &[u32] {
+        self.groups.get_or_init(|| match self.reader {
+            Some((read, caller)) => read(caller),
+            None => Vec::new(),
+        })
+    }
+
+    /// Whether the supplementary groups were needed (and read) so far.
+    pub fn groups_known(&self) -> bool {
+        self.groups.get().is_some()
     }
 
     /// The calling process's effective IDs and supplementary groups.
@@ -51,7 +99,7 @@ impl Creds {
         // SAFETY: `groups` has room for `count` entries; a changed count shows as -1.
         let got = unsafe { libc::getgroups(count.max(0), groups.as_mut_ptr()) };
         groups.truncate(got.max(0) as usize);
-        Creds { uid, gid, groups }
+        Creds::user(uid, gid, groups)
     }
 
     pub fn is_root(&self) -> bool {
@@ -60,7 +108,7 @@ impl Creds {
 
     /// Whether `gid` is the caller's primary or a supplementary group.
     pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
+        self.gid == gid || self.groups().contains(&gid)
     }
 
     /// Whether `inode`'s mode grants every access in `mask` (MAY_* bits).
@@ -71,14 +119,20 @@ impl Creds {
                 mask & MAY_EXEC == 0 || inode.kind == Kind::Dir || inode.perm & 0o111 != 0;
             return exec_ok;
         }
-        let bits = if self.uid == inode.uid {
-            inode.perm >> 6
-        } else if self.in_group(inode.gid) {
-            inode.perm >> 3
+        if self.uid == inode.uid {
+            return (inode.perm >> 6) & mask == mask;
+        }
+        let group = (inode.perm >> 3) & mask == mask;
+        let other = inode.perm & mask == mask;
+        // Membership decides only where the two classes disagree.
+        if group == other {
+            return other;
+        }
+        if self.in_group(inode.gid) {
+            group
         } else {
-            inode.perm
-        } & 7;
-        bits & mask == mask
+            other
+        }
     }
 
     /// EACCES unless `inode`'s mode grants `mask`; `what` names it in the error.
@@ -138,6 +192,7 @@ mod tests {
             ctime_ns: 0,
             btime_ns: 0,
             blocks: 0,
+            rdev: 0,
         }
     }
 
@@ -152,6 +207,27 @@ mod tests {
         assert!(member.permits(&f, MAY_READ));
         assert!(!member.permits(&f, MAY_WRITE));
         assert!(other.permits(&f, MAY_READ | MAY_WRITE | MAY_EXEC));
+    }
+
+    #[test]
+    fn groups_are_read_only_when_the_answer_depends_on_them() {
+        fn read(caller: u32) -> Vec<u32> {
+            assert_eq!(caller, 77);
+            vec![20]
+        }
+        let cx = Creds::with_group_reader(11, 99, read, 77);
+        // Group and other bits agree: no read.
+        assert!(cx.permits(&inode(Kind::File, 0o644, 10, 20), MAY_READ));
+        assert!(!cx.permits(&inode(Kind::File, 0o644, 10, 20), MAY_WRITE));
+        // The owner, root, or the caller's primary group: no read.
+        assert!(cx.permits(&inode(Kind::File, 0o600, 11, 20), MAY_WRITE));
+        assert!(cx.permits(&inode(Kind::File, 0o060, 10, 99), MAY_WRITE));
+        assert!(!cx.groups_known());
+        // Group grants what other does not: the groups decide, read once.
+        assert!(cx.permits(&inode(Kind::File, 0o060, 10, 20), MAY_WRITE));
+        assert!(cx.groups_known());
+        assert!(!cx.permits(&inode(Kind::File, 0o604, 10, 20), MAY_READ));
+        assert_eq!(cx, Creds::user(11, 99, vec![20]));
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::rangelock::BlockRange;
 use crate::readahead::{Job, ReadAhead};
 use crate::records::{self, Inode, Kind};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Extra};
+use engine::log::{Durability, Extra, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 use std::sync::atomic::Ordering;
@@ -111,14 +111,11 @@ impl Core {
         self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
         let extra = Extra::Counted(&|delta| counted.batch(delta));
-        match fsync {
-            Some(also) => self
-                .engine
-                .write_ranges_fsync(ino, ranges, data, extra, also)?,
-            None => self
-                .engine
-                .write_ranges(ino, ranges, data, extra, Durability::Buffered)?,
-        }
+        let opts = match fsync {
+            Some(also) => WriteOptions::fsync_also(extra, also),
+            None => WriteOptions::new(extra, Durability::Buffered),
+        };
+        self.engine.write(ino, ranges, data, opts)?;
         *inode = counted.done();
         Ok(())
     }
@@ -134,12 +131,12 @@ impl Core {
     ) -> Result<(), VfsError> {
         self.record_in(ino, ino)?;
         let counted = Counted::new(ino, inode);
-        self.engine.punch_with(
+        let extra = Extra::Counted(&|delta| counted.batch(delta));
+        self.engine.punch(
             ino,
             from,
             to,
-            Extra::Counted(&|delta| counted.batch(delta)),
-            Durability::Buffered,
+            WriteOptions::new(extra, Durability::Buffered),
         )?;
         *inode = counted.done();
         Ok(())
@@ -812,8 +809,11 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         let ino = h.ino;
         let mut inode = *live(st, ino)?;
-        if inode.kind != Kind::File {
-            return Err(VfsError::IsDir(format!("inode {ino}")));
+        match inode.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(VfsError::IsDir(format!("inode {ino}"))),
+            // Linux's truncate(2) of anything else but a directory.
+            _ => return Err(VfsError::Invalid(format!("truncate of a {:?}", inode.kind))),
         }
         if size > FILE_SIZE_MAX {
             return Err(VfsError::TooLarge(format!("size {size}")));
@@ -902,6 +902,17 @@ impl FileSystem {
     }
 
     /// sync / syncfs: everything so far is durable (a whole-file-system checkpoint).
+    /// Everything written before the call durable, like [`FileSystem::sync`], but as
+    /// an fsync of every file would make it: one persist and one device flush, no
+    /// checkpoint (an fsync of a FUSE mount's root directory, which programs such as
+    /// sqlite also call after creating a file there).
+    pub fn persist_all(&self) -> Result<(), VfsError> {
+        self.core.write_back_all()?;
+        self.forget_lanes();
+        self.core.engine.persist_all()?;
+        Ok(())
+    }
+
     pub fn sync(&self) -> Result<(), VfsError> {
         self.core.write_back_all()?;
         // What was noted before the sync is covered by it.

@@ -51,6 +51,10 @@ pub enum VfsError {
     TooLarge(String),
     #[error("{0}: too many links")]
     TooManyLinks(String),
+    /// An open of a FIFO, socket or device node: the vfs holds the node, not the pipe,
+    /// socket or device (a kernel front end provides those; docs/SEMANTICS.md §4).
+    #[error("{0}: a special file (FIFO, socket or device) opens through a kernel mount only")]
+    SpecialFile(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
@@ -90,6 +94,7 @@ impl VfsError {
             VfsError::BadAccess(_) => libc::EBADF,
             VfsError::TooLarge(_) => libc::EFBIG,
             VfsError::TooManyLinks(_) => libc::EMLINK,
+            VfsError::SpecialFile(_) => libc::ENXIO,
             VfsError::NoSuchOffset(_) => libc::ENXIO,
             VfsError::WouldBlock(_) => libc::EAGAIN,
             VfsError::Deadlock(_) => libc::EDEADLK,

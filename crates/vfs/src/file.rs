@@ -107,6 +107,9 @@ impl OpenOptions {
             Err(e) => return Err(e),
         };
         let meta = fs.attrs_ino(ino)?;
+        if meta.kind.is_special() {
+            return Err(VfsError::SpecialFile(path.into()));
+        }
         if meta.kind == Kind::Dir && writes {
             return Err(VfsError::IsDir(path.into()));
         }

@@ -19,7 +19,7 @@ use crate::pagecache::{Cache, CacheConfig, CacheStats, Pages};
 use crate::rangelock::RangeLock;
 use crate::records::{self, Dentry, Inode, Kind, NAME_MAX, ROOT};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::{Clock, Signal};
@@ -165,7 +165,7 @@ pub struct Metadata {
     pub btime_ns: i64,
     /// `st_blksize`: the preferred I/O size (one block).
     pub blksize: u32,
-    /// `st_rdev`: always 0 (augefs has no device nodes).
+    /// `st_rdev`: a device node's number (glibc's `dev_t` encoding), 0 for other kinds.
     pub rdev: u64,
 }
 
@@ -706,7 +706,7 @@ impl FileSystem {
     }
 
     /// Creates `name` in directory `parent`: a file, a directory or (with `target`) a
-    /// symbolic link. EEXIST if the name is taken.
+    /// symbolic link. EEXIST if the name is taken. Special files are [`FileSystem::mknod`].
     pub fn create(
         &self,
         cx: &Creds,
@@ -716,12 +716,72 @@ impl FileSystem {
         perm: u32,
         target: Option<&[u8]>,
     ) -> Result<InodeNo, VfsError> {
+        assert!(!kind.is_special(), "special files are made by mknod");
+        let node = NewNode {
+            kind,
+            perm,
+            target,
+            rdev: 0,
+        };
+        self.create_node(cx, parent, name, node)
+    }
+
+    /// `mknod(2)`: creates `name` in directory `parent` as a regular file, a FIFO, a
+    /// socket or a device node (`dev`, a `dev_t`, for a device; ignored otherwise, as
+    /// Linux does). The vfs only records the node: a FIFO's pipe, a socket and a device
+    /// are the kernel's, through a kernel front end (docs/SEMANTICS.md §4). EINVAL for
+    /// a directory, a symbolic link or a device number `mknod(2)` cannot carry.
+    pub fn mknod(
+        &self,
+        cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        dev: u64,
+    ) -> Result<InodeNo, VfsError> {
+        if !(kind == Kind::File || kind.is_special()) {
+            return Err(VfsError::Invalid(format!(
+                "mknod of a {kind:?} ({})",
+                show(name)
+            )));
+        }
+        let rdev = match kind.is_device() {
+            true => records::rdev_of(dev).ok_or_else(|| {
+                VfsError::Invalid(format!("device number {dev:#x} ({})", show(name)))
+            })?,
+            false => 0,
+        };
+        let node = NewNode {
+            kind,
+            perm,
+            target: None,
+            rdev,
+        };
+        self.create_node(cx, parent, name, node)
+    }
+
+    /// [`FileSystem::create`] and [`FileSystem::mknod`]: one batch in the parent's lane.
+    fn create_node(
+        &self,
+        cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        node: NewNode<'_>,
+    ) -> Result<InodeNo, VfsError> {
+        let NewNode {
+            kind,
+            perm,
+            target,
+            rdev,
+        } = node;
         check_name(name)?;
         assert_eq!(
             kind == Kind::Symlink,
             target.is_some(),
             "a symlink has a target"
         );
+        assert!(rdev == 0 || kind.is_device(), "rdev only on devices");
         let ph = self.handle(parent)?;
         // Creates share the directory (read mode): the name's stripe keeps two creates of
         // one name apart, and the directory's record is built in lane order below.
@@ -736,6 +796,7 @@ impl FileSystem {
         let ino = self.allocate_ino()?;
         let mut inode = new_inode(cx, &pinode, parent, kind, perm, self.now());
         inode.size = target.map_or(0, |t| t.len() as u64);
+        inode.rdev = rdev;
         let now = inode.btime_ns;
         let mut batch = WriteBatch::new();
         batch.put(
@@ -995,9 +1056,12 @@ impl FileSystem {
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         self.deletion_records(ino, inode, &mut batch)?;
-        self.core
-            .engine
-            .punch(ino, FileBlock(0), None, &batch, Durability::Buffered)?;
+        self.core.engine.punch(
+            ino,
+            FileBlock(0),
+            None,
+            WriteOptions::new(&batch, Durability::Buffered),
+        )?;
         Ok(())
     }
 
@@ -1538,7 +1602,7 @@ impl FileSystem {
         if let Some(gid) = changes.gid {
             inode.gid = gid;
         }
-        if chown && inode.kind == Kind::File {
+        if chown && inode.kind != Kind::Dir {
             inode.perm &= !S_ISUID;
             // A group-executable set-group-ID file loses the bit; without group execute
             // it marks mandatory locking and stays (Linux).
@@ -1594,6 +1658,15 @@ impl FileSystem {
         st.open += 1;
         Ok(())
     }
+}
+
+/// What a create makes: its kind, permission bits, a symlink's target, a device's
+/// number (the inode's 32-bit `rdev`).
+struct NewNode<'a> {
+    kind: Kind,
+    perm: u32,
+    target: Option<&'a [u8]>,
+    rdev: u32,
 }
 
 /// A new inode of `kind` made by `cx` in directory `parent` (whose inode is `pinode`),
@@ -1686,6 +1759,6 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         ctime_ns: inode.ctime_ns,
         btime_ns: inode.btime_ns,
         blksize: BLOCK as u32,
-        rdev: 0,
+        rdev: records::dev_of(inode.rdev),
     }
 }

@@ -32,6 +32,9 @@
 //! - Every operation is atomic after a crash (one MetaDB batch; see `fs`).
 //! - Inode numbers are never reused.
 
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod at;
 mod caches;
 pub mod commit;

@@ -135,6 +135,17 @@ impl FileSystem {
             .map(|_| ())
     }
 
+    /// `mknod(path, mode, dev)`: a regular file, FIFO, socket or device node of the
+    /// `S_IFMT` bits of `mode` ([`FileSystem::mknod`]); EINVAL for other types.
+    pub fn make_node(&self, path: &str, mode: u32, dev: u64) -> Result<(), VfsError> {
+        let kind = Kind::from_mode(mode)
+            .ok_or_else(|| VfsError::Invalid(format!("{path}: mknod of mode {mode:o}")))?;
+        let cx = self.creds();
+        let (parent, name) = self.resolve_parent_as(&cx, path)?;
+        self.mknod(&cx, parent, name, kind, mode & 0o7777, dev)
+            .map(|_| ())
+    }
+
     pub fn symlink(&self, target: &str, path: &str) -> Result<(), VfsError> {
         if target.is_empty() || target.len() > 4096 {
             return Err(VfsError::Invalid(format!(

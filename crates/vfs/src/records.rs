@@ -25,22 +25,36 @@ pub const ROOT: InodeNo = InodeNo(1);
 /// Longest name in a directory, in bytes.
 pub const NAME_MAX: usize = 255;
 
-/// What an inode is.
+/// What an inode is. The discriminants are the on-disk `kind` (docs/FORMAT.md §6.4).
+///
+/// A special file (FIFO, socket, device) is a name and attributes only: augefs never
+/// implements the pipe, the socket or the device; a kernel front end does, from the
+/// type and `rdev` (docs/SEMANTICS.md §4 "Special files").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     File = 1,
     Dir = 2,
     Symlink = 3,
+    Fifo = 4,
+    Socket = 5,
+    CharDev = 6,
+    BlockDev = 7,
 }
 
 impl Kind {
+    /// Every kind, in on-disk order.
+    pub const ALL: [Kind; 7] = [
+        Kind::File,
+        Kind::Dir,
+        Kind::Symlink,
+        Kind::Fifo,
+        Kind::Socket,
+        Kind::CharDev,
+        Kind::BlockDev,
+    ];
+
     pub fn from_u8(v: u8) -> Option<Kind> {
-        match v {
-            1 => Some(Kind::File),
-            2 => Some(Kind::Dir),
-            3 => Some(Kind::Symlink),
-            _ => None,
-        }
+        Kind::ALL.into_iter().find(|k| *k as u8 == v)
     }
 
     /// The `S_IFMT` bits.
@@ -49,7 +63,36 @@ impl Kind {
             Kind::File => libc::S_IFREG,
             Kind::Dir => libc::S_IFDIR,
             Kind::Symlink => libc::S_IFLNK,
+            Kind::Fifo => libc::S_IFIFO,
+            Kind::Socket => libc::S_IFSOCK,
+            Kind::CharDev => libc::S_IFCHR,
+            Kind::BlockDev => libc::S_IFBLK,
         }
+    }
+
+    /// The kind of a mode's `S_IFMT` bits (None for bits no kind has).
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.mode_bits() == mode & libc::S_IFMT)
+    }
+
+    /// The readdir type (`DT_*`): the `S_IFMT` bits shifted down, as Linux defines it.
+    pub fn dirent_type(self) -> u8 {
+        (self.mode_bits() >> 12) as u8
+    }
+
+    /// A FIFO, socket or device node: no data, size 0.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev
+        )
+    }
+
+    /// A character or block device: the only kinds with an `rdev`.
+    pub fn is_device(self) -> bool {
+        matches!(self, Kind::CharDev | Kind::BlockDev)
     }
 }
 
@@ -130,6 +173,28 @@ pub struct Inode {
     /// 4 KiB blocks mapped (allocated) to the file: `st_blocks / 8`. Kept exact by the
     /// batches that map and unmap them.
     pub blocks: u64,
+    /// A device's number, in Linux's 32-bit encoding (what `mknod(2)` takes and FUSE
+    /// carries; [`rdev_of`]); 0 for every other kind.
+    pub rdev: u32,
+}
+
+/// A `dev_t` as the 32-bit `rdev` of an inode: Linux's `new_encode_dev` (minor bits
+/// 0-7 and 20-31, major bits 8-19), which is also glibc's `makedev` for every number
+/// that fits. None for a number that does not fit (majors over 4095, minors over
+/// 2^20 - 1): `mknod(2)` itself refuses those.
+pub fn rdev_of(dev: u64) -> Option<u32> {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major > 0xfff || minor > 0xf_ffff {
+        return None;
+    }
+    Some((minor & 0xff) | (major << 8) | ((minor & !0xff) << 12))
+}
+
+/// The `dev_t` (glibc's encoding) of an inode's 32-bit `rdev`.
+pub fn dev_of(rdev: u32) -> u64 {
+    let major = (rdev >> 8) & 0xfff;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xf_ff00);
+    libc::makedev(major, minor)
 }
 
 pub const I_KIND: Field = Field::at("kind", 0, 1);
@@ -138,8 +203,10 @@ pub const I_PERM: Field = Field::after(I_PAD, "perm", 4);
 pub const I_UID: Field = Field::after(I_PERM, "uid", 4);
 pub const I_GID: Field = Field::after(I_UID, "gid", 4);
 pub const I_NLINK: Field = Field::after(I_GID, "nlink", 4);
-pub const I_RESERVED: Field = Field::after(I_NLINK, "reserved", 4);
-pub const I_PARENT: Field = Field::after(I_RESERVED, "parent", 8);
+/// 0 but for a device. Images made before special files existed hold 0 here (the field
+/// was reserved), which reads as "no device".
+pub const I_RDEV: Field = Field::after(I_NLINK, "rdev", 4);
+pub const I_PARENT: Field = Field::after(I_RDEV, "parent", 8);
 pub const I_SIZE: Field = Field::after(I_PARENT, "size", 8);
 pub const I_ATIME: Field = Field::after(I_SIZE, "atime_ns", 8);
 pub const I_MTIME: Field = Field::after(I_ATIME, "mtime_ns", 8);
@@ -151,8 +218,8 @@ pub const INODE_LAYOUT: StructLayout = StructLayout {
     name: "Inode value",
     size: INODE_BYTES,
     fields: &[
-        I_KIND, I_PAD, I_PERM, I_UID, I_GID, I_NLINK, I_RESERVED, I_PARENT, I_SIZE, I_ATIME,
-        I_MTIME, I_CTIME, I_BTIME, I_BLOCKS,
+        I_KIND, I_PAD, I_PERM, I_UID, I_GID, I_NLINK, I_RDEV, I_PARENT, I_SIZE, I_ATIME, I_MTIME,
+        I_CTIME, I_BTIME, I_BLOCKS,
     ],
 };
 
@@ -174,6 +241,7 @@ impl Inode {
             ctime_ns: now_ns,
             btime_ns: now_ns,
             blocks: 0,
+            rdev: 0,
         }
     }
 
@@ -184,6 +252,7 @@ impl Inode {
         I_UID.put_u32(&mut v, self.uid);
         I_GID.put_u32(&mut v, self.gid);
         I_NLINK.put_u32(&mut v, self.nlink);
+        I_RDEV.put_u32(&mut v, self.rdev);
         I_PARENT.put_u64(&mut v, self.parent);
         I_SIZE.put_u64(&mut v, self.size);
         I_ATIME.put_u64(&mut v, self.atime_ns as u64);
@@ -204,12 +273,7 @@ impl Inode {
             ));
         }
         let kind = Kind::from_u8(I_KIND.get_u8(v)).ok_or_else(|| {
-            VfsError::corrupt(
-                format!("inode {ino}"),
-                "kind",
-                "1, 2 or 3",
-                I_KIND.get_u8(v),
-            )
+            VfsError::corrupt(format!("inode {ino}"), "kind", "1 to 7", I_KIND.get_u8(v))
         })?;
         Ok(Inode {
             kind,
@@ -224,6 +288,7 @@ impl Inode {
             ctime_ns: I_CTIME.get_u64(v) as i64,
             btime_ns: I_BTIME.get_u64(v) as i64,
             blocks: I_BLOCKS.get_u64(v),
+            rdev: I_RDEV.get_u32(v),
         })
     }
 
@@ -267,7 +332,7 @@ impl Dentry {
             ));
         }
         let kind = Kind::from_u8(E_KIND.get_u8(v)).ok_or_else(|| {
-            VfsError::corrupt("directory entry", "kind", "1, 2 or 3", E_KIND.get_u8(v))
+            VfsError::corrupt("directory entry", "kind", "1 to 7", E_KIND.get_u8(v))
         })?;
         Ok(Dentry {
             ino: InodeNo(E_INO.get_u64(v)),
@@ -300,6 +365,7 @@ mod tests {
             ctime_ns: 8,
             btime_ns: 9,
             blocks: 12,
+            rdev: 0,
         };
         assert_eq!(Inode::decode(InodeNo(3), &i.encode()).unwrap(), i);
         assert_eq!(i.mode(), libc::S_IFDIR | 0o755);
@@ -317,5 +383,49 @@ mod tests {
         for l in layouts() {
             l.check_contiguous().unwrap();
         }
+    }
+
+    #[test]
+    fn special_kinds_round_trip_with_their_rdev() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_u8(kind as u8), Some(kind));
+            assert_eq!(Kind::from_mode(kind.mode_bits() | 0o644), Some(kind));
+            let mut i = Inode::new(kind, 0o640, 1, 2, ROOT, 5);
+            if kind.is_device() {
+                i.rdev = rdev_of(libc::makedev(8, 0x12345)).unwrap();
+            }
+            assert_eq!(Inode::decode(InodeNo(9), &i.encode()).unwrap(), i);
+            let d = Dentry {
+                ino: InodeNo(9),
+                kind,
+            };
+            assert_eq!(Dentry::decode(&d.encode()).unwrap(), d);
+        }
+        assert_eq!(Kind::from_u8(0), None);
+        assert_eq!(Kind::from_u8(8), None);
+        assert_eq!(Kind::from_mode(0), None);
+        assert_eq!(Kind::Fifo.dirent_type(), libc::DT_FIFO);
+        assert_eq!(Kind::Socket.dirent_type(), libc::DT_SOCK);
+        assert_eq!(Kind::CharDev.dirent_type(), libc::DT_CHR);
+        assert_eq!(Kind::BlockDev.dirent_type(), libc::DT_BLK);
+        assert_eq!(Kind::File.dirent_type(), libc::DT_REG);
+        // The encoding is the kernel's: /dev/null is 0x103, sda 0x800, and a minor
+        // above 255 spreads into bits 20-31.
+        assert_eq!(rdev_of(libc::makedev(1, 3)), Some(0x103));
+        assert_eq!(rdev_of(libc::makedev(8, 0)), Some(0x800));
+        assert_eq!(rdev_of(libc::makedev(0xfff, 0xf_ffff)), Some(0xffff_ffff));
+        assert_eq!(rdev_of(libc::makedev(0x1000, 0)), None);
+        assert_eq!(rdev_of(libc::makedev(0, 0x10_0000)), None);
+        for dev in [0, libc::makedev(1, 3), libc::makedev(259, 70_000)] {
+            assert_eq!(dev_of(rdev_of(dev).unwrap()), dev);
+        }
+    }
+
+    #[test]
+    fn records_of_older_images_read_with_no_device() {
+        // Before special files, bytes 20-23 were `reserved` and always written 0.
+        let old = Inode::new(Kind::File, 0o644, 1, 1, ROOT, 1).encode();
+        assert_eq!(&old[20..24], &[0; 4]);
+        assert_eq!(Inode::decode(InodeNo(2), &old).unwrap().rdev, 0);
     }
 }

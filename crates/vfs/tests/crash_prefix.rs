@@ -58,6 +58,11 @@ fn snapshot(fs: &FileSystem, dir: &str, out: &mut BTreeMap<String, (Kind, Vec<u8
                 );
                 out.insert(path, (Kind::File, buf));
             }
+            k => {
+                // A special file: its kind and device number are all it holds.
+                assert_eq!(meta.size, 0, "{path}");
+                out.insert(path, (k, meta.rdev.to_le_bytes().to_vec()));
+            }
         }
     }
 }
@@ -73,6 +78,7 @@ fn tree_of(fs: &FileSystem) -> Tree {
 
 /// Crash consistency of the namespace and data, one domain (so every operation is in one
 /// lane and a crash keeps a prefix of them): creates, writes, renames, unlinks, mkdirs,
+/// mknods of a device node and a FIFO,
 /// fsyncs (of files and directories) and syncs on the recording device; at every crash
 /// state (none skipped) the mount
 /// succeeds and the tree equals the tree after some prefix of the operations that
@@ -90,6 +96,14 @@ fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
     let mut acked: Vec<(bool, u64)> = Vec::new();
     let files = ["/f1", "/f2", "/d/f3", "/d/f4"];
     fs.create_dir("/d", 0o755).unwrap();
+    trees.push(tree_of(&fs));
+    acked.push((false, handle.write_count()));
+    // A device node and a FIFO, outside the random operations' names.
+    fs.make_node("/d/null", libc::S_IFCHR | 0o666, libc::makedev(1, 3))
+        .unwrap();
+    trees.push(tree_of(&fs));
+    acked.push((false, handle.write_count()));
+    fs.make_node("/fifo", libc::S_IFIFO | 0o600, 0).unwrap();
     trees.push(tree_of(&fs));
     acked.push((false, handle.write_count()));
     for step in 0..45 {

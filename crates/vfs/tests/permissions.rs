@@ -198,6 +198,11 @@ fn attribute_changes_follow_posix() {
     fs.set_creds(Creds::root());
     fs.chown("/tmp/f", 1001, 1001).unwrap();
     assert_eq!(fs.metadata("/tmp/f").unwrap().uid, 1001);
+    // As for every non-directory (Linux's chown_common): a device node's set-ID bits go.
+    fs.make_node("/tmp/dev", libc::S_IFCHR | 0o6770, 0x0103)
+        .unwrap();
+    fs.chown("/tmp/dev", 1001, 1001).unwrap();
+    assert_eq!(fs.metadata("/tmp/dev").unwrap().mode & 0o7777, 0o0770);
 }
 
 #[test]

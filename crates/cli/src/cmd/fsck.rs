@@ -181,12 +181,13 @@ fn print_text(args: &Args, r: &Report) {
     }
     let s = &r.stats;
     println!(
-        "{image}: {} records, {} inodes ({} directories, {} files, {} symlinks), {} mapped blocks, {} domain segments, {} table segments{}",
+        "{image}: {} records, {} inodes ({} directories, {} files, {} symlinks, {} special), {} mapped blocks, {} domain segments, {} table segments{}",
         s.records,
         s.inodes,
         s.directories,
         s.files,
         s.symlinks,
+        s.special,
         s.mappings,
         s.domain_segments,
         s.table_segments,

@@ -32,10 +32,14 @@ pub struct Args {
     /// Stay in the foreground (otherwise: a daemon, once the mount works).
     #[arg(short = 'f', long)]
     pub foreground: bool,
-    /// Mount options, comma-separated: allow_other, allow_root, writeback_cache,
-    /// threads=N (default 4), fsname=NAME, pmr=FILE, nosuid, nodev, noexec (and
-    /// suid, dev, exec); fstab's defaults, noauto, nofail, _netdev, rw, noatime are
-    /// accepted. Permissions are always checked by the kernel (default_permissions).
+    /// Mount options, comma-separated: ro, commit=SECS (seconds between background
+    /// commits, default 5; 0: only fsync and unmount), allow_other, allow_root,
+    /// writeback_cache, threads=N (request threads; default two per CPU), nouring (serve
+    /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
+    /// (per-request counts and times in the log at unmount), fsname=NAME, pmr=FILE,
+    /// nosuid, nodev, noexec (and suid, dev, exec); fstab's defaults, noauto, nofail,
+    /// _netdev, rw, noatime are accepted. Permissions are always checked by the kernel
+    /// (default_permissions).
     #[arg(short = 'o', value_name = "OPT,...")]
     pub options: Vec<String>,
     /// The PMR file the image was formatted with (as -o pmr=FILE).

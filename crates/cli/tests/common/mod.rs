@@ -182,6 +182,57 @@ impl Fixture {
     }
 }
 
+/// `augefs run` and the C programs tests run under it (tests/run_apps.rs,
+/// tests/special.rs).
+pub fn preload_built() {
+    let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: run `cargo build -p augefs-preload` first (scripts/test does)",
+        lib.display()
+    );
+}
+
+/// The interposer's log of this fixture.
+pub fn log_of(fx: &Fixture) -> PathBuf {
+    fx.host.join("interposer.log")
+}
+
+/// `augefs run --image IMG --log LOG -- args...`.
+pub fn run(fx: &Fixture, args: &[&str]) -> Output {
+    preload_built();
+    Command::new(BIN)
+        .arg("run")
+        .arg("--image")
+        .arg(&fx.image)
+        .arg("--log")
+        .arg(log_of(fx))
+        .arg("--")
+        .args(args)
+        .output()
+        .expect("run augefs run")
+}
+
+pub fn stdout(what: &str, out: &Output) -> String {
+    check(what, out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Compiles tests/`dir`/`name`.c into the fixture's host directory.
+pub fn compile_c(fx: &Fixture, dir: &str, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{dir}/{name}.c"));
+    let exe = fx.host.join(name);
+    let cc = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc (install gcc: scripts/test does)");
+    check(&format!("cc {name}.c"), &cc);
+    exe
+}
+
 impl Drop for Fixture {
     fn drop(&mut self) {
         if is_mounted(&self.mnt) {

@@ -13,6 +13,7 @@ fn file(data: &[u8]) -> Object {
         data: data.to_vec(),
         xattrs: BTreeMap::new(),
         nlink: 1,
+        rdev: 0,
     }
 }
 
@@ -23,6 +24,7 @@ fn dir() -> Object {
         data: Vec::new(),
         xattrs: BTreeMap::new(),
         nlink: 2,
+        rdev: 0,
     }
 }
 
@@ -215,4 +217,46 @@ fn a_zeroed_range_may_be_half_done_block_by_block() {
     let mut later = tree(&[("a", 2, &half)]);
     later.objects.get_mut(&2).unwrap().perm = 0o600;
     assert_eq!(judge(&w, &h, &later, 0).len(), 1);
+}
+
+/// `mknod /n chr 1:3` then `sync`: a crash after the sync keeps the device node with its
+/// kind and number; one with another number or kind is a state it never had.
+#[test]
+fn a_special_file_keeps_its_kind_and_device_number() {
+    for domains in [1, 3] {
+        let w = workload(domains, "mknod /n chr 600 1:3\nsync\n");
+        let node = |kind: Kind, rdev: u64| {
+            let mut s = tree(&[]);
+            s.entries.insert((1, b"n".to_vec()), 2);
+            s.objects.insert(
+                2,
+                Object {
+                    kind,
+                    perm: 0o600,
+                    rdev,
+                    ..file(b"")
+                },
+            );
+            s
+        };
+        let made = node(Kind::CharDev, libc::makedev(1, 3));
+        let mut h = history(
+            vec![tree(&[]), made.clone(), made.clone()],
+            vec![none(), none()],
+        );
+        h.promises.push(Promise {
+            step: 2,
+            durable: 10,
+            scope: Scope::All,
+        });
+        assert_eq!(judge(&w, &h, &made, 10), Vec::<String>::new(), "{domains}");
+        for wrong in [
+            node(Kind::CharDev, libc::makedev(1, 5)),
+            node(Kind::BlockDev, libc::makedev(1, 3)),
+            node(Kind::Fifo, 0),
+        ] {
+            let problems = judge(&w, &h, &wrong, 10);
+            assert!(!problems.is_empty(), "{domains}: {wrong:?} passed");
+        }
+    }
 }

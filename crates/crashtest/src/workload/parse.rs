@@ -182,6 +182,19 @@ fn mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("an octal mode, got {s:?}"))
 }
 
+/// `MAJOR:MINOR` (decimal) as a `dev_t`, within what mknod(2) carries.
+fn device(s: &str) -> Result<u64, String> {
+    let bad = || format!("MAJOR:MINOR with major < 4096 and minor < 2^20, got {s:?}");
+    let (major, minor) = s.split_once(':').ok_or_else(bad)?;
+    let (major, minor) = (
+        major.parse::<u32>().map_err(|_| bad())?,
+        minor.parse::<u32>().map_err(|_| bad())?,
+    );
+    let dev = libc::makedev(major, minor);
+    vfs::records::rdev_of(dev).ok_or_else(bad)?;
+    Ok(dev)
+}
+
 fn write_mode(s: &str) -> Result<WriteMode, String> {
     match s {
         "sync" => Ok(WriteMode::Sync),
@@ -201,16 +214,22 @@ fn parse_op(verb: &str, args: &[&str]) -> Result<Op, String> {
         ("mkdir", [p]) => Op::Mkdir(path(p)?, DIR_MODE_DEFAULT),
         ("mkdir", [p, m]) => Op::Mkdir(path(p)?, mode(m)?),
         ("mkdir", _) => return usage("PATH [MODE]"),
-        ("mknod", [p, kind, rest @ ..]) if rest.len() <= 1 => {
+        ("mknod", [p, kind, rest @ ..]) if rest.len() <= 2 => {
             let kind = NodeKind::NAMES
                 .iter()
                 .find(|n| n.0 == *kind)
                 .ok_or_else(|| format!("reg, fifo, chr, blk or sock, got {kind:?}"))?
                 .1;
-            let m = rest.first().map_or(Ok(FILE_MODE_DEFAULT), |m| mode(m))?;
-            Op::Mknod(path(p)?, kind, m)
+            let (devs, modes): (Vec<&&str>, Vec<&&str>) =
+                rest.iter().partition(|a| a.contains(':'));
+            if devs.len() > 1 || modes.len() > 1 {
+                return usage("PATH reg|fifo|chr|blk|sock [MODE] [MAJOR:MINOR]");
+            }
+            let m = modes.first().map_or(Ok(FILE_MODE_DEFAULT), |m| mode(m))?;
+            let dev = devs.first().map_or(Ok(0), |d| device(d))?;
+            Op::Mknod(path(p)?, kind, m, dev)
         }
-        ("mknod", _) => return usage("PATH reg|fifo|chr|blk|sock [MODE]"),
+        ("mknod", _) => return usage("PATH reg|fifo|chr|blk|sock [MODE] [MAJOR:MINOR]"),
         ("write", [t, off, len]) => {
             Op::Write(target(t)?, num(off)?, num(len)?, WriteMode::Buffered)
         }
@@ -292,7 +311,7 @@ mod tests {
     fn parses_and_prints_back() {
         let text = "domains 2\nmkdir /d 700 # setup\ncreate /d/f\nbegin\n\nwrite /d/f 0 8K\n\
                     rename /d/f /g exchange\nchmod /g 0644\nfalloc /g 0 4096 keep\n\
-                    zero /g 100 5000\nzero /g 0 4096 keep\nmknod /p fifo 600 expect EPERM\n\
+                    zero /g 100 5000\nzero /g 0 4096 keep\nmknod /p fifo 600 expect EEXIST\n\
                     create /q 600\nopen h /g\nunlink /g\nwrite @h 0 4096 sync\n\
                     append @h 10 dsync\nwrite /q 0 1 direct\nfsync @h\nclose h\n\
                     unlink /g expect ENOENT\nsync\n";
@@ -305,7 +324,7 @@ mod tests {
             Op::Write(Target::Path("/d/f".into()), 0, 8192, WriteMode::Buffered)
         );
         assert_eq!(w.steps[0].line, 6);
-        assert_eq!(w.steps[6].expect, Some(libc::EPERM));
+        assert_eq!(w.steps[6].expect, Some(libc::EEXIST));
         assert_eq!(
             w.steps[10].op,
             Op::Write(Target::Fd("h".into()), 0, 4096, WriteMode::Sync)
@@ -318,6 +337,19 @@ mod tests {
             assert_eq!((&a.op, a.expect), (&b.op, b.expect));
         }
         assert_eq!(again.setup.len(), 2);
+        let dev = libc::makedev(8, 300);
+        let w = Workload::parse("t", "mknod /b blk 8:300 600\nmknod /c chr\n").unwrap();
+        assert_eq!(
+            w.steps[0].op,
+            Op::Mknod("/b".into(), NodeKind::Block, 0o600, dev)
+        );
+        assert_eq!(
+            w.steps[1].op,
+            Op::Mknod("/c".into(), NodeKind::Char, 0o644, 0)
+        );
+        assert_eq!(w.steps[0].op.to_string(), "mknod /b blk 600 8:300");
+        let again = Workload::parse("t", &w.to_string()).unwrap();
+        assert_eq!(again.steps[0].op, w.steps[0].op);
     }
 
     #[test]
@@ -343,6 +375,8 @@ mod tests {
             ("open h /a\nopen h /b\n", 2, "open already"),
             ("open h /a\nbegin\nsync\n", 2, "still open"),
             ("mknod /a pipe\n", 1, "reg, fifo"),
+            ("mknod /a chr 4096:0\n", 1, "MAJOR:MINOR"),
+            ("mknod /a chr 1:2 3:4\n", 1, "usage: mknod"),
             ("open h-1 /a\n", 1, "descriptor name"),
         ];
         for (text, line, what) in bad {

@@ -82,31 +82,45 @@ impl Engine {
             }
         }
         let _one_pass = domain.gc_lock.lock().expect("gc lock");
-        let base = self.geometry.segment_start(victim);
+        let nothing = GcReport {
+            domain: domain.id,
+            victim,
+            moved: 0,
+            raced: 0,
+        };
         let valid: Vec<u32> = {
             let state = domain.lock();
             if state.busy_segments().contains(&victim) {
-                return Ok(GcReport {
-                    domain: domain.id,
-                    victim,
-                    moved: 0,
-                    raced: 0,
-                });
+                return Ok(nothing);
             }
             match state.seginfo.get(victim) {
                 Some(info) => info.valid().collect(),
-                None => {
-                    return Ok(GcReport {
-                        domain: domain.id,
-                        victim,
-                        moved: 0,
-                        raced: 0,
-                    })
-                }
+                None => return Ok(nothing),
             }
         };
-        // Who owns each valid block: of the reverse records naming it (a stale one may
-        // remain from an earlier life of the segment), the one whose mapping names it.
+        let moving = self.live_blocks(victim, &valid)?;
+        let data = self.read_verified(&moving)?;
+        let (runs, seq) = self.write_moved(domain, &data, moving.len())?;
+        let (moved, raced) = self.remap(domain, victim, &moving, &runs, seq)?;
+        self.counters
+            .gc_blocks_moved
+            .fetch_add(u64::from(moved), Ordering::Relaxed);
+        self.counters
+            .gc_segments_cleaned
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(GcReport {
+            moved,
+            raced,
+            ..nothing
+        })
+    }
+
+    /// The victim's valid blocks that a file still maps, with their owner and mapping.
+    /// Of the reverse records naming a block (a stale one may remain from an earlier
+    /// life of the segment), the owner is the one whose mapping names it; a block
+    /// unmapped since the bitmap's snapshot is left out.
+    fn live_blocks(&self, victim: SegmentNo, valid: &[u32]) -> Result<Vec<Moving>, EngineError> {
+        let base = self.geometry.segment_start(victim);
         let mut candidates: HashMap<u16, Vec<Reverse>> = HashMap::new();
         for item in self.db.prefix(&keys::reverse_prefix(victim), None)? {
             let (key, value) = item?;
@@ -122,8 +136,8 @@ impl Engine {
             let (_, start) = keys::parse_reverse_extent_key(&key)?;
             runs_written.push((start, ReverseExtent::decode(&value)?));
         }
-        let mut moving: Vec<(BlockAddr, Reverse, Mapping)> = Vec::with_capacity(valid.len());
-        for &b in &valid {
+        let mut moving = Vec::with_capacity(valid.len());
+        for &b in valid {
             let addr = BlockAddr(base.0 + u64::from(b));
             let b = b as u16;
             let named = candidates.get(&b).into_iter().flatten().copied().chain(
@@ -149,48 +163,77 @@ impl Engine {
                     "none",
                 ));
             }
-            // Otherwise unmapped since the snapshot of the bitmap.
         }
+        Ok(moving)
+    }
+
+    /// The blocks' contents, each checked against its mapping's checksum (a cleaner
+    /// never copies a damaged block under a fresh checksum).
+    fn read_verified(&self, moving: &[Moving]) -> Result<Vec<u8>, EngineError> {
         let mut data = vec![0u8; moving.len() * BLOCK];
-        if !moving.is_empty() {
-            let requests = moving
-                .iter()
-                .map(|(addr, _, _)| {
-                    IoRequest::read(addr.byte_offset(), AlignedBuf::zeroed(BLOCK), IoCause::Gc)
-                })
-                .collect();
-            let done = self.device.run(requests)?;
-            for (i, c) in done.into_iter().enumerate() {
-                c.result?;
-                let buf = c.request.into_buf().expect("a read returns its buffer");
-                let (addr, owner, m) = &moving[i];
-                if keys::block_crc(owner.ino, owner.block, &buf) != m.crc {
-                    return Err(EngineError::DataChecksum {
-                        ino: owner.ino,
-                        block: owner.block.0,
-                        addr: *addr,
-                    });
-                }
-                data[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&buf);
+        if moving.is_empty() {
+            return Ok(data);
+        }
+        let requests = moving
+            .iter()
+            .map(|(addr, _, _)| {
+                IoRequest::read(addr.byte_offset(), AlignedBuf::zeroed(BLOCK), IoCause::Gc)
+            })
+            .collect();
+        let done = self.device.run(requests)?;
+        for (i, c) in done.into_iter().enumerate() {
+            c.result?;
+            let buf = c.request.into_buf().expect("a read returns its buffer");
+            let (addr, owner, m) = &moving[i];
+            if keys::block_crc(owner.ino, owner.block, &buf) != m.crc {
+                return Err(EngineError::DataChecksum {
+                    ino: owner.ino,
+                    block: owner.block.0,
+                    addr: *addr,
+                });
             }
+            data[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&buf);
         }
-        let mut runs: Vec<Run> = Vec::new();
-        let mut seq = None;
-        if !moving.is_empty() {
-            let (state, r) = self.reserve(domain, HeadKind::Gc, moving.len() as u32)?;
-            runs = r;
-            let s = domain.tracker.issue();
-            seq = Some(s);
-            drop(state);
-            let mut queue = self.device.queue()?;
-            let written =
-                submit_runs(&mut queue, &runs, &data, IoCause::Gc).and_then(|()| reap(&mut queue));
-            domain.tracker.complete(s);
-            self.failing(written)?;
-            let prefix = domain.tracker.completed_prefix();
-            self.failing(self.device.flush(IoCause::Gc).map_err(Into::into))?;
-            domain.tracker.durable_after_flush(prefix);
+        Ok(data)
+    }
+
+    /// Writes `blocks` blocks of `data` to the domain's GC head and flushes them: the
+    /// runs they went to, and the write's sequence number (None when there was nothing
+    /// to move).
+    fn write_moved(
+        &self,
+        domain: &Domain,
+        data: &[u8],
+        blocks: usize,
+    ) -> Result<(Vec<Run>, Option<u64>), EngineError> {
+        if blocks == 0 {
+            return Ok((Vec::new(), None));
         }
+        let (state, runs) = self.reserve(domain, HeadKind::Gc, blocks as u32)?;
+        let s = domain.tracker.issue();
+        drop(state);
+        let mut queue = self.device.queue()?;
+        let written =
+            submit_runs(&mut queue, &runs, data, IoCause::Gc).and_then(|()| reap(&mut queue));
+        domain.tracker.complete(s);
+        self.failing(written)?;
+        let prefix = domain.tracker.completed_prefix();
+        self.failing(self.device.flush(IoCause::Gc).map_err(Into::into))?;
+        domain.tracker.durable_after_flush(prefix);
+        Ok((runs, Some(s)))
+    }
+
+    /// Points every moved block that is still valid at its new address in one batch,
+    /// and releases the runs: (moved, raced), raced being the blocks a file overwrote or
+    /// dropped while they were being copied.
+    fn remap(
+        &self,
+        domain: &Domain,
+        victim: SegmentNo,
+        moving: &[Moving],
+        runs: &[Run],
+        seq: Option<u64>,
+    ) -> Result<(u32, u32), EngineError> {
         let mut state = domain.lock();
         let mut batch = WriteBatch::new();
         let mut moved = 0;
@@ -224,25 +267,16 @@ impl Engine {
             );
             assert_eq!(holes, 0, "a valid block of inode {ino} was unmapped");
         }
-        state.unreserve(&self.geometry, &runs);
+        state.unreserve(&self.geometry, runs);
         state.touch(victim);
         self.finish_batch(&mut state, domain, &mut batch);
         self.failing(self.put_batch(domain, &mut state, None, &batch))?;
-        drop(state);
-        self.counters
-            .gc_blocks_moved
-            .fetch_add(u64::from(moved), Ordering::Relaxed);
-        self.counters
-            .gc_segments_cleaned
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(GcReport {
-            domain: domain.id,
-            victim,
-            moved,
-            raced,
-        })
+        Ok((moved, raced))
     }
 }
+
+/// A block to move: its address in the victim, its owner, and the mapping naming it.
+type Moving = (BlockAddr, Reverse, Mapping);
 
 /// When the background cleaner runs (augefs.txt §VI-A: background and foreground GC).
 #[derive(Debug, Clone, Copy)]

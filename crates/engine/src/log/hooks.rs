@@ -97,22 +97,72 @@ impl WriteHooks for EngineHooks {
     }
 
     fn filter_replay(&self, records: &[ReplayRecord]) -> Result<Vec<bool>, MetaDbError> {
-        let corrupt = |detail: String| MetaDbError::Corruption {
-            what: "engine record in the WAL".into(),
-            detail,
-        };
-        // The durable watermark of each domain: the highest its checkpoint or any of its
-        // records carries. The checkpoint's counts: a sync persists the WAL without a new
-        // domain record, and the data it made durable may since have been unmapped, its
-        // segment freed, discarded and reused, so checking it would fail a good record
-        // (and drop the rest of its lane: a deletion after it would be lost).
+        let mut report = ReplayReport::default();
+        let durable = self.durable_watermarks(records, &mut report)?;
+        let checks = self.blocks_to_check(records, &durable)?;
+        // A record that checked out but maps a block past the device is damage, not a
+        // write in flight: refuse it rather than read past the end.
+        let device_blocks = self.device.size_bytes() / BLOCK_SIZE_BYTES;
+        if let Some((_, ino, block, m)) = checks.iter().find(|c| c.3.addr.0 >= device_blocks) {
+            return Err(replay_corruption(format!(
+                "inode {ino} block {} mapped to device block {}, past the device's {device_blocks}",
+                block.0, m.addr.0
+            )));
+        }
+        let bad = self.records_with_bad_blocks(records.len(), &checks, &mut report)?;
+        // Drop each lane from its first bad record on.
+        let mut dropping: HashMap<u16, bool> = HashMap::new();
+        let keep = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                if self.domain_of_lane(r).is_none() {
+                    return true;
+                }
+                let d = dropping.entry(r.lane).or_insert(false);
+                *d |= bad[i];
+                if *d {
+                    report.records_dropped += 1;
+                }
+                !*d
+            })
+            .collect();
+        *self.replay.lock().expect("replay report lock") = report;
+        Ok(keep)
+    }
+}
+
+/// A block a replayed record maps: the record's index, the file, its block, the mapping.
+type BlockCheck = (usize, InodeNo, keys::FileBlock, Mapping);
+
+fn replay_corruption(detail: String) -> MetaDbError {
+    MetaDbError::Corruption {
+        what: "engine record in the WAL".into(),
+        detail,
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> MetaDbError {
+    replay_corruption(e.to_string())
+}
+
+impl EngineHooks {
+    /// The durable watermark of each domain: the highest its checkpoint or any of its
+    /// replayed records carries. The checkpoint's counts: a sync persists the WAL
+    /// without a new domain record, and the data it made durable may since have been
+    /// unmapped, its segment freed, discarded and reused, so checking it would fail a
+    /// good record (and drop the rest of its lane: a deletion after it would be lost).
+    fn durable_watermarks(
+        &self,
+        records: &[ReplayRecord],
+        report: &mut ReplayReport,
+    ) -> Result<HashMap<DomainId, u64>, MetaDbError> {
         let mut durable: HashMap<DomainId, u64> = self
             .checkpointed
             .iter()
             .enumerate()
             .map(|(d, &w)| (DomainId(d as u16), w))
             .collect();
-        let mut report = ReplayReport::default();
         for record in records {
             let Some(domain) = self.domain_of_lane(record) else {
                 continue;
@@ -120,14 +170,22 @@ impl WriteHooks for EngineHooks {
             report.records += 1;
             for (kind, key, value) in record.batch.ops() {
                 if kind == ValueKind::Put && key == keys::domain_key(domain) {
-                    let r = DomainRecord::decode(value).map_err(|e| corrupt(e.to_string()))?;
+                    let r = DomainRecord::decode(value).map_err(corrupt)?;
                     let w = durable.entry(domain).or_insert(0);
                     *w = (*w).max(r.durable_seq);
                 }
             }
         }
-        // Blocks to check: mappings written after the watermark.
-        let mut checks: Vec<(usize, InodeNo, keys::FileBlock, Mapping)> = Vec::new();
+        Ok(durable)
+    }
+
+    /// The blocks to check: those of mappings written after their domain's watermark.
+    fn blocks_to_check(
+        &self,
+        records: &[ReplayRecord],
+        durable: &HashMap<DomainId, u64>,
+    ) -> Result<Vec<BlockCheck>, MetaDbError> {
+        let mut checks = Vec::new();
         for (i, record) in records.iter().enumerate() {
             let Some(domain) = self.domain_of_lane(record) else {
                 continue;
@@ -139,17 +197,15 @@ impl WriteHooks for EngineHooks {
                 }
                 match key.first() {
                     Some(&keys::MAPPING_TAG) => {
-                        let (ino, block) =
-                            keys::parse_mapping_key(key).map_err(|e| corrupt(e.to_string()))?;
-                        let m = Mapping::decode(value).map_err(|e| corrupt(e.to_string()))?;
+                        let (ino, block) = keys::parse_mapping_key(key).map_err(corrupt)?;
+                        let m = Mapping::decode(value).map_err(corrupt)?;
                         if m.write_seq > w {
                             checks.push((i, ino, block, m));
                         }
                     }
                     Some(&keys::EXTENT_TAG) => {
-                        let (ino, last) =
-                            keys::parse_extent_key(key).map_err(|e| corrupt(e.to_string()))?;
-                        let e = Extent::decode(last, value).map_err(|e| corrupt(e.to_string()))?;
+                        let (ino, last) = keys::parse_extent_key(key).map_err(corrupt)?;
+                        let e = Extent::decode(last, value).map_err(corrupt)?;
                         // A trimmed piece of an older extent carries that write's number,
                         // and may keep stale claims on blocks `x` records shadow. Their
                         // addresses still hold that write's data: an address is written
@@ -167,16 +223,18 @@ impl WriteHooks for EngineHooks {
                 }
             }
         }
-        // A record that checked out but maps a block past the device is damage, not a
-        // write in flight: refuse it rather than read past the end.
-        let device_blocks = self.device.size_bytes() / BLOCK_SIZE_BYTES;
-        if let Some((_, ino, block, m)) = checks.iter().find(|c| c.3.addr.0 >= device_blocks) {
-            return Err(corrupt(format!(
-                "inode {ino} block {} mapped to device block {}, past the device's {device_blocks}",
-                block.0, m.addr.0
-            )));
-        }
-        let mut bad = vec![false; records.len()];
+        Ok(checks)
+    }
+
+    /// Reads every checked block: which of the `records` records map a block whose
+    /// contents fail the mapping's checksum (a write that never landed).
+    fn records_with_bad_blocks(
+        &self,
+        records: usize,
+        checks: &[BlockCheck],
+        report: &mut ReplayReport,
+    ) -> Result<Vec<bool>, MetaDbError> {
+        let mut bad = vec![false; records];
         for chunk in checks.chunks(256) {
             let requests = chunk
                 .iter()
@@ -198,24 +256,6 @@ impl WriteHooks for EngineHooks {
                 }
             }
         }
-        // Drop each lane from its first bad record on.
-        let mut dropping: HashMap<u16, bool> = HashMap::new();
-        let keep = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                if self.domain_of_lane(r).is_none() {
-                    return true;
-                }
-                let d = dropping.entry(r.lane).or_insert(false);
-                *d |= bad[i];
-                if *d {
-                    report.records_dropped += 1;
-                }
-                !*d
-            })
-            .collect();
-        *self.replay.lock().expect("replay report lock") = report;
-        Ok(keep)
+        Ok(bad)
     }
 }

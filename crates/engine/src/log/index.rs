@@ -92,15 +92,12 @@ impl Engine {
         }
         let mut previous: Option<FileBlock> = None;
         for (last, e) in &view.extents {
-            if previous.is_some_and(|p| e.first <= p) {
+            if let Some(p) = previous.filter(|p| e.first <= *p) {
                 return Err(EngineError::corruption(
                     "extent",
                     format!("inode {ino}, blocks {}..={}", e.first.0, last.0),
                     "no overlap with the file's other extents",
-                    format!(
-                        "overlaps the extent ending at block {}",
-                        previous.unwrap().0
-                    ),
+                    format!("overlaps the extent ending at block {}", p.0),
                 ));
             }
             previous = Some(*last);

@@ -53,7 +53,7 @@ use pmr::Pmr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tracker::SeqTracker;
-pub use write::Extra;
+pub use write::{Extra, Ranges, WriteOptions};
 
 const BLOCK: usize = BLOCK_SIZE_BYTES as usize;
 

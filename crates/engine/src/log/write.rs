@@ -52,65 +52,94 @@ impl Extra<'_> {
     }
 }
 
-impl Engine {
-    /// Writes `data` (whole 4 KiB blocks) as blocks `first..` of `ino`, and applies
-    /// `extra` (the caller's inode changes) in the same atomic batch.
-    pub fn write(
-        &self,
-        ino: InodeNo,
-        first: FileBlock,
-        data: &[u8],
-        extra: &WriteBatch,
-        durability: Durability,
-    ) -> Result<(), EngineError> {
-        self.write_with(ino, first, data, Extra::Batch(extra), durability)
+impl<'a> From<&'a WriteBatch> for Extra<'a> {
+    fn from(batch: &'a WriteBatch) -> Self {
+        Extra::Batch(batch)
+    }
+}
+
+/// Where a write's blocks go.
+#[derive(Clone, Copy, Debug)]
+pub enum Ranges<'a> {
+    /// One run from this block, as long as the data.
+    From(FileBlock),
+    /// (first block, block count), ascending and not overlapping; the data holds
+    /// their blocks one after the other.
+    These(&'a [(FileBlock, u64)]),
+}
+
+impl From<FileBlock> for Ranges<'_> {
+    fn from(first: FileBlock) -> Self {
+        Ranges::From(first)
+    }
+}
+
+impl<'a> From<&'a [(FileBlock, u64)]> for Ranges<'a> {
+    fn from(ranges: &'a [(FileBlock, u64)]) -> Self {
+        Ranges::These(ranges)
+    }
+}
+
+/// How a write or a punch is applied besides its blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteOptions<'a> {
+    /// The caller's operations, in the same atomic batch.
+    pub extra: Extra<'a>,
+    /// Buffered, or durable when the call returns.
+    pub durability: Durability,
+    /// With [`Durability::Fsync`] (writes only): inodes whose domains' batches so far
+    /// become durable by the same persist, as an fsync of each would make them.
+    pub also: &'a [InodeNo],
+}
+
+impl<'a> WriteOptions<'a> {
+    /// `extra` in the same batch, with `durability`.
+    pub fn new(extra: impl Into<Extra<'a>>, durability: Durability) -> Self {
+        WriteOptions {
+            extra: extra.into(),
+            durability,
+            also: &[],
+        }
     }
 
-    /// [`Engine::write`] with operations that may depend on the mapped-block change.
-    pub fn write_with(
+    /// Durable when the call returns, together with the batches of `also`'s domains.
+    pub fn fsync_also(extra: impl Into<Extra<'a>>, also: &'a [InodeNo]) -> Self {
+        WriteOptions {
+            also,
+            ..WriteOptions::new(extra, Durability::Fsync)
+        }
+    }
+}
+
+impl Engine {
+    /// Writes `data` (whole 4 KiB blocks) as blocks of `ino` in one atomic batch with
+    /// the caller's operations: from one block on, or as several ranges (how a page
+    /// cache writes back a file's scattered dirty blocks at once).
+    ///
+    /// With [`Durability::Fsync`] the call is an fsync of `ino` and of `opts.also` when
+    /// it returns: one MetaDB persist and one device flush, the WAL writes in flight
+    /// together with the data's (an fsync of a file with dirty pages costs one write
+    /// latency and one flush, not two writes).
+    pub fn write<'r>(
         &self,
         ino: InodeNo,
-        first: FileBlock,
+        ranges: impl Into<Ranges<'r>>,
         data: &[u8],
-        extra: Extra<'_>,
-        durability: Durability,
+        opts: WriteOptions<'_>,
     ) -> Result<(), EngineError> {
         assert!(
-            !data.is_empty() && data.len() % BLOCK == 0,
-            "write of {} bytes",
-            data.len()
+            opts.also.is_empty() || opts.durability == Durability::Fsync,
+            "`also` is for durable writes"
         );
-        let count = (data.len() / BLOCK) as u64;
-        self.write_ranges(ino, &[(first, count)], data, extra, durability)
-    }
-
-    /// Writes several ranges of `ino` in one atomic batch: `ranges` are (first block,
-    /// block count) in ascending, non-overlapping order, `data` their blocks one after
-    /// the other (how a page cache writes back a file's scattered dirty blocks at once).
-    pub fn write_ranges(
-        &self,
-        ino: InodeNo,
-        ranges: &[(FileBlock, u64)],
-        data: &[u8],
-        extra: Extra<'_>,
-        durability: Durability,
-    ) -> Result<(), EngineError> {
-        self.write_ranges_also(ino, ranges, data, extra, durability, &[])
-    }
-
-    /// [`Engine::write_ranges`] that is an fsync of `ino` and of the inodes `also`
-    /// (their domains' batches so far) when it returns: one MetaDB persist and one
-    /// device flush, the WAL writes in flight together with the data's (an fsync of a
-    /// file with dirty pages costs one write latency and one flush, not two writes).
-    pub fn write_ranges_fsync(
-        &self,
-        ino: InodeNo,
-        ranges: &[(FileBlock, u64)],
-        data: &[u8],
-        extra: Extra<'_>,
-        also: &[InodeNo],
-    ) -> Result<(), EngineError> {
-        self.write_ranges_also(ino, ranges, data, extra, Durability::Fsync, also)
+        let one;
+        let ranges = match ranges.into() {
+            Ranges::From(first) => {
+                one = [(first, (data.len() / BLOCK) as u64)];
+                &one[..]
+            }
+            Ranges::These(r) => r,
+        };
+        self.write_ranges_also(ino, ranges, data, opts.extra, opts.durability, opts.also)
     }
 
     fn write_ranges_also(
@@ -554,7 +583,7 @@ impl Engine {
     /// durable can be dropped at recovery for data that never arrived (which would drop
     /// the rest of its lane and, through a requirement, an acknowledged batch of another
     /// lane). Called holding no domain lock.
-    fn persist_domains(&self, parts: Vec<Required>) -> Result<(), EngineError> {
+    pub(super) fn persist_domains(&self, parts: Vec<Required>) -> Result<(), EngineError> {
         self.persist_domains_after(parts, 0, &mut || Ok(()))
     }
 
@@ -738,27 +767,19 @@ impl Engine {
     }
 
     /// Unmaps blocks `from..` (`to` exclusive, or to the end of the file) of `ino` and
-    /// applies `extra` in the same batch (truncate, hole punching, unlink).
+    /// applies the caller's operations in the same batch (truncate, hole punching,
+    /// unlink).
     pub fn punch(
         &self,
         ino: InodeNo,
         from: FileBlock,
         to: Option<FileBlock>,
-        extra: &WriteBatch,
-        durability: Durability,
+        opts: WriteOptions<'_>,
     ) -> Result<(), EngineError> {
-        self.punch_with(ino, from, to, Extra::Batch(extra), durability)
-    }
-
-    /// [`Engine::punch`] with operations that may depend on the mapped-block change.
-    pub fn punch_with(
-        &self,
-        ino: InodeNo,
-        from: FileBlock,
-        to: Option<FileBlock>,
-        extra: Extra<'_>,
-        durability: Durability,
-    ) -> Result<(), EngineError> {
+        assert!(opts.also.is_empty(), "a punch persists only its own domain");
+        let WriteOptions {
+            extra, durability, ..
+        } = opts;
         self.check_writable()?;
         let domain = self.domain(ino);
         let to = to.unwrap_or(FileBlock(u64::MAX));

@@ -6,7 +6,7 @@
 use device::memory::MemoryBackend;
 use device::Device;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath, WriteOptions};
 use engine::mkfs::{format, MkfsOptions};
 use engine::progress::NoProgress;
 use engine::EngineError;
@@ -127,8 +127,7 @@ impl RandomWrite {
             InodeNo(ino),
             FileBlock(self.first),
             &data,
-            &WriteBatch::new(),
-            self.durability,
+            WriteOptions::new(&WriteBatch::new(), self.durability),
         )
     }
 }
@@ -145,8 +144,7 @@ pub fn write_block(
         InodeNo(ino),
         FileBlock(block),
         &vec![value; BLOCK],
-        &WriteBatch::new(),
-        durability,
+        WriteOptions::new(&WriteBatch::new(), durability),
     )
 }
 
@@ -157,8 +155,7 @@ pub fn punch_from(engine: &Engine, ino: u64, from: u64) {
             InodeNo(ino),
             FileBlock(from),
             None,
-            &WriteBatch::new(),
-            Durability::Buffered,
+            WriteOptions::new(&WriteBatch::new(), Durability::Buffered),
         )
         .unwrap();
 }

@@ -1,8 +1,11 @@
 //! What hangs off inodes: orphan records, xattrs, file block mappings (live regular
-//! files, counted by the inode's `blocks`) and the inode counter (docs/FORMAT.md §6.4).
+//! files, counted by the inode's `blocks`), the fields of special files and the inode
+//! counter (docs/FORMAT.md §6.4).
 //!
 //! Invariants:
 //! - A record of a missing inode is deleted by a safe repair (nothing can reach it).
+//! - A special file (FIFO, socket, device) has size 0 and no mappings (those are
+//!   [`Kind::MappingForNonFile`]); only a device has an `rdev`.
 //! - The counter only ever rises.
 
 use super::XATTR_VALUE_BYTES_MAX;
@@ -153,6 +156,47 @@ impl Fsck<'_> {
                     i.blocks = want;
                 }
                 self.put(&records::inode_key(ino), &r.inodes[&ino].encode());
+            }
+        }
+    }
+
+    /// Special files hold no data (size 0) and only devices carry a number; both
+    /// repairs are safe: no reader sees a special file's size or a non-device's rdev.
+    pub(super) fn check_special_files(&mut self, r: &mut Records) {
+        let inos: Vec<InodeNo> = r.inodes.keys().copied().collect();
+        for ino in inos {
+            let i = r.inodes[&ino];
+            let mut fixed = i;
+            if i.kind.is_special()
+                && i.size != 0
+                && self.report(
+                    Kind::SpecialFileWithSize,
+                    Class::Safe,
+                    Objects::ino(ino),
+                    format!("inode {ino} is a {:?} of size {}", i.kind, i.size),
+                    Some("set the size to 0"),
+                )
+            {
+                fixed.size = 0;
+            }
+            if !i.kind.is_device()
+                && i.rdev != 0
+                && self.report(
+                    Kind::DeviceNumberOnNonDevice,
+                    Class::Safe,
+                    Objects::ino(ino),
+                    format!(
+                        "inode {ino} is a {:?} with device number {:#x}",
+                        i.kind, i.rdev
+                    ),
+                    Some("clear the device number"),
+                )
+            {
+                fixed.rdev = 0;
+            }
+            if fixed != i {
+                r.inodes.insert(ino, fixed);
+                self.put(&records::inode_key(ino), &fixed.encode());
             }
         }
     }

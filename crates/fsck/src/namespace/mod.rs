@@ -15,7 +15,8 @@
 //!   past the size are tolerated: images of augefs before it stopped mapping zeros for
 //!   `fallocate` with KEEP_SIZE have them);
 //! - symlinks have a target of 1-4096 bytes; targets, xattrs and orphan records belong
-//!   to live inodes; every inode number is below `c:next-ino`.
+//!   to live inodes; every inode number is below `c:next-ino`;
+//! - special files (FIFOs, sockets, devices) have size 0; only devices have an `rdev`.
 //!
 //! Repairs: counts and parent fields are recomputed from the entries; entries naming
 //! nothing are dropped; a directory with two names keeps the one its parent field
@@ -101,6 +102,7 @@ impl Fsck<'_> {
         }
         self.check_orphans(r);
         self.check_xattrs(r);
+        self.check_special_files(r);
         self.check_file_mappings(r, b);
         if !fresh {
             self.check_counter(r);

@@ -285,6 +285,11 @@ pub fn walk_all(path: &Path) -> usize {
                     let mut buf = vec![0u8; len.min(16 << 20)];
                     f.read_at(&mut buf, 0).unwrap();
                 }
+                k => {
+                    assert!(k.is_special(), "{k:?}");
+                    let m = fs.symlink_metadata(&p).unwrap();
+                    assert_eq!((m.kind, m.size), (k, 0), "{p}");
+                }
             }
         }
     }

@@ -95,17 +95,31 @@ pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const POSIX_LOCKS: u64 = 1 << 1;
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
+    /// The server answers LOOKUPs of `.` and `..` (open_by_handle_at, NFS export).
+    pub const EXPORT_SUPPORT: u64 = 1 << 4;
     pub const BIG_WRITES: u64 = 1 << 5;
     pub const FLOCK_LOCKS: u64 = 1 << 10;
     pub const AUTO_INVAL_DATA: u64 = 1 << 12;
+    /// READDIRPLUS: a directory listing carries each entry's attributes.
+    pub const DO_READDIRPLUS: u64 = 1 << 13;
+    /// The kernel uses READDIRPLUS only while lookups of the listed names follow.
+    pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const ASYNC_DIO: u64 = 1 << 15;
     pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const MAX_PAGES: u64 = 1 << 22;
+    /// The kernel caches symbolic links' targets in its page cache.
+    pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const INIT_EXT: u64 = 1 << 30;
     /// The server drops set-id bits on writes, truncates and opens with O_TRUNC by an
     /// unprivileged caller, told by the flags below (protocol 7.33).
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
+    /// Shared mappings of files opened with FOPEN_DIRECT_IO (flags2 bit 4, Linux 6.6):
+    /// without it such an mmap is ENODEV. The kernel then caches the mapped pages
+    /// (and only those) and writes them back with WRITE requests.
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+    /// FUSE over io_uring (protocol 7.42): requests come through ring entries.
+    pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID (HANDLE_KILLPRIV_V2).
@@ -139,6 +153,46 @@ pub const LK_FLOCK: u32 = 1 << 0;
 pub const FSYNC_FDATASYNC: u32 = 1 << 0;
 /// `_IOR(229, 0, uint32_t)`: attach a new /dev/fuse descriptor to a session.
 pub const DEV_IOC_CLONE: u64 = 0x8004_e500;
+
+/// FUSE over io_uring (protocol 7.42): an entry's header area is the request's or
+/// reply's header (`in_out`, 128 bytes), the opcode's argument struct (`op_in`, 128
+/// bytes) and the entry's own fields ([`UringEntInOut`]); the rest of a request's
+/// arguments and all of a reply's go in the entry's payload buffer.
+pub const URING_IN_OUT_HEADER_BYTES: usize = 128;
+pub const URING_OP_IN_OUT_BYTES: usize = 128;
+/// The size of `fuse_uring_req_header`.
+pub const URING_REQ_HEADER_BYTES: usize =
+    URING_IN_OUT_HEADER_BYTES + URING_OP_IN_OUT_BYTES + std::mem::size_of::<UringEntInOut>();
+
+/// `enum fuse_uring_cmd`: the `cmd_op` of an IORING_OP_URING_CMD on /dev/fuse.
+pub mod uring_cmd {
+    /// Register an entry's buffers and wait for a request.
+    pub const REGISTER: u32 = 1;
+    /// Send the entry's reply and wait for the next request.
+    pub const COMMIT_AND_FETCH: u32 = 2;
+}
+
+/// `fuse_uring_ent_in_out`: the request's `commit_id` (its unique) and how many payload
+/// bytes the request, or the reply, holds.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UringEntInOut {
+    pub flags: u64,
+    pub commit_id: u64,
+    pub payload_sz: u32,
+    pub padding: u32,
+    pub reserved: u64,
+}
+
+/// `fuse_uring_cmd_req`, in the 80-byte command area of a 128-byte SQE.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UringCmdReq {
+    pub flags: u64,
+    pub commit_id: u64,
+    pub qid: u16,
+    pub padding: [u16; 3],
+}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -534,13 +588,47 @@ pub struct NotifyInvalInodeOut {
     pub len: i64,
 }
 
+/// `fuse_notify_inval_entry_out`: forget the name (`namelen` bytes and a NUL follow)
+/// in directory `parent`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NotifyInvalEntryOut {
+    pub parent: u64,
+    pub namelen: u32,
+    pub flags: u32,
+}
+
+/// `fuse_notify_delete_out`: the name (`namelen` bytes and a NUL follow) in `parent`
+/// that named `child` is gone.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NotifyDeleteOut {
+    pub parent: u64,
+    pub child: u64,
+    pub namelen: u32,
+    pub padding: u32,
+}
+
+/// A READDIRPLUS entry's fixed part: the entry (nodeid 0: no attributes, no lookup
+/// counted) and the directory entry; the name follows, padded to 8 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DirentPlus {
+    pub entry_out: EntryOut,
+    pub dirent: Dirent,
+}
+
 /// Notification codes, sent in `OutHeader::error` with `unique` 0.
 pub mod notify {
     pub const INVAL_INODE: i32 = 2;
+    pub const INVAL_ENTRY: i32 = 3;
+    pub const DELETE: i32 = 6;
 }
 
 pod! {
-    NotifyInvalInodeOut = 24,
+    UringEntInOut = 32, UringCmdReq = 24,
+    NotifyInvalInodeOut = 24, NotifyInvalEntryOut = 16, NotifyDeleteOut = 24,
+    DirentPlus = 152,
     InHeader = 40, OutHeader = 16, Attr = 88, EntryOut = 128, AttrOut = 104,
     Kstatfs = 80, FileLock = 24, ForgetIn = 8, ForgetOne = 16, BatchForgetIn = 8,
     GetattrIn = 16, MknodIn = 16, MkdirIn = 8, RenameIn = 8, Rename2In = 16, LinkIn = 8,

@@ -91,6 +91,70 @@ impl ReplyBuf {
         true
     }
 
+    /// Bytes a READDIRPLUS entry named `name` takes.
+    pub fn direntplus_len(name: &[u8]) -> usize {
+        (std::mem::size_of::<abi::DirentPlus>() + name.len() + 7) & !7
+    }
+
+    /// Whether a READDIRPLUS entry named `name` still fits in `size` bytes of payload.
+    pub fn fits_direntplus(&self, size: usize, name: &[u8]) -> bool {
+        self.payload_len() + Self::direntplus_len(name) <= size.min(self.buf.len() - HEADER)
+    }
+
+    /// Appends a READDIRPLUS entry (the caller checked [`ReplyBuf::fits_direntplus`]).
+    pub fn push_direntplus(&mut self, entry: abi::EntryOut, off: u64, typ: u32, name: &[u8]) {
+        let rec = Self::direntplus_len(name);
+        assert!(rec <= self.room(), "a READDIRPLUS entry that does not fit");
+        let d = abi::DirentPlus {
+            entry_out: entry,
+            dirent: abi::Dirent {
+                ino: entry.attr.ino,
+                off,
+                namelen: u32::try_from(name.len()).expect("names are at most 255 bytes"),
+                typ,
+            },
+        };
+        self.push(&d);
+        self.push_bytes(name);
+        let pad = rec - std::mem::size_of::<abi::DirentPlus>() - name.len();
+        self.push_bytes(&[0u8; 8][..pad]);
+    }
+
+    /// Where the payload begins, for a transport that hands the buffer to the kernel
+    /// (FUSE over io_uring: the kernel writes a request's arguments there and reads the
+    /// reply from there), and how many bytes it holds.
+    pub fn payload_area(&mut self) -> (*mut u8, usize) {
+        let len = self.buf.len() - HEADER;
+        (self.buf[HEADER..].as_mut_ptr(), len)
+    }
+
+    /// The first `n` bytes of the payload area (a request the kernel put there).
+    pub fn payload_bytes(&self, n: usize) -> &[u8] {
+        &self.buf[HEADER..HEADER + n]
+    }
+
+    /// The header of the reply [`ReplyBuf::finish`] made.
+    pub fn header(&self) -> OutHeader {
+        abi::read(&self.buf).expect("a header's worth of bytes")
+    }
+
+    /// Makes this buffer's reply a copy of `other`'s finished one (its header and
+    /// payload).
+    pub fn copy_reply(&mut self, other: &ReplyBuf) {
+        let n = other.len;
+        assert!(n <= self.buf.len(), "a reply of {n} bytes overflows");
+        self.buf[..n].copy_from_slice(&other.buf[..n]);
+        self.len = n;
+        self.unique = other.unique;
+    }
+
+    /// Makes this buffer's reply `bytes` (a header and its payload, as sent).
+    pub fn set_reply(&mut self, bytes: &[u8]) {
+        assert!(bytes.len() >= HEADER && bytes.len() <= self.buf.len());
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.len = bytes.len();
+    }
+
     /// The finished reply: `error` 0 with the payload, else a negative errno alone.
     pub fn finish(&mut self, error: i32) -> &[u8] {
         assert!(error <= 0, "errors are negative errnos, got {error}");
@@ -137,5 +201,18 @@ mod tests {
         assert!(r.push_dirent(64, 6, 2, 4, b"0123456"));
         assert!(!r.push_dirent(64, 7, 3, 4, b"x"));
         assert_eq!(r.payload_len(), 64);
+        r.begin(2);
+        assert_eq!(ReplyBuf::direntplus_len(b"abc"), 160);
+        assert!(r.fits_direntplus(320, b"abc"));
+        let mut e = abi::EntryOut::default();
+        e.attr.ino = 9;
+        r.push_direntplus(e, 3, 8, b"abc");
+        r.push_direntplus(abi::EntryOut::default(), 4, 4, b"..");
+        assert!(!r.fits_direntplus(320, b"x"));
+        let first: abi::DirentPlus = abi::read(&r.finish(0)[HEADER..]).unwrap();
+        assert_eq!(
+            (first.dirent.ino, first.dirent.off, first.dirent.namelen),
+            (9, 3, 3)
+        );
     }
 }

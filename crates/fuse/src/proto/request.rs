@@ -101,6 +101,7 @@ pub enum Op<'a> {
     Flush(abi::FlushIn),
     OpenDir(abi::OpenIn),
     ReadDir(abi::ReadIn),
+    ReadDirPlus(abi::ReadIn),
     ReleaseDir(abi::ReleaseIn),
     FsyncDir(abi::FsyncIn),
     GetLk(abi::LkIn),
@@ -120,6 +121,59 @@ pub enum Op<'a> {
     Unknown(u32),
 }
 
+impl Op<'_> {
+    /// This operation without the request bytes, if none of its arguments borrow
+    /// them: a transport that reads requests into the buffer the reply goes out of
+    /// (FUSE over io_uring) then builds a READ's data right there.
+    pub fn detached(&self) -> Option<Op<'static>> {
+        Some(match self {
+            Op::Init(a) => Op::Init(*a),
+            Op::Destroy => Op::Destroy,
+            Op::Interrupt(a) => Op::Interrupt(*a),
+            Op::Forget(a) => Op::Forget(*a),
+            Op::GetAttr => Op::GetAttr,
+            Op::SetAttr(a) => Op::SetAttr(*a),
+            Op::ReadLink => Op::ReadLink,
+            Op::Open(a) => Op::Open(*a),
+            Op::Read(a) => Op::Read(*a),
+            Op::Statfs => Op::Statfs,
+            Op::Release(a) => Op::Release(*a),
+            Op::Fsync(a) => Op::Fsync(*a),
+            Op::ListXattr { size } => Op::ListXattr { size: *size },
+            Op::Flush(a) => Op::Flush(*a),
+            Op::OpenDir(a) => Op::OpenDir(*a),
+            Op::ReadDir(a) => Op::ReadDir(*a),
+            Op::ReadDirPlus(a) => Op::ReadDirPlus(*a),
+            Op::ReleaseDir(a) => Op::ReleaseDir(*a),
+            Op::FsyncDir(a) => Op::FsyncDir(*a),
+            Op::GetLk(a) => Op::GetLk(*a),
+            Op::SetLk { arg, sleep } => Op::SetLk {
+                arg: *arg,
+                sleep: *sleep,
+            },
+            Op::Access(a) => Op::Access(*a),
+            Op::Fallocate(a) => Op::Fallocate(*a),
+            Op::Lseek(a) => Op::Lseek(*a),
+            Op::Syncfs => Op::Syncfs,
+            Op::Unknown(code) => Op::Unknown(*code),
+            Op::Lookup { .. }
+            | Op::BatchForget(_)
+            | Op::Symlink { .. }
+            | Op::Mknod { .. }
+            | Op::Mkdir { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::Rename { .. }
+            | Op::Link { .. }
+            | Op::Write { .. }
+            | Op::SetXattr { .. }
+            | Op::GetXattr { .. }
+            | Op::RemoveXattr { .. }
+            | Op::Create { .. } => return None,
+        })
+    }
+}
+
 /// The nodes of a BATCH_FORGET, read one at a time from the request bytes.
 #[derive(Debug, Clone)]
 pub struct Forgets<'a> {
@@ -137,12 +191,19 @@ impl Iterator for Forgets<'_> {
 
 /// A cursor over a request's argument bytes.
 struct Args<'a> {
+    /// The opcode's argument struct, where it comes apart from the rest (FUSE over
+    /// io_uring puts it in the entry's header area); `None` once read, or when it is
+    /// the head of `bytes` (/dev/fuse).
+    fixed: Option<&'a [u8]>,
     bytes: &'a [u8],
     op: u32,
 }
 
 impl<'a> Args<'a> {
     fn get<T: Pod>(&mut self) -> Result<T, DecodeError> {
+        if let Some(fixed) = self.fixed.take() {
+            return abi::read::<T>(fixed).ok_or(DecodeError::Truncated(self.op));
+        }
         let v = abi::read::<T>(self.bytes).ok_or(DecodeError::Truncated(self.op))?;
         self.bytes = &self.bytes[std::mem::size_of::<T>()..];
         Ok(v)
@@ -191,7 +252,41 @@ pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
         .checked_sub(ext)
         .ok_or(DecodeError::Truncated(header.opcode))?];
     let mut a = Args {
+        fixed: None,
         bytes: body,
+        op: header.opcode,
+    };
+    let op = decode_op(header.opcode, &mut a)?;
+    Ok(Request { header, op })
+}
+
+/// Decodes a request that came through a FUSE-over-io_uring entry: the header
+/// (`in_out`, its first 40 bytes), the opcode's argument struct (`op_in`, up to
+/// [`abi::URING_OP_IN_OUT_BYTES`]) and the rest of the arguments (`payload`, the bytes
+/// the entry says were copied). The header's length counts all three; the argument
+/// struct's length is what is left of it.
+pub fn decode_ring<'a>(
+    in_out: &[u8],
+    op_in: &'a [u8],
+    payload: &'a [u8],
+) -> Result<Request<'a>, DecodeError> {
+    let header = abi::read::<InHeader>(in_out).ok_or(DecodeError::Short(in_out.len()))?;
+    let head = std::mem::size_of::<InHeader>();
+    let fixed_len = (header.len as usize)
+        .checked_sub(head + payload.len())
+        .filter(|&n| n <= op_in.len())
+        .ok_or(DecodeError::Length {
+            said: header.len,
+            got: head + payload.len(),
+        })?;
+    let ext = usize::from(header.total_extlen) * 8;
+    let payload = &payload[..payload
+        .len()
+        .checked_sub(ext)
+        .ok_or(DecodeError::Truncated(header.opcode))?];
+    let mut a = Args {
+        fixed: Some(&op_in[..fixed_len]),
+        bytes: payload,
         op: header.opcode,
     };
     let op = decode_op(header.opcode, &mut a)?;
@@ -297,6 +392,7 @@ fn decode_file_op<'a>(code: u32, a: &mut Args<'a>) -> Result<Op<'a>, DecodeError
         opcode::FLUSH => Op::Flush(a.get()?),
         opcode::OPENDIR => Op::OpenDir(a.get()?),
         opcode::READDIR => Op::ReadDir(a.get()?),
+        opcode::READDIRPLUS => Op::ReadDirPlus(a.get()?),
         opcode::RELEASEDIR => Op::ReleaseDir(a.get()?),
         opcode::FSYNCDIR => Op::FsyncDir(a.get()?),
         opcode::GETLK => Op::GetLk(a.get()?),
@@ -401,6 +497,58 @@ mod tests {
                 let _ = decode(&request(op, &vec![0xff; len]));
             }
         }
+    }
+
+    #[test]
+    fn ring_requests_take_their_struct_apart_from_the_rest() {
+        let w = abi::WriteIn {
+            offset: 4096,
+            size: 3,
+            ..abi::WriteIn::default()
+        };
+        let h = InHeader {
+            len: 40 + 40 + 3,
+            opcode: opcode::WRITE,
+            unique: 8,
+            ..InHeader::default()
+        };
+        let mut op_in = [0u8; 128];
+        op_in[..40].copy_from_slice(bytes_of(&w));
+        let r = decode_ring(bytes_of(&h), &op_in, b"abc").expect("valid");
+        match r.op {
+            Op::Write { arg, data } => assert_eq!((arg.offset, data), (4096, &b"abc"[..])),
+            op => panic!("{op:?}"),
+        }
+        // A LOOKUP: no struct, the name in the payload.
+        let h = InHeader {
+            len: 40 + 2,
+            opcode: opcode::LOOKUP,
+            ..InHeader::default()
+        };
+        match decode_ring(bytes_of(&h), &op_in, b"x\0").expect("valid").op {
+            Op::Lookup { name } => assert_eq!(name, b"x"),
+            op => panic!("{op:?}"),
+        }
+        // A struct shorter than the opcode's, or a length that does not add up.
+        let h = InHeader {
+            len: 40 + 8,
+            opcode: opcode::WRITE,
+            ..InHeader::default()
+        };
+        assert_eq!(
+            decode_ring(bytes_of(&h), &op_in, b"").unwrap_err(),
+            DecodeError::Truncated(opcode::WRITE)
+        );
+        let h = InHeader {
+            len: 40 + 200,
+            opcode: opcode::GETATTR,
+            ..InHeader::default()
+        };
+        assert!(matches!(
+            decode_ring(bytes_of(&h), &op_in, b""),
+            Err(DecodeError::Length { .. })
+        ));
+        assert!(decode_ring(&[0u8; 10], &op_in, b"").is_err());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! corpus (default fuzz/corpus). Build
 //! it with the `fuzz` profile (release speed, overflow checks and debug assertions on):
 //! `cargo run --profile fuzz -p fuzzing --bin augefs-fuzz -- --seconds 600`.
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 use fuzzing::driver::{run, Budget, DEFAULT_SEED};
 use fuzzing::targets;

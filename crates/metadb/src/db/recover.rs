@@ -18,10 +18,11 @@ use crate::batch::WriteBatch;
 use crate::error::MetaDbError;
 use crate::gate::SeqGate;
 use crate::hooks::{check_replay_filter, NoHooks, ReplayRecord, WriteHooks};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestState};
 use crate::memtable::Memtable;
 use crate::table::cache::BlockCache;
 use crate::table::reader::Table;
+use crate::table::TableId;
 use crate::types::{InternalKey, Seq};
 use crate::wal::pmr::PmrWal;
 use crate::wal::ssd::SsdWal;
@@ -184,6 +185,30 @@ fn replay_memtable(generation: u64, replay: &Replay) -> Arc<Memtable> {
     memtable
 }
 
+/// Every table the manifest lists, opened (footer and index read) behind `cache`.
+fn open_tables(
+    env: &MetaDbEnv,
+    state: &ManifestState,
+    cache: &Arc<BlockCache>,
+) -> Result<HashMap<TableId, Arc<TableHandle>>, MetaDbError> {
+    let mut tables = HashMap::new();
+    for (_, meta) in state.tables() {
+        let offset = env.table_store.offset(meta.segment);
+        let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
+        tables.insert(
+            meta.id,
+            Arc::new(TableHandle {
+                table: Arc::new(table),
+                segment: meta.segment,
+                obsolete: AtomicBool::new(false),
+                store: env.table_store.clone(),
+                cache: cache.clone(),
+            }),
+        );
+    }
+    Ok(tables)
+}
+
 impl Inner {
     pub(super) fn recover(
         env: MetaDbEnv,
@@ -195,21 +220,7 @@ impl Inner {
         let segments: Vec<SegmentNo> = state.segments().collect();
         env.table_store.claim(&segments);
         let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
-        let mut tables = HashMap::new();
-        for (_, meta) in state.tables() {
-            let offset = env.table_store.offset(meta.segment);
-            let table = Table::open(env.device.clone(), offset, meta.clone(), cache.clone())?;
-            tables.insert(
-                meta.id,
-                Arc::new(TableHandle {
-                    table: Arc::new(table),
-                    segment: meta.segment,
-                    obsolete: AtomicBool::new(false),
-                    store: env.table_store.clone(),
-                    cache: cache.clone(),
-                }),
-            );
-        }
+        let tables = open_tables(&env, &state, &cache)?;
         let released = state.flushed_generation();
         let wal_lanes = config.lanes + config.pinned_lanes;
         // Recovery reads only until the damage check has passed: a refused image is left

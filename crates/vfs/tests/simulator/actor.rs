@@ -170,6 +170,7 @@ impl Actor {
             90..=91 => self.fsync(fs, &path, node),
             92 => self.statfs(fs),
             93 if self.rng.chance(1, 8) => fs.sync().unwrap(),
+            94 => self.mknod(fs, path, node),
             _ => self.pwrite(fs, &path, node),
         }
     }
@@ -182,6 +183,8 @@ impl Actor {
             Some(Node::Dir(_)) => Some(dir_errno),
             // Symlink targets never exist (see `symlink`).
             Some(Node::Symlink(_)) | None => Some(libc::ENOENT),
+            // The vfs opens no FIFO, socket or device.
+            Some(Node::Special(..)) => Some(libc::ENXIO),
         }
     }
 
@@ -232,6 +235,7 @@ impl Actor {
                 Some(_) if excl => Err(libc::EEXIST),
                 None if create || excl => Ok(None),
                 None | Some(Node::Symlink(_)) => Err(libc::ENOENT),
+                Some(Node::Special(..)) => Err(libc::ENXIO),
                 Some(Node::Dir(_)) if writes => Err(libc::EISDIR),
                 Some(n) => Ok(Some(n)),
             }
@@ -337,6 +341,28 @@ impl Actor {
         }
     }
 
+    /// A FIFO, socket or device node (a random number for a device).
+    fn mknod(&mut self, fs: &Arc<FileSystem>, path: String, node: Option<Node>) {
+        let kind = self.pick(&[Kind::Fifo, Kind::Socket, Kind::CharDev, Kind::BlockDev]);
+        let perm = self.pick(&[0o600, 0o644, 0o666]);
+        let dev = match kind.is_device() {
+            true => libc::makedev(self.rng.below(4096) as u32, self.rng.below(1 << 20) as u32),
+            false => 0,
+        };
+        let r = errno(fs.make_node(&path, kind.mode_bits() | perm, dev));
+        match node {
+            Some(_) => assert_eq!(r.err(), Some(libc::EEXIST), "{}: mknod {path}", self.at()),
+            None => {
+                assert_eq!(r, Ok(()), "{}: mknod {path} {kind:?}", self.at());
+                let obj = Object {
+                    rdev: dev,
+                    ..Object::new(perm)
+                };
+                self.model.add(path, |id| Node::Special(id, kind), obj);
+            }
+        }
+    }
+
     fn symlink(&mut self, fs: &Arc<FileSystem>, path: String, node: Option<Node>) {
         // Targets never exist, so every call that follows a symlink meets ENOENT.
         let target = format!("/nonexistent/x{}", self.rng.below(4));
@@ -402,7 +428,7 @@ impl Actor {
             }
         };
         match node {
-            Some(Node::File(_)) | Some(Node::Dir(_)) => {
+            Some(Node::File(_) | Node::Dir(_) | Node::Special(..)) => {
                 let (perm, owner, times) =
                     r.unwrap_or_else(|e| panic!("{}: setattr {path}: errno {e}", self.at()));
                 let obj = self.model.object_mut(node.unwrap());
@@ -422,7 +448,27 @@ impl Actor {
 
     fn xattr(&mut self, fs: &Arc<FileSystem>, path: &str, node: Option<Node>) {
         let name = self.pick(&XATTRS);
-        let Some(n @ (Node::File(_) | Node::Dir(_))) = node else {
+        if let Some(Node::Special(..)) = node {
+            if name.starts_with(b"user.") {
+                // No user attributes on special files (Linux); root's trusted ones are.
+                let set = errno(fs.set_xattr(path, name, b"v", XattrMode::Either));
+                assert_eq!(
+                    set.err(),
+                    Some(libc::EPERM),
+                    "{}: setxattr {path}",
+                    self.at()
+                );
+                let get = errno(fs.get_xattr(path, name));
+                assert_eq!(
+                    get.err(),
+                    Some(libc::ENODATA),
+                    "{}: getxattr {path}",
+                    self.at()
+                );
+                return;
+            }
+        }
+        let Some(n @ (Node::File(_) | Node::Dir(_) | Node::Special(..))) = node else {
             let r = errno(fs.get_xattr(path, name));
             assert_eq!(
                 r.err(),
@@ -556,6 +602,7 @@ pub fn check_meta(model: &Model, node: Node, nlink: u32, meta: &Metadata) -> Res
         Node::File(_) => obj.data.len() as u64,
         Node::Symlink(_) => obj.target.len() as u64,
         Node::Dir(_) => meta.size,
+        Node::Special(..) => 0,
     };
     let got = (
         meta.kind,
@@ -564,11 +611,20 @@ pub fn check_meta(model: &Model, node: Node, nlink: u32, meta: &Metadata) -> Res
         meta.uid,
         meta.gid,
         meta.size,
+        meta.rdev,
     );
-    let want = (node.kind(), nlink, obj.perm, obj.uid, obj.gid, size);
+    let want = (
+        node.kind(),
+        nlink,
+        obj.perm,
+        obj.uid,
+        obj.gid,
+        size,
+        obj.rdev,
+    );
     if got != want {
         return Err(format!(
-            "(kind, nlink, perm, uid, gid, size) is {got:?}, the model has {want:?}"
+            "(kind, nlink, perm, uid, gid, size, rdev) is {got:?}, the model has {want:?}"
         ));
     }
     let blocks = 8 * obj.mapped.len() as u64;

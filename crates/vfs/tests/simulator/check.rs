@@ -114,7 +114,7 @@ pub fn check_tree(fs: &FileSystem, models: &[&Model], data: bool) -> Result<(), 
                     }
                     continue;
                 }
-                Node::Dir(_) => {}
+                Node::Dir(_) | Node::Special(..) => {}
             }
             let names = fs.list_xattr(path).map_err(|e| format!("{path}: {e}"))?;
             let names: BTreeSet<Vec<u8>> = names.into_iter().collect();

@@ -20,12 +20,14 @@ pub enum Node {
     File(Id),
     Dir(Id),
     Symlink(Id),
+    /// A FIFO, socket or device node (its number is the object's `rdev`).
+    Special(Id, vfs::Kind),
 }
 
 impl Node {
     pub fn id(self) -> Id {
         match self {
-            Node::File(i) | Node::Dir(i) | Node::Symlink(i) => i,
+            Node::File(i) | Node::Dir(i) | Node::Symlink(i) | Node::Special(i, _) => i,
         }
     }
 
@@ -34,6 +36,7 @@ impl Node {
             Node::File(_) => vfs::Kind::File,
             Node::Dir(_) => vfs::Kind::Dir,
             Node::Symlink(_) => vfs::Kind::Symlink,
+            Node::Special(_, k) => k,
         }
     }
 }
@@ -53,6 +56,8 @@ pub struct Object {
     /// (atime, mtime) as a utimens set them; None once an operation may have changed them.
     pub times: Option<(i64, i64)>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// A device node's number (`st_rdev`); 0 for every other kind.
+    pub rdev: u64,
 }
 
 impl Object {
@@ -200,7 +205,7 @@ impl Model {
     }
 
     /// Adds a new object named `path`.
-    pub fn add(&mut self, path: String, make: fn(Id) -> Node, object: Object) -> Node {
+    pub fn add(&mut self, path: String, make: impl FnOnce(Id) -> Node, object: Object) -> Node {
         let node = make(self.add_nameless(object));
         self.tree.insert(path, node);
         node

@@ -27,7 +27,7 @@ use crate::options::BackendArg;
 use crate::size::{human, parse_size};
 use clap::ValueEnum;
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine, EngineConfig, EngineEnv, MountReport};
+use engine::log::{Durability, Engine, EngineConfig, EngineEnv, MountReport, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 use platform::{IoCause, SystemClock};
@@ -121,8 +121,7 @@ fn child_appends(
                 InodeNo(file),
                 FileBlock(next),
                 &data,
-                &extra,
-                Durability::Fsync,
+                WriteOptions::new(&extra, Durability::Fsync),
             )
             .map_err(|e| format!("append to inode {file}: {e}"))?;
         next += blocks;

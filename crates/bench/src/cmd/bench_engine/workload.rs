@@ -11,7 +11,7 @@
 
 use crate::threads::{self, Limit, Run};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Engine};
+use engine::log::{Durability, Engine, WriteOptions};
 use format::constants::BLOCK_SIZE_BYTES;
 use format::InodeNo;
 use metadb::WriteBatch;
@@ -53,8 +53,7 @@ pub fn engine_appends(engine: &Engine, threads: usize, limit: Limit) -> Result<R
                     InodeNo(file),
                     FileBlock(i),
                     &block,
-                    &extra,
-                    Durability::Fsync,
+                    WriteOptions::new(&extra, Durability::Fsync),
                 )
                 .map_err(|e| format!("append to inode {file}: {e}"))
         })

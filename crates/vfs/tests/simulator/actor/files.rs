@@ -68,6 +68,9 @@ impl Actor {
                     self.at()
                 );
             }
+            Some(Node::Special(..)) => {
+                assert_eq!(r.err(), Some(libc::ENXIO), "{}: open {path}", self.at());
+            }
             _ => assert_eq!(r.err(), Some(libc::ENOENT), "{}: open {path}", self.at()),
         }
     }
@@ -158,6 +161,9 @@ impl Actor {
         match node {
             Some(Node::File(id)) => self.seek_on(&mut r.unwrap(), id, path),
             Some(Node::Dir(_)) => assert!(r.is_ok()),
+            Some(Node::Special(..)) => {
+                assert_eq!(r.err(), Some(libc::ENXIO), "{}: open {path}", self.at());
+            }
             _ => assert_eq!(r.err(), Some(libc::ENOENT), "{}: open {path}", self.at()),
         }
     }

@@ -1,0 +1,97 @@
+//! Notifications through a real kernel mount (root or fusermount3, and /dev/fuse, as
+//! CI has): a mount served in the background whose kernel caches attributes, names,
+//! pages and the absence of names for an hour ([`Bridge::spawn_caching`]); changes
+//! made through the vfs directly stay unseen until a notification, and are seen right
+//! after it.
+
+use augefs_fuse::Bridge;
+use device::memory::MemoryBackend;
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use format::InodeNo;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use vfs::{Creds, FileSystem, Kind};
+
+fn file_system() -> FileSystem {
+    let dev = Device::new(Box::new(MemoryBackend::new(256 << 20, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(1),
+        fs_uuid: [4; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&dev, None, &opts, &NoProgress).unwrap();
+    let env = EngineEnv {
+        device: Arc::new(dev),
+        pmr: None,
+        clock: Arc::new(platform::ManualClock::new(1_000_000)),
+    };
+    FileSystem::mount(env, EngineConfig::default()).unwrap()
+}
+
+/// Unmounts (lazily) and joins the bridge, also when the test panics.
+struct Mounted {
+    bridge: Option<Bridge>,
+    dir: PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(b) = self.bridge.take() {
+            if let Err(e) = b.stop() {
+                eprintln!("unmounting {}: {e}", self.dir.display());
+            }
+        }
+    }
+}
+
+#[test]
+fn changes_beside_the_kernel_are_seen_once_notified() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let fs = Arc::new(file_system());
+    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-notify-test", 2).unwrap();
+    let notifier = bridge.notifier();
+    let mounted = Mounted {
+        bridge: Some(bridge),
+        dir: dir.clone(),
+    };
+    let root = Creds::root();
+
+    // Written and read through the kernel: its size and pages are cached.
+    let a = dir.join("a");
+    std::fs::write(&a, b"one").unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), b"one");
+    let ino = std::fs::metadata(&a).unwrap().ino();
+    fs.write_at(InodeNo(ino), 0, b"two!!").unwrap();
+    assert_eq!(std::fs::metadata(&a).unwrap().len(), 3, "the cached size");
+    notifier.inval_data(ino, 0, 0).unwrap();
+    assert_eq!(std::fs::metadata(&a).unwrap().len(), 5);
+    assert_eq!(std::fs::read(&a).unwrap(), b"two!!");
+
+    // Looked up and not found: the kernel caches that there is no such name.
+    let b = dir.join("b");
+    assert!(!b.exists());
+    fs.create(&root, InodeNo(1), b"b", Kind::File, 0o644, None)
+        .unwrap();
+    assert!(!b.exists(), "the cached absence of b");
+    notifier.inval_entry(1, b"b").unwrap();
+    assert!(b.exists());
+
+    // Removed beside the kernel. (A read makes the kernel ask for the access time at
+    // the next stat: one stat first, so that the attributes are cached.)
+    std::fs::metadata(&a).unwrap();
+    fs.remove(&root, InodeNo(1), b"a", false).unwrap();
+    assert!(a.exists(), "the cached entry of a");
+    notifier.delete(1, ino, b"a").unwrap();
+    assert!(!a.exists());
+    // Notifications about what the kernel does not cache succeed.
+    notifier.inval_entry(1, b"never-looked-up").unwrap();
+    notifier.inval_attrs(999_999).unwrap();
+    drop(mounted);
+}
