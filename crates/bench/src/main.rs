@@ -19,6 +19,9 @@
 //!   and by `interrupt` after SIGINT, SIGTERM or SIGHUP; SIGPIPE stays ignored (Rust's
 //!   default), so a closed pipe ends a run through its guards too.
 
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod augefs;
 mod cmd;
 mod cpu;
