@@ -3,8 +3,8 @@
 //! would add the host file system's journal commits to the device flushes measured.
 
 use super::scratch::Scratch;
-use crate::size::human;
 use device::{AlignedBuf, BackendChoice, Device, DeviceError, IoCause, IoRequest, OpenOptions};
+use platform::units::human;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

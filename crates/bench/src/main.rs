@@ -36,7 +36,6 @@ mod plot;
 mod pmr;
 mod scratch;
 mod siblings;
-mod size;
 mod stats;
 mod threads;
 mod turns;

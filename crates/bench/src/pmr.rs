@@ -12,8 +12,8 @@
 //! - The file's name carries the process id, so invocations sharing the directory never
 //!   touch each other's region; the benchmark removes it at the end.
 
-use crate::size::{human, parse_size};
 use format::pmr::PmrLayout;
+use platform::units::{human, parse_size};
 use platform::Clock;
 use pmr::{PersistMode, Pmr, PmrOptions};
 use serde_json::{json, Value};

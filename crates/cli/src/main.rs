@@ -4,7 +4,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod cmd;
-mod size;
 mod ui;
 
 use clap::{Parser, Subcommand};

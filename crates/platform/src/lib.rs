@@ -16,6 +16,7 @@ pub mod accounting;
 pub mod clock;
 pub mod rng;
 pub mod signal;
+pub mod units;
 
 pub use accounting::{CauseCounts, IoCause, IoCounters, IoSnapshot};
 pub use clock::{Clock, ManualClock, SystemClock};

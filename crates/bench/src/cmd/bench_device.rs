@@ -18,10 +18,10 @@ mod loops;
 
 use crate::fio;
 use crate::options::BackendArg;
-use crate::size::{human, parse_size};
 use crate::stats::{spread, Spread};
 use device::{Device, IoCause, OpenOptions};
 use loops::{BenchConfig, BenchLimit, BenchResult};
+use platform::units::{human, parse_size};
 use platform::{Clock, SystemClock};
 use serde_json::json;
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
 //! `augefs inspect IMAGE [--pmr FILE] [--json]`.
 
-use crate::size::human;
-use crate::ui::utc;
 use device::{BackendChoice, LockMode, OpenOptions};
 use engine::image::SlotState;
 use engine::inspect::InspectReport;
+use platform::units::human;
+use platform::units::utc;
 use std::path::PathBuf;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

@@ -1,12 +1,12 @@
 //! `augefs mkfs IMAGE|DEVICE [--size] [--pmr FILE] [--pmr-size] [--domains N] [--force]`.
 
-use crate::size::{human, parse_size};
 use crate::ui::Bar;
 use device::{LockMode, OpenOptions};
 use engine::mkfs::{self, MkfsOptions};
 use format::constants::{GIB, PMR_SIZE_DEFAULT_BYTES};
 use format::geometry::Geometry;
 use format::pmr::PmrLayout;
+use platform::units::{human, parse_size};
 use platform::Clock;
 use std::io::Read;
 use std::path::{Path, PathBuf};

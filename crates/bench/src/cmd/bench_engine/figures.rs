@@ -99,13 +99,13 @@ fn ext4_baseline(args: &Args, scratch: &Scratch, env: &mut Environment) -> Optio
     let bytes = args.image_size.min(EXT4_IMAGE_BYTES_MAX);
     eprintln!(
         "augefs: setting up the ext4 baseline ({})",
-        crate::size::human(bytes)
+        platform::units::human(bytes)
     );
     match Ext4::setup(scratch, bytes, args.common.backend.into()) {
         Ok(ext4) => {
             env.ext4 = Some(format!(
                 "{} image on {} (direct IO {}), mkfs.ext4 -E lazy_itable_init=0,lazy_journal_init=0, default mount options (data=ordered); each append is pwrite + fdatasync; bytes and flushes from the loop device's stat",
-                crate::size::human(bytes),
+                platform::units::human(bytes),
                 ext4.loop_device(),
                 match ext4.direct_io {
                     Some(true) => "on",

@@ -7,7 +7,7 @@ use super::figures::DOMAIN_THREADS;
 use super::report::{Figure, Key, Report, System};
 use super::{Args, Environment, FigureSet, Paths};
 use crate::goal::Goal;
-use crate::size::human;
+use platform::units::human;
 use serde_json::{json, Value};
 
 /// The goal for the recovery figure, on this machine.

@@ -68,7 +68,7 @@ impl Figure {
             Figure::AsyncOverExt4 => "  async / ext4, paired".to_string(),
             Figure::Recovery => format!(
                 "recovery after {} appended (ms)",
-                crate::size::human(crash_bytes)
+                platform::units::human(crash_bytes)
             ),
             Figure::Domains => "domains: append+fsync (ops/s)".to_string(),
             Figure::DomainsOverOne => "  domains: vs 1 domain, paired".to_string(),

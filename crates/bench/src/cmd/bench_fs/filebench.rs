@@ -28,7 +28,7 @@
 use super::case::{Kind, BLOCK_BYTES};
 use super::ops::{FileOps, Fs};
 use super::workload::{fill, Worker};
-use crate::size::human;
+use platform::units::human;
 use platform::Rng;
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@ use super::figures::AGED_THREADS;
 use super::report::{count, Figure, Report, System};
 use super::{Args, Environment, Paths};
 use crate::goal::Goal;
-use crate::size::human;
+use platform::units::human;
 use serde_json::{json, Value};
 
 pub(super) fn goals(report: &Report) -> Vec<Goal> {

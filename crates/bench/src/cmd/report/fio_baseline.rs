@@ -11,9 +11,9 @@
 use crate::fio::{self, Job, Pattern};
 use crate::image;
 use crate::scratch::Scratch;
-use crate::size::parse_size;
 use crate::stats::spread;
 use device::BackendChoice;
+use platform::units::parse_size;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! read is shown as "?", never guessed.
 
 use crate::scratch::{self, Mount};
-use crate::size::human;
+use platform::units::human;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -367,7 +367,7 @@ pub fn fio(doc: &Value) -> String {
     format!(
         "{} on a {} image in {}, one request at a time.\n\n{}",
         doc["fio_version"].as_str().unwrap_or("fio"),
-        crate::size::human(doc["span_bytes"].as_u64().unwrap_or(0)),
+        platform::units::human(doc["span_bytes"].as_u64().unwrap_or(0)),
         doc["dir"].as_str().unwrap_or("?"),
         table(&head, &rows)
     )

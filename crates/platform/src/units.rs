@@ -1,6 +1,5 @@
-//! Parsing sizes given on the command line: `1048576`, `512K`, `64M`, `1G`, `2GiB`, `1T`
-//! (the rules of `augefs mkfs --size`; the product keeps its own copy, as it shares no
-//! code with the benchmarks).
+//! Units as people write and read them: sizes given on a command line (`1048576`,
+//! `512K`, `64M`, `1G`, `2GiB`, `1T`), sizes and times rendered for them.
 
 /// Parses a size in bytes with an optional binary suffix (K, M, G, T; "iB" or "B" may
 /// follow). Returns a message naming the bad input.
@@ -49,6 +48,29 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// RFC 3339 UTC rendering of nanoseconds since the Unix epoch.
+pub fn utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +85,13 @@ mod tests {
         assert!(parse_size("abc").is_err());
         assert!(parse_size("10X").is_err());
         assert!(parse_size("99999999999999T").is_err());
+    }
+
+    #[test]
+    fn renders_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_700_000_000 * 1_000_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(utc(951_782_400 * 1_000_000_000), "2000-02-29T00:00:00Z");
     }
 
     #[test]
