@@ -22,7 +22,7 @@
 //! - Both caches are bounded: beyond a shard's capacity, unused handles and arbitrary
 //!   names are dropped (a quarter of the shard at a time).
 
-use crate::fs::Handle;
+use crate::handle::Handle;
 use crate::records::Dentry;
 use format::InodeNo;
 use std::collections::HashMap;

@@ -28,7 +28,8 @@
 //!   over (a truncate may have left old bytes in the block on the device).
 
 use crate::error::VfsError;
-use crate::fs::{live, Core, FileSystem, Handle, InodeState, BLOCK, FILE_SIZE_MAX};
+use crate::fs::{Core, FileSystem, BLOCK, FILE_SIZE_MAX};
+use crate::handle::{live, Handle, InodeState};
 use crate::pagecache::{zero_block, Block, Pages, PAGE};
 use crate::rangelock::BlockRange;
 use crate::readahead::{Job, ReadAhead};

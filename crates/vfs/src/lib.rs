@@ -36,6 +36,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod at;
+mod attr;
 mod caches;
 pub mod commit;
 pub mod creds;
@@ -43,14 +44,19 @@ pub mod data;
 pub mod error;
 pub mod file;
 pub mod fs;
+mod handle;
 pub mod image;
 pub mod inode_api;
+mod lanes;
 pub mod locks;
+mod namespace;
 pub mod pagecache;
 pub mod path;
 mod rangelock;
 mod readahead;
 pub mod records;
+mod remove;
+mod rename;
 mod setid;
 mod slab;
 pub mod sparse;

@@ -25,7 +25,7 @@
 //! - `Cache::dirty` is the sum of every `Pages::dirty`; `Cache::pages` of every map's
 //!   length (both kept by `Pages`, including on drop).
 
-use crate::fs::Handle;
+use crate::handle::Handle;
 use format::InodeNo;
 use platform::Signal;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -843,7 +843,7 @@ mod tests {
 
     #[test]
     fn a_stat_reads_no_more_than_the_handles_first_four_cache_lines() {
-        use crate::fs::Handle;
+        use crate::handle::Handle;
         use std::mem::{offset_of, size_of};
         // Arc's two counts precede the handle; the pages' counts follow their lock.
         let counts_end = 2 * size_of::<usize>()

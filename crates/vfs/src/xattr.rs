@@ -9,7 +9,9 @@
 
 use crate::creds::{Creds, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::error::VfsError;
-use crate::fs::{live, show, FileSystem};
+use crate::fs::FileSystem;
+use crate::handle::live;
+use crate::namespace::show;
 use crate::records::{self, Inode, Kind};
 use format::InodeNo;
 use metadb::WriteBatch;
