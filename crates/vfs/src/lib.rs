@@ -3,13 +3,19 @@
 //!
 //! - [`image`]: opening an image (device, PMR, mount; read-only; waiting for a
 //!   finishing holder): the one front door of every front end.
-//! - [`fs`]: mount, and the operations on inodes and names.
+//! - [`fs`]: the `FileSystem`, mount and unmount, inode numbers.
+//! - `handle`: an inode in memory (its state, locks and pages).
+//! - `attr`: stat, access, chmod/chown/utimensat, statfs.
+//! - `namespace`: lookups, creates, mknod, hard links, readlink, readdir.
+//! - `remove`: unlink and rmdir, deleting inodes, orphans.
+//! - `rename`: renames (move, replace, exchange).
+//! - `lanes`: which WAL lanes name operations went to, and the orderings between them.
 //! - `caches`: the inode table and the name (dentry) cache.
 //! - [`path`]: path resolution (symlinks, `.`/`..`, ELOOP) and path-level calls.
 //! - [`file`]: `OpenOptions` and `File` (Read, Write, Seek, read_at, write_at, set_len,
 //!   sync_all, sync_data).
-//! - [`data`]: file data through the page cache: read, write, write-back, truncate,
-//!   fsync, sync, and the background flusher.
+//! - [`data`]: file data through the page cache: write, read, truncate, write-back
+//!   with fsync and sync, the background flusher, blocks to and from the engine.
 //! - [`pagecache`]: cached blocks per inode, the cache's budget and dirty limit.
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
