@@ -99,18 +99,13 @@ pub struct FileSystem {
 }
 
 impl Drop for FileSystem {
-    /// Without an unmount, like a crash: dirty pages are lost (and the handles the cache
-    /// kept for them released).
+    /// Without an unmount, like a crash: dirty pages are lost (and the handles the inode
+    /// table kept for them may go).
     fn drop(&mut self) {
         self.set_commit_interval(None);
         self.stop_flusher();
         self.stop_readahead();
-        self.core
-            .cache
-            .dirty_inodes
-            .lock()
-            .expect("dirty inodes lock")
-            .clear();
+        self.core.cache.forget_dirty();
     }
 }
 
@@ -144,14 +139,15 @@ impl FileSystem {
             Some(v) => return Err(VfsError::corrupt("inode counter", "length", 8, v.len())),
             None => ROOT.0 + 1,
         };
+        let page_cache = Arc::new(Cache::new(cache));
         let core = Arc::new(Core {
             engine,
             clock,
-            inodes: crate::caches::InodeTable::new(INODE_CACHE),
+            inodes: crate::caches::InodeTable::new(INODE_CACHE, page_cache.clone()),
             names: crate::caches::NameCache::new(NAME_CACHE),
             record_lanes: Mutex::new(HashMap::new()),
             create_lanes: Mutex::new(HashMap::new()),
-            cache: Arc::new(Cache::new(cache)),
+            cache: page_cache,
         });
         core.refresh_room();
         let flusher = cache
@@ -212,12 +208,8 @@ impl FileSystem {
         // Nothing else holds the core once the flusher is stopped (handles hold only the
         // cache's counters).
         let core = Arc::into_inner(core).expect("no other holder of the core");
-        // Handles with dirty pages are gone (all written back): drop the rest.
-        core.cache
-            .dirty_inodes
-            .lock()
-            .expect("dirty inodes lock")
-            .clear();
+        // Every dirty page was written back: nothing is left to keep.
+        core.cache.forget_dirty();
         core.engine.close()?;
         drop(mark);
         Ok(())

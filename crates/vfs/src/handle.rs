@@ -12,7 +12,7 @@
 
 use crate::error::VfsError;
 use crate::fs::FileSystem;
-use crate::pagecache::Pages;
+use crate::pagecache::{Cache, Pages};
 use crate::rangelock::RangeLock;
 use crate::records::{self, Inode, Kind};
 use format::InodeNo;
@@ -78,6 +78,20 @@ impl std::ops::DerefMut for StateWrite<'_> {
 }
 
 impl Handle {
+    /// The handle of `ino` with its record `inode` (`None`: deleted), not open, no
+    /// pages cached yet (`cache`: the page cache they count against).
+    pub fn new(ino: InodeNo, inode: Option<Inode>, cache: Arc<Cache>) -> Handle {
+        Handle {
+            ino,
+            ranges: RangeLock::default(),
+            writeback: Mutex::new(()),
+            state: RwLock::new(InodeState { inode, open: 0 }),
+            created: Mutex::new(None),
+            pages: Mutex::new(Pages::new(cache)),
+            fetched: Signal::new(),
+        }
+    }
+
     /// The state for reading (attributes, size): held briefly by the data path.
     pub fn read(&self) -> RwLockReadGuard<'_, InodeState> {
         self.state.read().expect("inode lock")
@@ -130,15 +144,7 @@ impl FileSystem {
                 Some(v) => Some(Inode::decode(ino, &v)?),
                 None => None,
             };
-            Ok(Handle {
-                ino,
-                ranges: RangeLock::default(),
-                writeback: Mutex::new(()),
-                state: RwLock::new(InodeState { inode, open: 0 }),
-                created: Mutex::new(None),
-                pages: Mutex::new(Pages::new(self.core.cache.clone())),
-                fetched: Signal::new(),
-            })
+            Ok(Handle::new(ino, inode, self.core.cache.clone()))
         })
     }
 
@@ -155,4 +161,22 @@ pub(crate) fn live(st: &InodeState, ino: InodeNo) -> Result<&Inode, VfsError> {
     st.inode
         .as_ref()
         .ok_or_else(|| VfsError::NotFound(format!("inode {ino}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn a_stat_reads_no_more_than_the_handles_first_four_cache_lines() {
+        // Arc's two counts precede the handle; the pages' counts follow their lock.
+        let counts_end = 2 * size_of::<usize>()
+            + offset_of!(Handle, pages)
+            + size_of::<Mutex<()>>()
+            + Pages::COUNTS_END;
+        assert!(offset_of!(Handle, writeback) < offset_of!(Handle, state));
+        assert!(offset_of!(Handle, state) < offset_of!(Handle, created));
+        assert!(counts_end <= 4 * 64, "{counts_end} bytes");
+    }
 }

@@ -132,7 +132,7 @@ impl FileSystem {
                 inode.mtime_ns = now;
                 inode.ctime_ns = now;
                 st.inode = Some(inode);
-                self.core.cache.note_dirty(h);
+                self.core.cache.note_dirty(h.ino);
             }
             // The pages count dirty now.
             drop(claim);

@@ -193,13 +193,12 @@ impl Core {
         Ok(())
     }
 
+    /// The handles of the inodes with dirty pages (the inode table keeps them).
     pub(super) fn dirty_handles(&self) -> Vec<Arc<Handle>> {
         self.cache
-            .dirty_inodes
-            .lock()
-            .expect("dirty inodes lock")
-            .values()
-            .cloned()
+            .dirty_inodes()
+            .into_iter()
+            .filter_map(|ino| self.inodes.get(ino))
             .collect()
     }
 
