@@ -27,6 +27,7 @@ use crate::error::VfsError;
 use crate::handle::Handle;
 use crate::pagecache::{Cache, CacheConfig, CacheStats};
 use crate::records::{self, Inode, Kind, ROOT};
+use crate::store::Store;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
 use format::InodeNo;
 use metadb::WriteBatch;
@@ -133,12 +134,7 @@ impl FileSystem {
     ) -> Result<FileSystem, VfsError> {
         let clock = env.clock.clone();
         let engine = Engine::open(env, config)?;
-        let db = engine.metadb();
-        let high = match db.get(records::COUNTER_KEY)? {
-            Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")),
-            Some(v) => return Err(VfsError::corrupt("inode counter", "length", 8, v.len())),
-            None => ROOT.0 + 1,
-        };
+        let high = Store::of(&engine).inode_counter()?.unwrap_or(ROOT.0 + 1);
         let page_cache = Arc::new(Cache::new(cache));
         let core = Arc::new(Core {
             engine,
@@ -170,13 +166,7 @@ impl FileSystem {
             readahead,
             serving: Mutex::new(None),
         };
-        if fs
-            .core
-            .engine
-            .metadb()
-            .get(&records::inode_key(ROOT))?
-            .is_none()
-        {
+        if fs.core.store().inode(ROOT)?.is_none() {
             let now = fs.now();
             let root = Inode::new(Kind::Dir, 0o755, 0, 0, ROOT, now);
             let mut batch = WriteBatch::new();
@@ -326,11 +316,7 @@ impl FileSystem {
             // Not through the engine: check its failure first (MetaDB fails on its own).
             self.core.engine.check_writable()?;
             let high = n.1 + INO_BATCH;
-            self.core.engine.metadb().put(
-                records::COUNTER_KEY,
-                &high.to_le_bytes(),
-                metadb::Durability::Sync,
-            )?;
+            self.core.store().put_inode_counter(high)?;
             n.1 = high;
         }
         let ino = n.0;

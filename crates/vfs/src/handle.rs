@@ -14,7 +14,7 @@ use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::pagecache::{Cache, Pages};
 use crate::rangelock::RangeLock;
-use crate::records::{self, Inode, Kind};
+use crate::records::{Inode, Kind};
 use format::InodeNo;
 use platform::Signal;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -140,10 +140,7 @@ impl FileSystem {
     /// The handle of `ino` (loaded from MetaDB on first use).
     pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
         self.core.inodes.get_or_load(ino, || {
-            let inode = match self.core.engine.metadb().get(&records::inode_key(ino))? {
-                Some(v) => Some(Inode::decode(ino, &v)?),
-                None => None,
-            };
+            let inode = self.core.store().inode(ino)?;
             Ok(Handle::new(ino, inode, self.core.cache.clone()))
         })
     }

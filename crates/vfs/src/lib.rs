@@ -18,6 +18,7 @@
 //!   with fsync and sync, the background flusher, blocks to and from the engine.
 //! - [`pagecache`]: cached blocks per inode, the cache's budget and dirty limit.
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
+//! - `store`: the one way the vfs reads MetaDB (records, scans, its sequence number).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //! - [`locks`]: POSIX record locks and flock within one instance.
@@ -66,6 +67,7 @@ mod rename;
 mod setid;
 mod slab;
 pub mod sparse;
+mod store;
 pub mod tmpfile;
 pub mod xattr;
 

@@ -36,15 +36,7 @@ impl FileSystem {
             crate::caches::Cached::Hit(entry) => return Ok(entry),
             crate::caches::Cached::Miss(ticket) => ticket,
         };
-        let entry = match self
-            .core
-            .engine
-            .metadb()
-            .get(&records::dentry_key(dir, name))?
-        {
-            Some(v) => Some(Dentry::decode(&v)?),
-            None => None,
-        };
+        let entry = self.core.store().dentry(dir, name)?;
         self.core.names.fill(ticket, dir, name, entry);
         Ok(entry)
     }
@@ -198,13 +190,9 @@ impl FileSystem {
                 "inode {ino} is not a symbolic link"
             )));
         }
-        self.core
-            .engine
-            .metadb()
-            .get(&records::symlink_key(ino))?
-            .ok_or_else(|| {
-                VfsError::corrupt(format!("symlink {ino}"), "target", "present", "absent")
-            })
+        self.core.store().symlink_target(ino)?.ok_or_else(|| {
+            VfsError::corrupt(format!("symlink {ino}"), "target", "present", "absent")
+        })
     }
 
     /// Entries of directory `dir` after `after` (a name a previous call returned, or
@@ -224,37 +212,15 @@ impl FileSystem {
             return Err(VfsError::NotDir(format!("inode {dir}")));
         }
         cx.check(inode, crate::creds::MAY_READ, || format!("directory {dir}"))?;
-        let prefix = records::dentry_prefix(dir);
-        let start = match after {
-            Some(name) => {
-                let mut k = records::dentry_key(dir, name);
-                k.push(0);
-                k
-            }
-            None => prefix.clone(),
-        };
-        // The first key past this directory's entries: the next inode's prefix (a byte
-        // increment of the last byte would overflow for inodes ending in 0xff).
-        // (Inode u64::MAX, named by a damaged entry, has no next: its entries run to the
-        // end of the entry keys.)
-        let end = match dir.0.checked_add(1) {
-            Some(next) => records::dentry_prefix(InodeNo(next)),
-            None => vec![records::DENTRY_TAG + 1],
-        };
-        let mut out = Vec::new();
-        for item in self.core.engine.metadb().range(&start, Some(&end), None)? {
-            let (key, value) = item?;
-            let d = Dentry::decode(&value)?;
-            out.push(DirEntry {
-                name: key[prefix.len()..].to_vec(),
+        let entries = self.core.store().entries(dir, after, max)?;
+        Ok(entries
+            .into_iter()
+            .map(|(name, d)| DirEntry {
+                name,
                 ino: d.ino.0,
                 kind: d.kind,
-            });
-            if out.len() >= max {
-                break;
-            }
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// The inode of directory `parent` (whose state `pst` the caller holds locked) for a
@@ -278,9 +244,7 @@ impl FileSystem {
 
     /// Whether directory `dir` has no entries (no lock taken: callers hold it).
     pub(crate) fn is_empty_dir(&self, dir: InodeNo) -> Result<bool, VfsError> {
-        let prefix = records::dentry_prefix(dir);
-        let mut iter = self.core.engine.metadb().prefix(&prefix, None)?;
-        Ok(iter.next().transpose()?.is_none())
+        self.core.store().is_empty_dir(dir)
     }
 
     /// Hard link: a new name `name` in `parent` for the non-directory `ino`.

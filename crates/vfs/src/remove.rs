@@ -221,13 +221,7 @@ impl FileSystem {
     /// Mount: frees every orphan a crash (or a failed close) left. An orphan record whose
     /// inode is gone or named again is dropped.
     pub(crate) fn reap_orphans(&self) -> Result<u64, VfsError> {
-        let found = self
-            .core
-            .engine
-            .metadb()
-            .prefix(&[records::ORPHAN_TAG], None)?
-            .map(|item| item.map(|(key, _)| key))
-            .collect::<Result<Vec<_>, _>>()?;
+        let found = self.core.store().orphan_keys()?;
         let mut reaped = 0;
         for key in found {
             let ino = records::parse_orphan_key(&key)?;

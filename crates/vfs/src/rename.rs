@@ -403,9 +403,8 @@ impl FileSystem {
             if b == ROOT {
                 return Ok(false);
             }
-            let inode = match self.core.engine.metadb().get(&records::inode_key(b))? {
-                Some(v) => Inode::decode(b, &v)?,
-                None => return Ok(false),
+            let Some(inode) = self.core.store().inode(b)? else {
+                return Ok(false);
             };
             b = InodeNo(inode.parent);
         }
