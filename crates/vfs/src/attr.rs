@@ -92,17 +92,20 @@ impl FileSystem {
         Ok(metadata(ino, &h.attrs(&st)?))
     }
 
-    /// Attributes of `ino`. `st_blocks` is exact: it waits for a write-back of the file
-    /// in flight (its blocks are mapped before its record counts them).
+    /// Attributes of `ino`. `st_blocks` is exact, and a write-back of the file in flight
+    /// is not waited for: the count is the file's before it until it notes its result.
     pub fn stat_ino(&self, ino: InodeNo) -> Result<Metadata, VfsError> {
         let h = self.handle(ino)?;
-        // A write-back in flight has mapped blocks its record does not count yet: the
-        // count is read between write-backs.
-        let _writeback = h.writeback.lock().expect("write-back lock");
-        let mut meta = metadata(ino, &h.attrs(&h.read())?);
-        // Blocks dirty pages will allocate count already (as the kernel's delayed
-        // allocation does).
-        meta.blocks += self.core.pending_blocks(&h)? * (BLOCK / 512);
+        self.core.learn_mappings(&h)?;
+        // The record's count and the dirty pages over unmapped blocks, read together
+        // under the state lock: a write-back notes its result (the new count, its pages
+        // clean and mapped) under the state's write lock, and it learned the mappings
+        // of the blocks it writes before writing them, so until it notes its result the
+        // two describe the file before it. Blocks dirty pages will allocate count
+        // already (as the kernel's delayed allocation does).
+        let st = h.read();
+        let mut meta = metadata(ino, &h.attrs(&st)?);
+        meta.blocks += h.pages().pending_blocks() * (BLOCK / 512);
         Ok(meta)
     }
 

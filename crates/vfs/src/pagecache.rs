@@ -471,6 +471,9 @@ pub(crate) struct Pages {
     /// Readers' device reads in flight: (id, first block, last block, stale).
     fetches: Vec<(u64, u64, u64, bool)>,
     next_fetch: u64,
+    /// Bumped whenever pages are dropped (cleared, or a range of them): mappings
+    /// learned from lookups begun before are not taken ([`Pages::drops`]).
+    drops: u64,
     cache: Arc<Cache>,
 }
 
@@ -502,6 +505,7 @@ impl Pages {
             unmapped: 0,
             fetches: Vec::new(),
             next_fetch: 0,
+            drops: 0,
             cache,
         }
     }
@@ -536,6 +540,13 @@ impl Pages {
     }
 
     /// Notes whether block `b` is mapped on the device, unless its page knows already.
+    /// How many times pages were dropped so far: a lookup of the device's mappings
+    /// begun before the count moved may describe blocks the file no longer has (a
+    /// truncate or punch unmaps blocks only after dropping their pages).
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
     pub fn learn_mapped(&mut self, b: u64, mapped: bool) {
         self.change(b, |group, i| {
             let bit = 1u64 << i;
@@ -760,6 +771,7 @@ impl Pages {
     /// Drops every page, dirty ones included (the file's data changed under the cache,
     /// or the file is gone).
     pub fn clear(&mut self) {
+        self.drops += 1;
         self.groups.clear();
         self.dirty_groups.clear();
         self.unknown = 0;
@@ -808,6 +820,7 @@ impl Pages {
         if first >= end {
             return;
         }
+        self.drops += 1;
         let (lo, hi) = (first / GROUP, (end - 1) / GROUP);
         let touched: Vec<u64> = self.groups.range(lo..=hi).map(|(&g, _)| g).collect();
         let (mut pages, mut dirty) = (0, 0);

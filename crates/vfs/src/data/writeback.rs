@@ -100,6 +100,9 @@ impl Core {
                 .expect("dirty pages note the durable size");
             (inode, batches, durable)
         };
+        // Before the blocks' mappings change: a stat meanwhile (which does not wait for
+        // the write-back) counts the blocks as they were until the result is noted.
+        self.learn_mappings(h)?;
         let count = batches.len();
         let mut blocks = inode.blocks;
         for (i, runs) in batches.into_iter().enumerate() {
@@ -110,16 +113,7 @@ impl Core {
                 let written_end = (last_first + last_blocks.len() as u64) * BLOCK;
                 record.size = durable.max(inode.size.min(written_end));
             }
-            let mut data = Vec::new();
-            for (_, run) in &runs {
-                for block in run {
-                    data.extend_from_slice(block);
-                }
-            }
-            let ranges: Vec<(FileBlock, u64)> = runs
-                .iter()
-                .map(|(first, run)| (FileBlock(*first), run.len() as u64))
-                .collect();
+            let (ranges, data) = ranges_and_bytes(&runs);
             let also = fsync.filter(|_| i + 1 == count);
             self.write_ranges(h.ino, &mut record, &ranges, &data, also)?;
             blocks = record.blocks;
@@ -202,26 +196,34 @@ impl Core {
             .collect()
     }
 
-    /// Blocks `h`'s dirty pages will newly allocate when written back (for `st_blocks`).
-    pub(crate) fn pending_blocks(&self, h: &Handle) -> Result<u64, VfsError> {
-        let unknown = {
+    /// Learns whether each of `h`'s dirty blocks of unknown mapping is mapped on the
+    /// device (what `st_blocks` needs), looked up without the pages' lock: readers and
+    /// writers go on. A block's mapping changes only by a write-back, which learns its
+    /// blocks' mappings before it writes them (so a lookup that overtakes it finds the
+    /// block known already), or by a truncate or punch, which drops the pages first (a
+    /// drop meanwhile voids the lookups).
+    pub(crate) fn learn_mappings(&self, h: &Handle) -> Result<(), VfsError> {
+        let (unknown, drops) = {
             let pages = h.pages();
             if pages.dirty_count() == 0 {
-                return Ok(0);
+                return Ok(());
             }
-            pages.unknown_dirty()
+            (pages.unknown_dirty(), pages.drops())
         };
-        // Looked up without the pages' lock (readers and writers go on); a write-back
-        // meanwhile knows better.
+        if unknown.is_empty() {
+            return Ok(());
+        }
         let mut found = Vec::with_capacity(unknown.len());
         for b in unknown {
             found.push((b, self.is_mapped(h.ino, b)?));
         }
         let mut pages = h.pages();
-        for (b, mapped) in found {
-            pages.learn_mapped(b, mapped);
+        if pages.drops() == drops {
+            for (b, mapped) in found {
+                pages.learn_mapped(b, mapped);
+            }
         }
-        Ok(pages.pending_blocks())
+        Ok(())
     }
 }
 
@@ -292,6 +294,21 @@ impl FileSystem {
         self.core.engine.sync()?;
         Ok(())
     }
+}
+
+/// The ranges of `runs` for the engine, and their blocks' bytes in order.
+fn ranges_and_bytes(runs: &[(u64, Vec<Block>)]) -> (Vec<(FileBlock, u64)>, Vec<u8>) {
+    let mut data = Vec::new();
+    for (_, run) in runs {
+        for block in run {
+            data.extend_from_slice(block);
+        }
+    }
+    let ranges = runs
+        .iter()
+        .map(|(first, run)| (FileBlock(*first), run.len() as u64))
+        .collect();
+    (ranges, data)
 }
 
 /// Groups runs (ascending, each at most `max` blocks) into batches of at most `max`
