@@ -1,8 +1,8 @@
-//! The file system: mount and unmount, the state every operation shares ([`Core`],
+//! The file system: mount and unmount, the state every operation shares (`Core`,
 //! [`FileSystem`]), inode numbers, and the background threads' switches. The
-//! operations live by concern: inode state and handles in [`crate::handle`],
-//! attributes in [`crate::attr`], names in [`crate::namespace`], [`crate::remove`] and
-//! [`crate::rename`], the lanes they are logged in in [`crate::lanes`], file data in
+//! operations live by concern: inode state and handles in `crate::handle`,
+//! attributes in `crate::attr`, names in `crate::namespace`, `crate::remove` and
+//! `crate::rename`, the lanes they are logged in in `crate::lanes`, file data in
 //! [`crate::data`]. Paths are resolved by [`crate::path`]; the std-like handles are in
 //! [`crate::file`].
 //!

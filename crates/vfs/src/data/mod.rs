@@ -7,7 +7,7 @@
 //! times, exact block count), in ascending order, each batch's size covering only what
 //! is written so far: after a crash a file is always some prefix of its write-backs.
 //! Every other writer of a file's record (attribute changes, links, renames, xattrs,
-//! truncate, fallocate) writes the dirty pages back first ([`crate::fs::Core::write_back`]), so the
+//! truncate, fallocate) writes the dirty pages back first (`Core::write_back`), so the
 //! log sees the same writes in the same order as a write-through file system would,
 //! only fewer and larger. An fsync writes back, then persists as before.
 //!
@@ -27,9 +27,8 @@
 //! - Bytes past the end of a file are zeros in any page whose block the file grows
 //!   over (a truncate may have left old bytes in the block on the device).
 //!
-//! Modules: [`write`], [`read`], [`truncate`], [`writeback`] (write-back, fsync, sync
-//! and the room for dirty pages), [`flusher`] and [`blocks`] (blocks to and from the
-//! engine).
+//! Modules: `write`, `read`, `truncate`, `writeback` (write-back, fsync, sync and the
+//! room for dirty pages), `flusher` and `blocks` (blocks to and from the engine).
 
 mod blocks;
 mod flusher;
