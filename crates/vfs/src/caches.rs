@@ -11,7 +11,9 @@
 //! Invariants:
 //! - One handle per inode: handles are created and dropped from the table under its
 //!   shard's lock only, and a handle is evicted only when the table holds its last
-//!   reference (no caller can be using it, and none can get it but through the table).
+//!   reference (no caller can be using it, and none can get it but through the table)
+//!   and the page cache counts it clean (the handle holds its dirty pages until they
+//!   are written back).
 //! - A handle's record is loaded under its shard's lock, so no record written by an
 //!   evicted handle can be older than what a new handle reads.
 //! - The name cache never answers with an entry older than the last completed change of
@@ -22,7 +24,8 @@
 //! - Both caches are bounded: beyond a shard's capacity, unused handles and arbitrary
 //!   names are dropped (a quarter of the shard at a time).
 
-use crate::fs::Handle;
+use crate::handle::Handle;
+use crate::pagecache::Cache;
 use crate::records::Dentry;
 use format::InodeNo;
 use std::collections::HashMap;
@@ -101,14 +104,18 @@ type InodeShard = Mutex<MixMap<InodeNo, Arc<Handle>>>;
 pub(crate) struct InodeTable {
     shards: Box<[InodeShard]>,
     per_shard: usize,
+    /// Says which inodes have dirty pages (never evicted).
+    cache: Arc<Cache>,
 }
 
 impl InodeTable {
-    /// A table keeping about `capacity` unused handles.
-    pub fn new(capacity: usize) -> InodeTable {
+    /// A table keeping about `capacity` unused handles, and every handle `cache` counts
+    /// dirty.
+    pub fn new(capacity: usize, cache: Arc<Cache>) -> InodeTable {
         InodeTable {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(4),
+            cache,
         }
     }
 
@@ -130,8 +137,9 @@ impl InodeTable {
         if shard.len() >= self.per_shard {
             let keep = self.per_shard - self.per_shard / 4;
             let mut len = shard.len();
-            shard.retain(|_, h| {
-                let evict = len > keep && Arc::strong_count(h) == 1;
+            let dirty = self.cache.dirty_set();
+            shard.retain(|ino, h| {
+                let evict = len > keep && Arc::strong_count(h) == 1 && !dirty.contains(ino);
                 len -= usize::from(evict);
                 !evict
             });
@@ -311,7 +319,39 @@ impl Drop for Forget<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pagecache::CacheConfig;
     use crate::records::Kind;
+
+    #[test]
+    fn handles_with_dirty_pages_stay_in_the_inode_table() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()));
+        let table = InodeTable::new(SHARDS, cache.clone());
+        let load = |ino: u64| {
+            table
+                .get_or_load(InodeNo(ino), || {
+                    Ok::<_, ()>(Handle::new(InodeNo(ino), None, cache.clone()))
+                })
+                .unwrap()
+        };
+        // Dirty handles, several per shard, none of them in use.
+        for ino in 1..=256 {
+            load(ino);
+            cache.note_dirty(InodeNo(ino));
+        }
+        // Enough other inodes to fill every shard many times over.
+        for ino in 1000..5000 {
+            load(ino);
+        }
+        for ino in 1..=256 {
+            assert!(table.get(InodeNo(ino)).is_some(), "dirty {ino} was evicted");
+        }
+        // Unused clean handles went meanwhile: each shard keeps at most 4 of them.
+        assert!(
+            table.all().len() <= 4 * SHARDS + 256,
+            "{}",
+            table.all().len()
+        );
+    }
 
     fn entry(ino: u64) -> Option<Dentry> {
         Some(Dentry {

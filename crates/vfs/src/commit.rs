@@ -69,7 +69,7 @@ fn run(core: &Core, stop: &(Mutex<bool>, Condvar), every: Duration) {
                 return;
             }
         }
-        let seq = core.engine.metadb().snapshot().seq();
+        let seq = core.store().seq();
         let dirty = core.cache.stats().dirty > 0;
         if committed == Some(seq) && !dirty {
             continue;

@@ -8,7 +8,8 @@
 
 use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
-use crate::fs::{FileSystem, Handle, Metadata};
+use crate::fs::{FileSystem, Metadata};
+use crate::handle::Handle;
 use crate::locks::{LockKind, LockOwner};
 use crate::records::Kind;
 use crate::sparse::Fallocate;

@@ -9,7 +9,9 @@
 
 use crate::creds::{Creds, MAY_EXEC};
 use crate::error::VfsError;
-use crate::fs::{live, show, FileSystem, Handle};
+use crate::fs::FileSystem;
+use crate::handle::{live, Handle};
+use crate::namespace::show;
 use crate::records::{Kind, NAME_MAX};
 use format::InodeNo;
 use std::sync::Arc;

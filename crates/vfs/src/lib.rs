@@ -3,15 +3,22 @@
 //!
 //! - [`image`]: opening an image (device, PMR, mount; read-only; waiting for a
 //!   finishing holder): the one front door of every front end.
-//! - [`fs`]: mount, and the operations on inodes and names.
+//! - [`fs`]: the `FileSystem`, mount and unmount, inode numbers.
+//! - `handle`: an inode in memory (its state, locks and pages).
+//! - `attr`: stat, access, chmod/chown/utimensat, statfs.
+//! - `namespace`: lookups, creates, mknod, hard links, readlink, readdir.
+//! - `remove`: unlink and rmdir, deleting inodes, orphans.
+//! - `rename`: renames (move, replace, exchange).
+//! - `lanes`: which WAL lanes name operations went to, and the orderings between them.
 //! - `caches`: the inode table and the name (dentry) cache.
 //! - [`path`]: path resolution (symlinks, `.`/`..`, ELOOP) and path-level calls.
 //! - [`file`]: `OpenOptions` and `File` (Read, Write, Seek, read_at, write_at, set_len,
 //!   sync_all, sync_data).
-//! - [`data`]: file data through the page cache: read, write, write-back, truncate,
-//!   fsync, sync, and the background flusher.
+//! - [`data`]: file data through the page cache: write, read, truncate, write-back
+//!   with fsync and sync, the background flusher, blocks to and from the engine.
 //! - [`pagecache`]: cached blocks per inode, the cache's budget and dirty limit.
 //! - [`records`]: the VFS's records in MetaDB (docs/FORMAT.md §6.4).
+//! - `store`: the one way the vfs reads MetaDB (records, scans, its sequence number).
 //! - [`xattr`]: extended attributes (`user.`, `trusted.`).
 //! - [`sparse`]: fallocate, SEEK_DATA and SEEK_HOLE.
 //! - [`locks`]: POSIX record locks and flock within one instance.
@@ -36,6 +43,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod at;
+mod attr;
 mod caches;
 pub mod commit;
 pub mod creds;
@@ -43,17 +51,23 @@ pub mod data;
 pub mod error;
 pub mod file;
 pub mod fs;
+mod handle;
 pub mod image;
 pub mod inode_api;
+mod lanes;
 pub mod locks;
+mod namespace;
 pub mod pagecache;
 pub mod path;
 mod rangelock;
 mod readahead;
 pub mod records;
+mod remove;
+mod rename;
 mod setid;
 mod slab;
 pub mod sparse;
+mod store;
 pub mod tmpfile;
 pub mod xattr;
 

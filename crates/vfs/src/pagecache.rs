@@ -2,8 +2,9 @@
 //! "Page cache").
 //!
 //! Each inode's cached blocks ([`Pages`]) hang off its handle; [`Cache`] holds what all
-//! of them share: the byte budget, the dirty-page count, and the handles with dirty
-//! pages (kept alive until written back). The file-data path that fills, dirties and
+//! of them share: the byte budget, the dirty-page count, and the numbers of the inodes
+//! with dirty pages (whose handles the inode table keeps until written back). The
+//! cache knows inodes by number only: it depends on no other part of the vfs. The file-data path that fills, dirties and
 //! writes back pages is in [`crate::data`]; the background flusher in
 //! [`crate::data::Flusher`].
 //!
@@ -25,16 +26,14 @@
 //! - `Cache::dirty` is the sum of every `Pages::dirty`; `Cache::pages` of every map's
 //!   length (both kept by `Pages`, including on drop).
 
-use crate::fs::Handle;
 use format::InodeNo;
 use platform::Signal;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Bytes per page (the file-system block).
-pub const PAGE: usize = 4096;
+pub use crate::slab::PAGE;
 
 /// Page-cache settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +146,9 @@ pub(crate) struct Cache {
     /// The write-backs that took room so far: a look-up of the room that began before
     /// one of them ended is stale and not stored (it would give back what it took).
     room_takes: Mutex<u64>,
-    /// Handles with dirty pages: kept alive until written back.
-    pub dirty_inodes: Mutex<HashMap<InodeNo, Arc<Handle>>>,
+    /// Inodes with dirty pages: their handles stay in the inode table until written
+    /// back (`crate::caches::InodeTable` evicts none of them).
+    dirty_inodes: Mutex<HashSet<InodeNo>>,
     /// The flusher's wake-up: (stop, urgent).
     pub signal: Mutex<(bool, bool)>,
     pub wake: Signal,
@@ -189,7 +189,7 @@ impl Cache {
             room: AtomicU64::new(u64::MAX),
             claimed: AtomicU64::new(0),
             room_takes: Mutex::new(0),
-            dirty_inodes: Mutex::new(HashMap::new()),
+            dirty_inodes: Mutex::new(HashSet::new()),
             signal: Mutex::new((false, false)),
             wake: Signal::new(),
         }
@@ -291,13 +291,12 @@ impl Cache {
         self.wake.notify_one();
     }
 
-    /// Records that `h` has dirty pages (kept alive until written back).
-    pub fn note_dirty(&self, h: &Arc<Handle>) {
+    /// Records that `ino` has dirty pages (its handle is kept until written back).
+    pub fn note_dirty(&self, ino: InodeNo) {
         self.dirty_inodes
             .lock()
             .expect("dirty inodes lock")
-            .entry(h.ino)
-            .or_insert_with(|| h.clone());
+            .insert(ino);
     }
 
     pub fn note_clean(&self, ino: InodeNo) {
@@ -305,6 +304,24 @@ impl Cache {
             .lock()
             .expect("dirty inodes lock")
             .remove(&ino);
+    }
+
+    /// The inodes with dirty pages now.
+    pub fn dirty_inodes(&self) -> Vec<InodeNo> {
+        let dirty = self.dirty_inodes.lock().expect("dirty inodes lock");
+        dirty.iter().copied().collect()
+    }
+
+    /// The set of inodes with dirty pages, locked (a leaf lock: nothing is taken while
+    /// holding it).
+    pub fn dirty_set(&self) -> std::sync::MutexGuard<'_, HashSet<InodeNo>> {
+        self.dirty_inodes.lock().expect("dirty inodes lock")
+    }
+
+    /// Forgets every inode with dirty pages (an instance dropped without unmounting
+    /// loses its dirty pages, as a crash would).
+    pub fn forget_dirty(&self) {
+        self.dirty_inodes.lock().expect("dirty inodes lock").clear();
     }
 }
 
@@ -454,7 +471,17 @@ pub(crate) struct Pages {
     /// Readers' device reads in flight: (id, first block, last block, stale).
     fetches: Vec<(u64, u64, u64, bool)>,
     next_fetch: u64,
+    /// Bumped whenever pages are dropped (cleared, or a range of them): mappings
+    /// learned from lookups begun before are not taken ([`Pages::drops`]).
+    drops: u64,
     cache: Arc<Cache>,
+}
+
+impl Pages {
+    /// Bytes from the start of a `Pages` to the end of the counts a stat reads.
+    #[cfg(test)]
+    pub(crate) const COUNTS_END: usize =
+        std::mem::offset_of!(Pages, count) + std::mem::size_of::<u64>();
 }
 
 /// Block `b`'s group and bit.
@@ -478,6 +505,7 @@ impl Pages {
             unmapped: 0,
             fetches: Vec::new(),
             next_fetch: 0,
+            drops: 0,
             cache,
         }
     }
@@ -512,6 +540,13 @@ impl Pages {
     }
 
     /// Notes whether block `b` is mapped on the device, unless its page knows already.
+    /// How many times pages were dropped so far: a lookup of the device's mappings
+    /// begun before the count moved may describe blocks the file no longer has (a
+    /// truncate or punch unmaps blocks only after dropping their pages).
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
     pub fn learn_mapped(&mut self, b: u64, mapped: bool) {
         self.change(b, |group, i| {
             let bit = 1u64 << i;
@@ -736,6 +771,7 @@ impl Pages {
     /// Drops every page, dirty ones included (the file's data changed under the cache,
     /// or the file is gone).
     pub fn clear(&mut self) {
+        self.drops += 1;
         self.groups.clear();
         self.dirty_groups.clear();
         self.unknown = 0;
@@ -784,6 +820,7 @@ impl Pages {
         if first >= end {
             return;
         }
+        self.drops += 1;
         let (lo, hi) = (first / GROUP, (end - 1) / GROUP);
         let touched: Vec<u64> = self.groups.range(lo..=hi).map(|(&g, _)| g).collect();
         let (mut pages, mut dirty) = (0, 0);
@@ -840,21 +877,6 @@ impl Drop for Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stat_reads_no_more_than_the_handles_first_four_cache_lines() {
-        use crate::fs::Handle;
-        use std::mem::{offset_of, size_of};
-        // Arc's two counts precede the handle; the pages' counts follow their lock.
-        let counts_end = 2 * size_of::<usize>()
-            + offset_of!(Handle, pages)
-            + size_of::<Mutex<()>>()
-            + offset_of!(Pages, count)
-            + size_of::<u64>();
-        assert!(offset_of!(Handle, writeback) < offset_of!(Handle, state));
-        assert!(offset_of!(Handle, state) < offset_of!(Handle, created));
-        assert!(counts_end <= 4 * 64, "{counts_end} bytes");
-    }
 
     fn pages() -> Pages {
         Pages::new(Arc::new(Cache::new(CacheConfig::default())))

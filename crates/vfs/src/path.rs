@@ -10,7 +10,8 @@
 
 use crate::creds::{Creds, MAY_EXEC};
 use crate::error::VfsError;
-use crate::fs::{show, AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, TimeChange};
+use crate::fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, TimeChange};
+use crate::namespace::show;
 use crate::records::{Inode, Kind, ROOT};
 use format::InodeNo;
 
@@ -96,11 +97,11 @@ impl FileSystem {
 
     pub(crate) fn inode_of(&self, ino: InodeNo) -> Result<Inode, VfsError> {
         if let Some(root) = self.root().filter(|_| ino == ROOT) {
-            return Ok(*crate::fs::live(&root.read(), ino)?);
+            return Ok(*crate::handle::live(&root.read(), ino)?);
         }
         let h = self.handle(ino)?;
         let st = h.read();
-        Ok(*crate::fs::live(&st, ino)?)
+        Ok(*crate::handle::live(&st, ino)?)
     }
 
     /// The directory holding `path`'s last component, and that component.

@@ -18,7 +18,8 @@
 
 use crate::creds::{Creds, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
-use crate::fs::{live, FileSystem, Handle};
+use crate::fs::FileSystem;
+use crate::handle::{live, Handle};
 use crate::records::{Inode, Kind};
 use metadb::WriteBatch;
 use std::sync::Arc;

@@ -38,13 +38,14 @@
 //!   without faults. The mapped total is the high-water mark of cached blocks (bounded
 //!   by the caches' `max_bytes`) plus the batches' slots.
 
-use crate::pagecache::PAGE;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 
+/// Bytes per page, the file-system block (a block is one page).
+pub const PAGE: usize = 4096;
 /// Bytes per chunk (a huge page on x86-64).
 pub const CHUNK_BYTES: usize = 2 << 20;
 const SLOTS: usize = CHUNK_BYTES / PAGE;

@@ -14,7 +14,8 @@
 //!   (OpenZFS's fallocate does the same for the same reason; docs/SEMANTICS.md).
 
 use crate::error::VfsError;
-use crate::fs::{live, FileSystem, InodeState, BLOCK, FILE_SIZE_MAX};
+use crate::fs::{FileSystem, BLOCK, FILE_SIZE_MAX};
+use crate::handle::{live, InodeState};
 use crate::records::{Inode, Kind};
 use engine::log::keys::FileBlock;
 use format::InodeNo;

@@ -10,8 +10,10 @@
 
 use crate::creds::{Creds, MAY_EXEC, MAY_WRITE};
 use crate::error::VfsError;
-use crate::fs::{live, new_inode, FileSystem};
+use crate::fs::FileSystem;
+use crate::handle::live;
 use crate::inode_api::OpenInode;
+use crate::namespace::new_inode;
 use crate::records::{self, Kind};
 use engine::log::Durability;
 use format::InodeNo;

@@ -9,7 +9,9 @@
 
 use crate::creds::{Creds, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::error::VfsError;
-use crate::fs::{live, show, FileSystem};
+use crate::fs::FileSystem;
+use crate::handle::live;
+use crate::namespace::show;
 use crate::records::{self, Inode, Kind};
 use format::InodeNo;
 use metadb::WriteBatch;
@@ -112,7 +114,7 @@ impl FileSystem {
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
-        let exists = self.core.engine.metadb().get(&key)?.is_some();
+        let exists = self.core.store().xattr(ino, name)?.is_some();
         match (mode, exists) {
             (XattrMode::Create, true) => return Err(VfsError::Exists(show(name))),
             (XattrMode::Replace, false) => return Err(VfsError::NoAttribute(show(name))),
@@ -143,9 +145,8 @@ impl FileSystem {
         let st = h.read();
         may_access(cx, live(&st, ino)?, name, false)?;
         self.core
-            .engine
-            .metadb()
-            .get(&records::xattr_key(ino, name))?
+            .store()
+            .xattr(ino, name)?
             .ok_or_else(|| VfsError::NoAttribute(show(name)))
     }
 
@@ -169,12 +170,7 @@ impl FileSystem {
     }
 
     pub(crate) fn xattr_names(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>, VfsError> {
-        let prefix = records::xattr_prefix(ino);
-        let mut names = Vec::new();
-        for item in self.core.engine.metadb().prefix(&prefix, None)? {
-            names.push(item?.0[prefix.len()..].to_vec());
-        }
-        Ok(names)
+        self.core.store().xattr_names(ino)
     }
 
     pub fn remove_xattr(&self, path: &str, name: &[u8]) -> Result<(), VfsError> {
@@ -191,7 +187,7 @@ impl FileSystem {
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
         let key = records::xattr_key(ino, name);
-        if self.core.engine.metadb().get(&key)?.is_none() {
+        if self.core.store().xattr(ino, name)?.is_none() {
             return Err(VfsError::NoAttribute(show(name)));
         }
         inode.ctime_ns = self.now();

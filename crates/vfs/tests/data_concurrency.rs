@@ -2,6 +2,8 @@
 //! a device that can hold a request until the test lets it go:
 //! - a reader of a file never waits for a writer of the same file, even one stalled in
 //!   a device read, nor for a write-back stalled in a device write;
+//! - stat never waits for a write-back stalled in a device write, and its `st_blocks`
+//!   is the file's before the write-back until it is done;
 //! - writers of disjoint block ranges of one file proceed while another is stalled;
 //! - with 64 threads (writers of whole ranges, readers, a truncater, a tiny cache and a
 //!   busy flusher), every read sees each write whole or not at all, and the file ends
@@ -18,7 +20,7 @@ use engine::log::EngineConfig;
 use engine::mkfs::{format, MkfsOptions};
 use engine::progress::NoProgress;
 use platform::{IoCause, Rng, SystemClock};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use vfs::{CacheConfig, FileSystem, OpenOptions};
@@ -408,4 +410,96 @@ fn sixty_four_threads_see_whole_writes_through_truncates_and_write_backs() {
     let mut buf = vec![0u8; RANGE + 10];
     let n = f.read_at(&mut buf, 0).unwrap();
     assert_eq!(&buf[..n], &shared[..]);
+}
+
+#[test]
+fn stat_passes_a_write_back_stalled_in_a_device_write() {
+    let (dev, gate) = gated_image();
+    let fs = sixteen_blocks(&dev);
+    let sectors = |blocks: u64| blocks * BLOCK / 512;
+    assert_eq!(fs.metadata("/f").unwrap().blocks, sectors(16));
+    // An overwrite of a mapped block not cached (its mapping unknown to the cache) and
+    // a new block past the end: one more block once written back.
+    let f = OpenOptions::new().write(true).open(&fs, "/f").unwrap();
+    f.write_at(&[0xaa; BLOCK as usize], 7 * BLOCK).unwrap();
+    f.write_at(&[0xbb; BLOCK as usize], 16 * BLOCK).unwrap();
+    gate.arm(Hold::DataWrites);
+    let syncer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let f = OpenOptions::new().write(true).open(&fs, "/f").unwrap();
+            f.sync_all().unwrap();
+        })
+    };
+    gate.wait_held();
+    let (sent, stat) = std::sync::mpsc::channel();
+    let stater = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let meta = fs.metadata("/f").unwrap();
+            sent.send((meta.size, meta.blocks)).unwrap();
+        })
+    };
+    let seen = stat.recv_timeout(Duration::from_secs(10));
+    let held = !syncer.is_finished();
+    gate.open();
+    syncer.join().unwrap();
+    stater.join().unwrap();
+    let (size, blocks) = seen.expect("stat waited for the stalled write-back");
+    assert!(held, "the write-back was not stalled during the stat");
+    assert_eq!((size, blocks), (17 * BLOCK, sectors(17)));
+    assert_eq!(fs.metadata("/f").unwrap().blocks, sectors(17));
+    assert!(fs
+        .dirty_blocks(fs.resolve("/f", false).unwrap())
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn stat_counts_blocks_exactly_while_holes_are_written_back() {
+    // Whole-block writes into holes of a durable sparse file: pages whose mapping the
+    // cache does not know, each written back at once while two threads stat the file.
+    // A stat counts each such block once: as a dirty page over a hole, or mapped.
+    const HOLES: u64 = 2000;
+    let (dev, _gate) = gated_image();
+    let fs = mount(&dev);
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/f")
+        .unwrap();
+    f.set_len(HOLES * BLOCK).unwrap();
+    f.sync_all().unwrap();
+    let ino = fs.resolve("/f", false).unwrap();
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let staters: Vec<_> = (0..2)
+        .map(|_| {
+            let (fs, written, stop) = (fs.clone(), written.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut stats = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let before = written.load(Ordering::SeqCst);
+                    let blocks = fs.stat_ino(ino).unwrap().blocks / (BLOCK / 512);
+                    let after = written.load(Ordering::SeqCst);
+                    assert!(
+                        before <= blocks && blocks <= after + 1,
+                        "{blocks} blocks with {before}..={after} written"
+                    );
+                    stats += 1;
+                }
+                stats
+            })
+        })
+        .collect();
+    for b in 0..HOLES {
+        f.write_at(&[1; BLOCK as usize], b * BLOCK).unwrap();
+        written.store(b + 1, Ordering::SeqCst);
+        f.sync_all().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for s in staters {
+        assert!(s.join().unwrap() > 0);
+    }
+    assert_eq!(fs.metadata("/f").unwrap().blocks, HOLES * (BLOCK / 512));
 }

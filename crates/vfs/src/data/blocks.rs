@@ -1,0 +1,154 @@
+//! File blocks to and from the engine: whole blocks written or unmapped in one batch
+//! with the inode's record (its block count made exact by the engine,
+//! `Extra::Counted`), and blocks read from the device as pages.
+//!
+//! Invariants:
+//! - Every batch that maps or unmaps blocks of a file carries the file's record, with
+//!   the block count the batch leaves (docs/FORMAT.md §6.4).
+//! - A record written here is settled in the file's own lane first
+//!   ([`Core::record_in`]).
+
+use crate::error::VfsError;
+use crate::fs::{Core, BLOCK};
+use crate::pagecache::{zero_block, Block, PAGE};
+use crate::records::{self, Inode};
+use engine::log::keys::FileBlock;
+use engine::log::{Durability, Extra, WriteOptions};
+use format::InodeNo;
+use metadb::WriteBatch;
+
+impl Core {
+    /// Writes whole blocks `first..` of `ino` with `inode` (its new attributes) in the
+    /// same batch, its block count adjusted by the blocks the write newly maps.
+    pub(crate) fn write_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        first: FileBlock,
+        data: &[u8],
+    ) -> Result<(), VfsError> {
+        let count = (data.len() as u64) / BLOCK;
+        self.write_ranges(ino, inode, &[(first, count)], data, None)
+    }
+
+    /// [`Core::write_blocks`] for several ranges (ascending) in one batch.
+    /// `fsync`: the write is an fsync of these inodes' domains (`ino`'s included).
+    pub(super) fn write_ranges(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        ranges: &[(FileBlock, u64)],
+        data: &[u8],
+        fsync: Option<&[InodeNo]>,
+    ) -> Result<(), VfsError> {
+        self.record_in(ino, ino)?;
+        let counted = Counted::new(ino, inode);
+        let extra = Extra::Counted(&|delta| counted.batch(delta));
+        let opts = match fsync {
+            Some(also) => WriteOptions::fsync_also(extra, also),
+            None => WriteOptions::new(extra, Durability::Buffered),
+        };
+        self.engine.write(ino, ranges, data, opts)?;
+        *inode = counted.done();
+        Ok(())
+    }
+
+    /// Unmaps blocks `from..to` (to the end without `to`) of `ino` with `inode` in the
+    /// same batch, its block count adjusted.
+    pub(crate) fn punch_blocks(
+        &self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        from: FileBlock,
+        to: Option<FileBlock>,
+    ) -> Result<(), VfsError> {
+        self.record_in(ino, ino)?;
+        let counted = Counted::new(ino, inode);
+        let extra = Extra::Counted(&|delta| counted.batch(delta));
+        self.engine.punch(
+            ino,
+            from,
+            to,
+            WriteOptions::new(extra, Durability::Buffered),
+        )?;
+        *inode = counted.done();
+        Ok(())
+    }
+
+    /// Block `b` of `ino` for a partial write: its bytes (zeros past `size`, the file's
+    /// size) and whether it is mapped.
+    pub(super) fn load_block(
+        &self,
+        ino: InodeNo,
+        b: u64,
+        size: u64,
+    ) -> Result<(Vec<u8>, bool), VfsError> {
+        let mut block = vec![0u8; PAGE];
+        let mapped = self.engine.read(ino, FileBlock(b), &mut block)?[0];
+        let lo = b * BLOCK;
+        if size < lo + BLOCK {
+            block[size.saturating_sub(lo) as usize..].fill(0);
+        }
+        Ok((block, mapped))
+    }
+
+    /// Blocks `first..first + count` of `ino` read from the device as pages, each with
+    /// whether it is mapped (a hole is the shared zero block).
+    pub(crate) fn read_pages(
+        &self,
+        ino: InodeNo,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<(Block, bool)>, VfsError> {
+        let mut blocks: Vec<Option<(Block, bool)>> = vec![None; count as usize];
+        self.engine
+            .read_blocks(ino, FileBlock(first), count, |i, block| {
+                blocks[i as usize] = Some(match block {
+                    Some(block) => (Block::from(block), true),
+                    None => (zero_block(), false),
+                });
+            })?;
+        Ok(blocks
+            .into_iter()
+            .map(|b| b.expect("every block delivered"))
+            .collect())
+    }
+
+    /// Whether block `b` of `ino` is mapped on the device.
+    pub(super) fn is_mapped(&self, ino: InodeNo, b: u64) -> Result<bool, VfsError> {
+        Ok(self.engine.next_mapped(ino, FileBlock(b))? == Some(FileBlock(b)))
+    }
+}
+
+/// An inode record made for a batch once the engine knows how many blocks the batch maps
+/// or unmaps (`Extra::Counted`), and the inode as that batch wrote it.
+struct Counted {
+    ino: InodeNo,
+    inode: std::cell::Cell<Inode>,
+}
+
+impl Counted {
+    fn new(ino: InodeNo, inode: &Inode) -> Counted {
+        Counted {
+            ino,
+            inode: std::cell::Cell::new(*inode),
+        }
+    }
+
+    fn batch(&self, delta: i64) -> WriteBatch {
+        let mut inode = self.inode.get();
+        // Exact unless the record was corrupted (fsck's business): never below zero.
+        inode.blocks = inode.blocks.saturating_add_signed(delta);
+        self.inode.set(inode);
+        let mut batch = WriteBatch::new();
+        batch.put(
+            records::inode_key(self.ino).to_vec(),
+            inode.encode().to_vec(),
+        );
+        batch
+    }
+
+    fn done(self) -> Inode {
+        self.inode.into_inner()
+    }
+}

@@ -1,0 +1,279 @@
+//! Reads: a snapshot of the size and the cached blocks under the state lock, copies
+//! without any lock, device reads of misses, and read-ahead for sequential readers
+//! (docs/DESIGN.md §4c, "Page cache" and "Concurrency of a file's data").
+//!
+//! Invariants:
+//! - A read returns the file as it was at one moment: each write whole or not at all.
+//! - A fetch overtaken by an install or a clear is stale: its blocks are not cached
+//!   and the pass starts again; the last pass holds the state lock, so a reader
+//!   cannot starve.
+
+use crate::error::VfsError;
+use crate::fs::{FileSystem, BLOCK};
+use crate::handle::{live, Handle};
+use crate::pagecache::{Block, Pages};
+use crate::readahead::{Job, ReadAhead};
+use crate::records::Kind;
+use format::InodeNo;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A sequential reader's first read-ahead window, in blocks.
+const READAHEAD_START: u64 = 8;
+/// The most blocks one background read-ahead job reads (512 KiB).
+const READAHEAD_JOB_BLOCKS: u64 = 128;
+/// Lock-free read passes before a reader holds the state lock across its device reads
+/// (a pass is retried when a writer installed blocks it was fetching).
+const READ_PASSES: u32 = 3;
+
+impl FileSystem {
+    /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns the bytes read
+    /// (0 at or past the end). Holes read as zeros. Misses read the missing blocks and,
+    /// for a sequential reader, a read-ahead window that doubles up to the configured
+    /// limit. A read never waits for a writer's copying or device reads; it returns the
+    /// file as it was at one moment (each write whole or not at all).
+    pub fn read_at(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize, VfsError> {
+        let h = self.handle(ino)?;
+        self.read_data(&h, offset, buf)
+    }
+
+    pub(crate) fn read_data(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, VfsError> {
+        for pass in 1..=READ_PASSES {
+            if let Some(n) = self.read_pass(h, offset, buf, pass == READ_PASSES)? {
+                return Ok(n);
+            }
+        }
+        unreachable!("the last read pass holds the state lock and always completes")
+    }
+
+    /// One attempt of [`FileSystem::read_data`]: `None` if a writer installed blocks the
+    /// pass was reading from the device (unless `hold`: then the state lock is held
+    /// throughout, which keeps writers from installing).
+    fn read_pass(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        buf: &mut [u8],
+        hold: bool,
+    ) -> Result<Option<usize>, VfsError> {
+        let ino = h.ino;
+        let st = h.read();
+        let inode = live(&st, ino)?;
+        if inode.kind == Kind::Dir {
+            return Err(VfsError::IsDir(format!("inode {ino}")));
+        }
+        if offset >= inode.size || buf.is_empty() {
+            return Ok(Some(0));
+        }
+        let size = inode.size;
+        let end = size.min(offset + buf.len() as u64);
+        let first = offset / BLOCK;
+        let last = (end - 1) / BLOCK;
+        let eof_block = (size - 1) / BLOCK;
+        let cache = &self.core.cache;
+        // The snapshot: the size and the cached blocks under the state lock (writers
+        // install both under it).
+        let mut pages = h.pages();
+        let held = hold.then_some(st);
+        self.note_read(h, &mut pages, (first, last), eof_block);
+        // Blocks another read is fetching are waited for, not read twice. Without the
+        // state lock, the size may change meanwhile: then the pass starts again.
+        let mut got = loop {
+            let got = pages.cached(first, last - first + 1);
+            let in_flight = got
+                .iter()
+                .enumerate()
+                .any(|(i, g)| g.is_none() && pages.fetching(first + i as u64));
+            if !in_flight {
+                break got;
+            }
+            pages = h.fetched.wait(pages).expect("pages lock");
+            if held.is_none() {
+                return Ok(None);
+            }
+        };
+        let hits = got.iter().filter(|g| g.is_some()).count() as u64;
+        if let Some(miss) = got.iter().position(Option::is_none) {
+            let miss = first + miss as u64;
+            // Without background read-ahead the reader reads the window itself.
+            let mut fetch_end = last;
+            if self.readahead.is_none() && got.last().is_some_and(Option::is_none) {
+                let ahead_end = eof_block.min(last + pages.ra_window);
+                while fetch_end < ahead_end && pages.get(fetch_end + 1).is_none() {
+                    fetch_end += 1;
+                }
+            }
+            let fetch = pages.begin_fetch(miss, fetch_end);
+            drop(pages);
+            let fetched = self.fetch_runs(ino, &got, first, last, fetch_end);
+            pages = h.pages();
+            let current = pages.end_fetch(fetch);
+            h.fetched.notify_all();
+            let fetched = fetched?;
+            if !current && held.is_none() {
+                return Ok(None);
+            }
+            let mut missed = 0;
+            for (b, block, mapped) in fetched {
+                if b <= last {
+                    got[(b - first) as usize] = Some(block.clone());
+                    missed += 1;
+                }
+                if current {
+                    pages.insert_clean(b, block, Some(mapped));
+                }
+            }
+            cache.misses.fetch_add(missed, Ordering::Relaxed);
+            cache
+                .readahead
+                .fetch_add(fetch_end - last, Ordering::Relaxed);
+        }
+        drop(pages);
+        cache.hits.fetch_add(hits, Ordering::Relaxed);
+        copy_out(&got, first, (offset, end), buf);
+        drop(held);
+        self.keep_budget(h, last);
+        Ok(Some((end - offset) as usize))
+    }
+
+    /// Notes a read of blocks `first..=last` in `h`'s read-ahead state (`pages`): a
+    /// sequential reader's window doubles (at least twice the read), and the
+    /// background read-ahead is asked for the blocks after it; any other read closes
+    /// the window.
+    fn note_read(
+        &self,
+        h: &Arc<Handle>,
+        pages: &mut Pages,
+        (first, last): (u64, u64),
+        eof_block: u64,
+    ) {
+        let cache = &self.core.cache;
+        let sequential = first == pages.ra_next;
+        pages.ra_next = last + 1;
+        if sequential {
+            // Twice the read, at least, and doubling while the reader goes on.
+            let max = (cache.config.readahead_max / BLOCK).max(1);
+            pages.ra_window = (pages.ra_window * 2)
+                .max(2 * (last - first + 1))
+                .clamp(READAHEAD_START, max);
+        } else {
+            pages.ra_window = 0;
+        }
+        if let (true, Some(ra)) = (sequential, &self.readahead) {
+            read_ahead(ra, h, pages, (last, eof_block), cache.max_pages());
+        }
+    }
+
+    /// Reads from the device the runs of blocks `first..=last` missing in `got`, the
+    /// last run extended to `fetch_end` (read-ahead): each block with whether it is
+    /// mapped. A failure in the read-ahead alone fails nothing (it is a guess).
+    fn fetch_runs(
+        &self,
+        ino: InodeNo,
+        got: &[Option<Block>],
+        first: u64,
+        last: u64,
+        fetch_end: u64,
+    ) -> Result<Vec<(u64, Block, bool)>, VfsError> {
+        let mut out = Vec::new();
+        let mut b = first;
+        while b <= last {
+            if got[(b - first) as usize].is_some() {
+                b += 1;
+                continue;
+            }
+            let mut run_end = b;
+            while run_end < last && got[(run_end + 1 - first) as usize].is_none() {
+                run_end += 1;
+            }
+            let to = if run_end == last { fetch_end } else { run_end };
+            let blocks = match self.core.read_pages(ino, b, to - b + 1) {
+                Ok(blocks) => blocks,
+                // The read-ahead part may have failed: read the wanted blocks alone.
+                Err(_) if to > run_end => self.core.read_pages(ino, b, run_end - b + 1)?,
+                Err(e) => return Err(e),
+            };
+            for (i, (block, mapped)) in blocks.into_iter().enumerate() {
+                out.push((b + i as u64, block, mapped));
+            }
+            b = run_end + 1;
+        }
+        Ok(out)
+    }
+}
+
+/// Asks the background read-ahead for the blocks up to two windows after block `last`
+/// (within the file's `eof_block`) once less than one window is asked for already, in
+/// jobs of at most [`READAHEAD_JOB_BLOCKS`] blocks not cached now (so that the workers
+/// read several at once and the first blocks are cached before the last arrive).
+fn read_ahead(
+    ra: &Arc<ReadAhead>,
+    h: &Arc<Handle>,
+    pages: &mut Pages,
+    (last, eof_block): (u64, u64),
+    cache_pages: u64,
+) {
+    let next = last + 1;
+    // Two windows ahead take at most a quarter of the cache (else they evict each other).
+    let window = pages.ra_window.min(cache_pages / 8);
+    if next > eof_block || window == 0 {
+        return;
+    }
+    let mut start = pages.ra_async_end;
+    if start < next || start > next + 2 * window {
+        start = next;
+    }
+    if start - next >= window {
+        return;
+    }
+    let end = (next + 2 * window).min(eof_block + 1);
+    pages.ra_async_end = end;
+    while start < end {
+        // Only blocks missing now: a cached block could be written back and evicted
+        // while the job reads, and the job would then cache what it read before that.
+        // (A block missing now changes on the device only after an install, which makes
+        // the job stale.)
+        if pages.get(start).is_some() {
+            start += 1;
+            continue;
+        }
+        let mut count = 1;
+        while count < READAHEAD_JOB_BLOCKS
+            && start + count < end
+            && pages.get(start + count).is_none()
+        {
+            count += 1;
+        }
+        let fetch = pages.begin_fetch(start, start + count - 1);
+        let job = Job {
+            h: h.clone(),
+            first: start,
+            count,
+            fetch,
+        };
+        if let Err(job) = ra.submit(job) {
+            pages.end_fetch(job.fetch);
+            h.fetched.notify_all();
+            return;
+        }
+        start += count;
+    }
+}
+
+/// Copies bytes `offset..end` of the file into `buf` from `got`, its blocks from
+/// `first` on.
+fn copy_out(got: &[Option<Block>], first: u64, (offset, end): (u64, u64), buf: &mut [u8]) {
+    for (i, block) in got.iter().enumerate() {
+        let block = block.as_ref().expect("every block read");
+        let (lo, hi) = ((first + i as u64) * BLOCK, (first + i as u64 + 1) * BLOCK);
+        let from = offset.max(lo);
+        let to = end.min(hi);
+        buf[(from - offset) as usize..(to - offset) as usize]
+            .copy_from_slice(&block[(from - lo) as usize..(to - lo) as usize]);
+    }
+}
