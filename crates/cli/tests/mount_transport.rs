@@ -100,6 +100,14 @@ fn each_transport_serves_the_same_work() {
             text.contains(&format!("serving FUSE requests over {transport}\n")),
             "enable_uring {on}, -o {opts}: {text}"
         );
+        // Asked for the ring while the kernel's switch is off: the log says how to turn
+        // it on; not when the ring serves or `nouring` declined it.
+        let hint = text.contains("FUSE over io_uring is off in this kernel");
+        assert_eq!(
+            hint,
+            !on && opts == "uring",
+            "enable_uring {on}, -o {opts}: {text}"
+        );
         fx.fsck_clean();
         // What one transport wrote, the other reads.
         fx.mount();

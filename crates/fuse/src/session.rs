@@ -185,6 +185,9 @@ impl Session {
             fs: self.fs.clone(),
         };
         if self.negotiated.flags & init::OVER_IO_URING == 0 {
+            if self.opts.uring {
+                say_why_no_ring();
+            }
             return (running, false);
         }
         let queues = match crate::uring::queue_count() {
@@ -574,6 +577,20 @@ impl Deferred {
             DeferredTo::Channel(ch) => send(ch, bytes),
             DeferredTo::Ring(mailbox, entry) => mailbox.post(*entry, bytes),
         }
+    }
+}
+
+/// Where Linux turns FUSE over io_uring on and off (compiled in, off by default).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The kernel did not offer FUSE over io_uring: when that is its switch being off (the
+/// default), says how to turn it on, since the ring is the faster transport.
+fn say_why_no_ring() {
+    if std::fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "N") {
+        eprintln!(
+            "augefs: FUSE over io_uring is off in this kernel ({ENABLE_URING} is N); \
+             as root, `echo Y > {ENABLE_URING}` before mounting serves requests faster"
+        );
     }
 }
 
