@@ -65,6 +65,15 @@ fn mkfs_then_inspect_text_and_json() {
     assert!(text.contains("format version    1"), "{text}");
     assert!(text.contains("mode              ssd"), "{text}");
     assert!(text.contains("current: slot 0"), "{text}");
+    // Domains in order are summed up in one line; -v lists each.
+    assert!(
+        text.contains("domains    4 in order: a valid current slot each (sequence 1;"),
+        "{text}"
+    );
+    assert!(!text.contains("domain 3 "), "{text}");
+    let verbose = stdout(&ok(augefs(&["inspect", "-v", s(&image)])));
+    assert!(verbose.contains("domain 3 "), "{verbose}");
+    assert!(!verbose.contains("in order"), "{verbose}");
     let json: serde_json::Value =
         serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(&image), "--json"]))))
             .expect("json");

@@ -1,8 +1,9 @@
 //! `augefs inspect IMAGE [--pmr FILE] [--json]`.
 
 use device::{BackendChoice, LockMode, OpenOptions};
-use engine::image::SlotState;
+use engine::image::{OwnerCheckpoint, SlotState};
 use engine::inspect::InspectReport;
+use format::geometry::CheckpointOwner;
 use platform::units::human;
 use platform::units::utc;
 use std::path::PathBuf;
@@ -38,6 +39,10 @@ pub struct Args {
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
+    /// Every domain's checkpoint slots, a line each (otherwise one line sums up the
+    /// domains whose checkpoints are in order, and only the others are listed).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -147,19 +152,42 @@ fn print_text(args: &Args, r: &InspectReport) {
         );
     }
     println!("checkpoints");
-    for cp in &r.checkpoints {
+    print_checkpoints(&r.checkpoints, args.verbose);
+}
+
+/// One line per checkpoint owner with `verbose`; otherwise the global owner and any
+/// domain whose slots are not in order (no valid slot, or an invalid one) a line each,
+/// and one line for the rest of the domains.
+fn print_checkpoints(checkpoints: &[OwnerCheckpoint], verbose: bool) {
+    let slot = |s: &SlotState| match s {
+        SlotState::Empty => "empty".to_string(),
+        SlotState::Valid {
+            sequence,
+            payload_bytes,
+        } => format!("sequence {sequence} ({payload_bytes} B)"),
+        SlotState::Invalid { reason } => format!("INVALID: {reason}"),
+    };
+    let in_order = |cp: &OwnerCheckpoint| {
+        cp.current_slot.is_some()
+            && !cp
+                .slots
+                .iter()
+                .any(|s| matches!(s, SlotState::Invalid { .. }))
+    };
+    let mut summed: Vec<u64> = Vec::new();
+    for cp in checkpoints {
         let owner = match cp.owner {
-            format::geometry::CheckpointOwner::Global => "global".to_string(),
-            format::geometry::CheckpointOwner::Domain(d) => format!("domain {d}"),
+            CheckpointOwner::Global => "global".to_string(),
+            CheckpointOwner::Domain(d) => format!("domain {d}"),
         };
-        let slot = |s: &SlotState| match s {
-            SlotState::Empty => "empty".to_string(),
-            SlotState::Valid {
-                sequence,
-                payload_bytes,
-            } => format!("sequence {sequence} ({payload_bytes} B)"),
-            SlotState::Invalid { reason } => format!("INVALID: {reason}"),
-        };
+        let domain = matches!(cp.owner, CheckpointOwner::Domain(_));
+        if domain && !verbose && in_order(cp) {
+            let current = cp.current_slot.and_then(|s| cp.slots.get(s as usize));
+            if let Some(SlotState::Valid { sequence, .. }) = current {
+                summed.push(*sequence);
+            }
+            continue;
+        }
         let current = match cp.current_slot {
             Some(s) => format!("current: slot {s}"),
             None => "NO VALID CHECKPOINT".to_string(),
@@ -168,6 +196,17 @@ fn print_text(args: &Args, r: &InspectReport) {
             "  {owner:<10} slot 0 {:<24} slot 1 {:<24} {current}",
             slot(&cp.slots[0]),
             slot(&cp.slots[1])
+        );
+    }
+    if let (Some(lo), Some(hi)) = (summed.iter().min(), summed.iter().max()) {
+        let sequences = if lo == hi {
+            format!("sequence {lo}")
+        } else {
+            format!("sequences {lo}-{hi}")
+        };
+        println!(
+            "  domains    {} in order: a valid current slot each ({sequences}; -v lists them)",
+            summed.len()
         );
     }
 }
