@@ -468,6 +468,16 @@ fn commands_right_after_umount_wait_for_the_finishing_daemon() {
         err.contains(&format!("mounted at {}", fx.mnt.display())),
         "{err}"
     );
+    // inspect reads a mounted image (its last checkpoints, unlocked) and says so.
+    let out = augefs(&["inspect".as_ref(), fx.image.as_os_str()]);
+    check("augefs inspect of a mounted image", &out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("mounted at {}", fx.mnt.display()))
+            && err.contains("last checkpoints"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checkpoints\n"));
     for round in 0..3 {
         // 48 MiB of buffered writes: the daemon's unmount writes them back.
         sh(

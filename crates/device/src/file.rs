@@ -48,6 +48,9 @@ pub enum LockMode {
     Exclusive,
     /// Other shared opens may coexist (inspect, read-only fsck).
     Shared,
+    /// No lock at all, beside any holder: only read-only, for reading what a mounted
+    /// image has made durable (inspect of a mounted image, as dumpe2fs reads one).
+    Unlocked,
 }
 
 /// How to open a device.
@@ -123,6 +126,10 @@ fn open_locked(path: &Path, opts: &OpenOptions) -> Result<(File, std::fs::Metada
     if !kind.is_file() && !is_block_device {
         return Err(not_a_device());
     }
+    assert!(
+        opts.lock != LockMode::Unlocked || opts.read_only,
+        "an unlocked open is read-only"
+    );
     let exclusive = opts.lock == LockMode::Exclusive;
     let mut flags = libc::O_DIRECT;
     if is_block_device && exclusive {
@@ -186,6 +193,7 @@ fn lock(file: &File, mode: LockMode) -> io::Result<()> {
     let operation = match mode {
         LockMode::Exclusive => libc::LOCK_EX,
         LockMode::Shared => libc::LOCK_SH,
+        LockMode::Unlocked => return Ok(()),
     } | libc::LOCK_NB;
     loop {
         // SAFETY: flock takes only integers.

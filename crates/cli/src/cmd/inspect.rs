@@ -55,13 +55,30 @@ pub fn run(args: Args) -> Result<(), String> {
         lock: LockMode::Shared,
         ..OpenOptions::default()
     };
-    let dev = device::holder::open_waiting(
+    let dev = match device::holder::open_waiting(
         &args.image,
         &opts,
         crate::ui::HOLDER_WAIT,
         &mut crate::ui::say_waiting(&args.image),
-    )
-    .map_err(|e| e.to_string())?;
+    ) {
+        // Mounted (or attached): what it has made durable is read without a lock, as
+        // dumpe2fs reads a mounted ext4, and the reader is told how old it may be.
+        Err(device::DeviceError::InUse {
+            holder: Some(h), ..
+        }) if h.serving => {
+            eprintln!(
+                "augefs: {} is {h}: showing its last checkpoints, which may lag what it \
+                 holds now",
+                args.image.display()
+            );
+            let unlocked = OpenOptions {
+                lock: LockMode::Unlocked,
+                ..opts
+            };
+            device::open(&args.image, &unlocked).map_err(|e| e.to_string())?
+        }
+        other => other.map_err(|e| e.to_string())?,
+    };
     let pmr = match &args.pmr {
         Some(p) => Some(pmr::Pmr::open(p, pmr::PmrOptions::default()).map_err(|e| e.to_string())?),
         None => None,
