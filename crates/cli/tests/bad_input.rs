@@ -22,6 +22,23 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// A fresh 64 MiB image at `image`.
+fn mkfs_64m(image: &Path) {
+    let o = augefs(&[
+        OsStr::new("mkfs"),
+        image.as_os_str(),
+        OsStr::new("--size"),
+        OsStr::new("64M"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Cuts or grows the image file to `len` bytes.
+fn set_len(image: &Path, len: u64) {
+    let file = std::fs::OpenOptions::new().write(true).open(image).unwrap();
+    file.set_len(len).unwrap();
+}
+
 /// A 256 MiB image with a file in it (so recovery has a WAL to replay), cut to half.
 fn truncated_image(path: &Path) {
     let o = augefs(&[
@@ -48,8 +65,7 @@ fn truncated_image(path: &Path) {
     f.write_at(&[7u8; 100_000], 0).unwrap();
     drop(f);
     std::sync::Arc::try_unwrap(fs).unwrap().unmount().unwrap();
-    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    file.set_len(CUT_BYTES).unwrap();
+    set_len(path, CUT_BYTES);
 }
 
 /// The refusal every command must print: the reason and both sizes, and no panic.
@@ -149,18 +165,8 @@ fn a_truncated_image_is_refused_by_every_command() {
 fn an_image_cut_inside_its_superblocks_is_recognised() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let image = dir.path().join("img");
-    let o = augefs(&[
-        OsStr::new("mkfs"),
-        image.as_os_str(),
-        OsStr::new("--size"),
-        OsStr::new("64M"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&image)
-        .unwrap();
-    file.set_len(4608).unwrap();
+    mkfs_64m(&image);
+    set_len(&image, 4608);
     let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(8), "{}", text(&o));
@@ -178,18 +184,8 @@ fn an_image_cut_inside_its_superblocks_is_recognised() {
 fn a_grown_image_still_opens() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let image = dir.path().join("img");
-    let o = augefs(&[
-        OsStr::new("mkfs"),
-        image.as_os_str(),
-        OsStr::new("--size"),
-        OsStr::new("64M"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&image)
-        .unwrap();
-    file.set_len(80 << 20).unwrap();
+    mkfs_64m(&image);
+    set_len(&image, 80 << 20);
     let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = augefs(&[OsStr::new("inspect"), image.as_os_str()]);
@@ -202,13 +198,7 @@ fn a_grown_image_still_opens() {
 fn a_closed_pipe_ends_the_command_quietly() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let image = dir.path().join("img");
-    let o = augefs(&[
-        OsStr::new("mkfs"),
-        image.as_os_str(),
-        OsStr::new("--size"),
-        OsStr::new("64M"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    mkfs_64m(&image);
     for args in [
         &["inspect"][..],
         &["inspect", "--json"],

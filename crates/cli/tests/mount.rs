@@ -14,19 +14,6 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-/// Deterministic bytes (xorshift64*).
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
-}
-
 /// A tree of files of many sizes (holes and block edges included), nested directories,
 /// symlinks (relative, absolute, dangling, to a directory), hard links and odd modes.
 fn make_tree(root: &Path) {

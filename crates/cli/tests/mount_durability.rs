@@ -14,19 +14,6 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Deterministic bytes (xorshift64*).
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
-}
-
 /// 200 small files in `d/` and three large buffered writes (several MiB each) at the top.
 fn write_workload(mnt: &Path) {
     fs::create_dir(mnt.join("d")).expect("mkdir");
