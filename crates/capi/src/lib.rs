@@ -24,6 +24,8 @@ use std::path::Path;
 #[derive(Debug)]
 pub struct Augefs {
     posix: Posix,
+    /// The file system the posix layer runs on (unmounted by `augefs_unmount`).
+    fs: std::sync::Arc<vfs::FileSystem>,
 }
 
 fn neg(r: posix::Result<i64>) -> i64 {
@@ -61,7 +63,8 @@ pub unsafe extern "C" fn augefs_mount(
         Ok(fs) => {
             let pid = std::process::id() as i32;
             Box::into_raw(Box::new(Augefs {
-                posix: Posix::new(fs, vfs::Creds::of_process(), pid),
+                posix: Posix::new(fs.clone(), vfs::Creds::of_process(), pid),
+                fs,
             }))
         }
         Err(e) => {
@@ -89,8 +92,8 @@ pub unsafe extern "C" fn augefs_unmount(h: *mut Augefs) -> c_int {
     for (fd, _, _) in b.posix.descriptors() {
         let _ = b.posix.close(fd);
     }
-    let fs = b.posix.fs().clone();
-    drop(b);
+    let Augefs { posix, fs } = *b;
+    drop(posix);
     match std::sync::Arc::into_inner(fs) {
         Some(fs) => unit(fs.unmount().map_err(posix::Errno::from)),
         None => -libc::EBUSY,

@@ -4,21 +4,23 @@
 //! - A [`Description`] is shared by every descriptor `dup`, `dup2`, `dup3` and
 //!   `F_DUPFD` made from it: one offset, one set of status flags, one flock/OFD lock
 //!   owner. Close-on-exec belongs to the descriptor (the table entry).
-//! - A description holds one vfs open reference ([`vfs::OpenInode`]) from open until
-//!   its last descriptor goes, so an unlinked open file keeps its data until then.
+//! - A description holds one open reference ([`crate::backend::OpenFile`]) from open
+//!   until its last descriptor goes, so an unlinked open file keeps its data until
+//!   then; its flock and OFD locks go with that reference.
 //! - The offset is read and moved under one mutex per description, so reads and writes
 //!   through shared descriptors never use the same offset twice; positioned calls
 //!   (`pread`, `pwrite`) never take it.
 //! - The table's membership bitmap ([`Table::contains`]) agrees with its slots whenever
 //!   its lock is free: both change under the write lock.
 
+use crate::backend::{Backend, Found, OpenFile};
 use crate::dir::DirStream;
 use crate::{err, Result};
 use format::InodeNo;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use vfs::locks::LockOwner;
-use vfs::{FileSystem, Kind, OpenInode};
+use vfs::Kind;
 
 /// Status flags `F_SETFL` may change (Linux: O_APPEND, O_NONBLOCK, O_ASYNC, O_DIRECT,
 /// O_NOATIME); the others are fixed at open.
@@ -28,9 +30,9 @@ pub const SETFL_MASK: i32 =
 /// One open file description.
 #[derive(Debug)]
 pub struct Description {
-    fs: Arc<FileSystem>,
+    fs: Arc<dyn Backend>,
     /// None for O_PATH descriptions (no open reference is held).
-    open: Mutex<Option<OpenInode>>,
+    file: Option<OpenFile>,
     ino: InodeNo,
     kind: Kind,
     /// The open flags as F_GETFL reports them (access mode and status flags).
@@ -45,23 +47,22 @@ pub struct Description {
 }
 
 impl Description {
+    /// The description of what [`Backend::open`] found (it holds the open reference).
     pub(crate) fn new(
-        fs: Arc<FileSystem>,
-        ino: InodeNo,
-        kind: Kind,
+        fs: Arc<dyn Backend>,
+        found: Found,
         flags: i32,
         path: String,
-    ) -> Result<Arc<Description>> {
-        let open = if flags & libc::O_PATH != 0 {
-            None
-        } else {
-            Some(fs.open_ino(ino)?)
-        };
-        Ok(Arc::new(Description {
+    ) -> Arc<Description> {
+        let owner = found
+            .file
+            .as_ref()
+            .map_or_else(LockOwner::new_description, |f| f.owner);
+        Arc::new(Description {
             fs,
-            open: Mutex::new(open),
-            ino,
-            kind,
+            file: found.file,
+            ino: found.ino,
+            kind: found.kind,
             flags: AtomicI32::new(
                 flags
                     & !(libc::O_CLOEXEC
@@ -72,17 +73,22 @@ impl Description {
             ),
             offset: Mutex::new(0),
             path,
-            owner: LockOwner::new_description(),
+            owner,
             dir: Mutex::new(DirStream::default()),
-        }))
+        })
     }
 
     pub fn ino(&self) -> InodeNo {
         self.ino
     }
 
-    pub fn fs(&self) -> &Arc<FileSystem> {
+    pub fn fs(&self) -> &Arc<dyn Backend> {
         &self.fs
+    }
+
+    /// The open file (EBADF for an O_PATH description).
+    pub fn file(&self) -> Result<&OpenFile> {
+        self.file.as_ref().ok_or(err(libc::EBADF))
     }
 
     pub fn kind(&self) -> Kind {
@@ -139,12 +145,11 @@ impl Description {
 
 impl Drop for Description {
     fn drop(&mut self) {
-        self.fs.flocks().release(self.ino, self.owner);
-        self.fs.record_locks().release(self.ino, self.owner);
-        if let Some(open) = self.open.get_mut().expect("open lock").take() {
-            // A failure (the file system turned read-only) leaves an orphan record the
-            // next mount frees; there is no caller left to tell.
-            let _ = self.fs.close_ino(open);
+        if let Some(file) = self.file.take() {
+            // Its locks go with it. A failure (the file system turned read-only)
+            // leaves an orphan record the next mount frees; there is no caller left to
+            // tell.
+            let _ = self.fs.close(file);
         }
     }
 }

@@ -85,7 +85,7 @@ impl Posix {
                     dtype: libc::DT_DIR,
                     name: b".".to_vec(),
                 });
-                let parent = self.fs.lookup_ino(&self.creds(), ino, b"..")?;
+                let parent = self.fs.lookup(&self.creds(), ino, b"..")?;
                 s.queued.push_back(Dirent {
                     ino: parent.0,
                     off: 2,

@@ -14,7 +14,7 @@
 use crate::desc::Description;
 use crate::{err, Posix, Result};
 use std::sync::Arc;
-use vfs::{Fallocate, Kind};
+use vfs::Kind;
 
 /// Largest offset a file may reach (Linux's MAX_LFS_FILESIZE is larger; the vfs's
 /// EFBIG limit applies first).
@@ -47,7 +47,7 @@ impl Posix {
     /// `read` on a description held outside the table (the interposer's pumps).
     pub fn read_from(&self, d: &Description, buf: &mut [u8]) -> Result<usize> {
         let mut off = d.offset();
-        let n = self.fs.read_at(d.ino(), *off, buf)?;
+        let n = self.fs.read(d.file()?, *off, buf)?;
         *off += n as u64;
         Ok(n)
     }
@@ -55,7 +55,7 @@ impl Posix {
     pub fn pread(&self, fd: i32, buf: &mut [u8], offset: i64) -> Result<usize> {
         let d = self.readable(fd)?;
         let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-        Ok(self.fs.read_at(d.ino(), offset, buf)?)
+        self.fs.read(d.file()?, offset, buf)
     }
 
     /// Writes at the offset (or the end, with O_APPEND) and moves it past the data.
@@ -67,12 +67,12 @@ impl Posix {
     pub fn write_to(&self, d: &Description, buf: &[u8]) -> Result<usize> {
         let mut off = d.offset();
         if d.flags() & libc::O_APPEND != 0 {
-            let (at, n) = self.fs.append_ino(d.ino(), buf)?;
+            let (at, n) = self.fs.append(d.file()?, buf)?;
             *off = at + n as u64;
             drop(off);
             return self.synced(d, n);
         }
-        let n = self.fs.write_at(d.ino(), *off, buf)?;
+        let n = self.fs.write(d.file()?, *off, buf)?;
         *off += n as u64;
         drop(off);
         self.synced(d, n)
@@ -83,9 +83,9 @@ impl Posix {
         let d = self.writable(fd)?;
         let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
         let n = if d.flags() & libc::O_APPEND != 0 {
-            self.fs.append_ino(d.ino(), buf)?.1
+            self.fs.append(d.file()?, buf)?.1
         } else {
-            self.fs.write_at(d.ino(), offset, buf)?
+            self.fs.write(d.file()?, offset, buf)?
         };
         self.synced(&d, n)
     }
@@ -97,7 +97,7 @@ impl Posix {
         if flags & libc::O_DSYNC != 0 {
             // O_SYNC is O_DSYNC plus a bit of its own.
             let data_only = flags & libc::O_SYNC != libc::O_SYNC;
-            self.fs.fsync_ino(d.ino(), data_only)?;
+            self.fs.fsync(d.file()?, data_only)?;
         }
         Ok(n)
     }
@@ -167,22 +167,22 @@ impl Posix {
         let append = flags & libc::RWF_APPEND != 0
             || (d.flags() & libc::O_APPEND != 0 && flags & libc::RWF_NOAPPEND == 0);
         let n = if append {
-            let (at, n) = self.fs.append_ino(d.ino(), &data)?;
+            let (at, n) = self.fs.append(d.file()?, &data)?;
             if offset == -1 {
                 *d.offset() = at + n as u64;
             }
             n
         } else if offset == -1 {
             let mut off = d.offset();
-            let n = self.fs.write_at(d.ino(), *off, &data)?;
+            let n = self.fs.write(d.file()?, *off, &data)?;
             *off += n as u64;
             n
         } else {
             let at = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-            self.fs.write_at(d.ino(), at, &data)?
+            self.fs.write(d.file()?, at, &data)?
         };
         if flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
-            self.fs.fsync_ino(d.ino(), flags & libc::RWF_SYNC == 0)?;
+            self.fs.fsync(d.file()?, flags & libc::RWF_SYNC == 0)?;
         }
         Ok(n)
     }
@@ -195,7 +195,7 @@ impl Posix {
             return Err(err(libc::EBADF));
         }
         let mut off = d.offset();
-        let size = || -> Result<u64> { Ok(self.fs.stat_ino(d.ino())?.size) };
+        let size = || -> Result<u64> { Ok(self.fs.stat(d.ino())?.size) };
         let base = match whence {
             libc::SEEK_SET => 0,
             libc::SEEK_CUR => *off,
@@ -203,9 +203,9 @@ impl Posix {
             libc::SEEK_DATA | libc::SEEK_HOLE => {
                 let from = u64::try_from(offset).map_err(|_| err(libc::ENXIO))?;
                 let to = if whence == libc::SEEK_DATA {
-                    self.fs.seek_data(d.ino(), from)?
+                    self.fs.seek_data(d.file()?, from)?
                 } else {
-                    self.fs.seek_hole(d.ino(), from)?
+                    self.fs.seek_hole(d.file()?, from)?
                 };
                 *off = to;
                 return Ok(to as i64);
@@ -229,7 +229,7 @@ impl Posix {
         if d.is_path_only() {
             return Err(err(libc::EBADF));
         }
-        Ok(self.fs.fsync_ino(d.ino(), data_only)?)
+        self.fs.fsync(d.file()?, data_only)
     }
 
     pub fn ftruncate(&self, fd: i32, size: i64) -> Result<()> {
@@ -241,7 +241,7 @@ impl Posix {
         if d.kind() != Kind::File {
             return Err(err(libc::EINVAL));
         }
-        Ok(self.fs.truncate(d.ino(), size)?)
+        self.fs.truncate(d.file()?, size)
     }
 
     /// `fallocate(2)` with Linux's mode bits.
@@ -253,8 +253,8 @@ impl Posix {
         if d.kind() != Kind::File {
             return Err(err(libc::ENODEV));
         }
-        let op = Fallocate::from_mode(mode)?;
-        Ok(self.fs.fallocate(d.ino(), op, offset as u64, len as u64)?)
+        self.fs
+            .fallocate(d.file()?, mode, offset as u64, len as u64)
     }
 }
 

@@ -2,6 +2,8 @@
 //! augefs through file descriptors, with no C symbols, so the LD_PRELOAD interposer
 //! (`crates/preload`) and the C ABI (`crates/capi`) are thin converters over it.
 //!
+//! - [`backend`]: what this layer needs of a file system: a vfs in this process, or an
+//!   instance this process is attached to.
 //! - [`desc`]: open file descriptions (shared by `dup`: one offset, status flags, lock
 //!   owner) and the descriptor table (per-descriptor close-on-exec).
 //! - [`open`]: `open`/`openat` flags.
@@ -26,6 +28,7 @@
 // Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod backend;
 pub mod desc;
 pub mod dir;
 pub mod io;
@@ -35,10 +38,11 @@ pub mod names;
 pub mod open;
 pub mod stat;
 
+use backend::Backend;
 use desc::{Description, Table};
 use format::InodeNo;
 use std::sync::{Arc, Mutex};
-use vfs::{Creds, FileSystem, VfsError};
+use vfs::{Creds, VfsError};
 
 /// An errno (positive), as POSIX calls report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +83,7 @@ pub struct Cwd {
 /// identity.
 #[derive(Debug)]
 pub struct Posix {
-    fs: Arc<FileSystem>,
+    fs: Arc<dyn Backend>,
     /// Who the process is (its file-system uid and gid, its groups): replaced when it
     /// changes them (`set_creds`), read by every name call without a lock.
     creds: arc_swap::ArcSwap<Creds>,
@@ -90,7 +94,7 @@ pub struct Posix {
 
 impl Posix {
     /// A process acting as `creds` over `fs`, its working directory the root.
-    pub fn new(fs: Arc<FileSystem>, creds: Creds, pid: i32) -> Posix {
+    pub fn new(fs: Arc<dyn Backend>, creds: Creds, pid: i32) -> Posix {
         fs.set_creds(creds.clone());
         Posix {
             fs,
@@ -104,7 +108,7 @@ impl Posix {
         }
     }
 
-    pub fn fs(&self) -> &Arc<FileSystem> {
+    pub fn fs(&self) -> &Arc<dyn Backend> {
         &self.fs
     }
 
@@ -150,9 +154,11 @@ impl Posix {
     /// process's record locks on its inode go (POSIX: any close drops them).
     pub fn close(&self, fd: i32) -> Result<()> {
         let desc = self.table.remove(fd)?;
-        self.fs
-            .record_locks()
-            .release(desc.ino(), vfs::locks::LockOwner::Process(self.pid));
+        self.fs.lock_release(
+            desc.ino(),
+            backend::LockSpace::Record,
+            vfs::locks::LockOwner::Process(self.pid),
+        );
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! the file by the process drops it (`Posix::close`); an OFD lock (F_OFD_SETLK) and a
 //! flock belong to the open file description and go with its last descriptor.
 
+use crate::backend::LockSpace;
 use crate::{err, Posix, Result};
 use vfs::locks::{range, LockKind, LockOwner};
 
@@ -34,7 +35,7 @@ impl Posix {
         let base = match i32::from(whence) {
             libc::SEEK_SET => 0,
             libc::SEEK_CUR => *d.offset() as i64,
-            libc::SEEK_END => self.fs.stat_ino(d.ino())?.size as i64,
+            libc::SEEK_END => self.fs.stat(d.ino())?.size as i64,
             _ => return Err(err(libc::EINVAL)),
         };
         base.checked_add(start)
@@ -74,10 +75,15 @@ impl Posix {
             _ => {}
         }
         let (owner, pid) = self.owner(fd, ofd)?;
-        Ok(self
-            .fs
-            .record_locks()
-            .set(d.ino(), Self::span(l)?, kind, owner, pid, wait)?)
+        self.fs.lock_set(
+            d.file()?,
+            LockSpace::Record,
+            Self::span(l)?,
+            kind,
+            owner,
+            pid,
+            wait,
+        )
     }
 
     /// F_GETLK: the first lock that would block `l`, or `l` with F_UNLCK.
@@ -85,10 +91,9 @@ impl Posix {
         let d = self.get(fd)?;
         let kind = kind_of(l.kind)?.ok_or(err(libc::EINVAL))?;
         let (owner, _) = self.owner(fd, ofd)?;
-        let found = self
-            .fs
-            .record_locks()
-            .conflicting(d.ino(), Self::span(l)?, kind, owner);
+        let found =
+            self.fs
+                .lock_conflicting(d.file()?, LockSpace::Record, Self::span(l)?, kind, owner)?;
         Ok(match found {
             None => Flock {
                 kind: libc::F_UNLCK as i16,
@@ -117,15 +122,22 @@ impl Posix {
             libc::LOCK_UN => None,
             _ => return Err(err(libc::EINVAL)),
         };
-        let table = self.fs.flocks();
+        let f = d.file()?;
         let whole = (0, None);
+        let set = |kind, wait| {
+            self.fs
+                .lock_set(f, LockSpace::Flock, whole, kind, d.owner(), self.pid, wait)
+        };
+        // A conversion (shared to exclusive or back) that must wait lets go first, as
+        // Linux's flock does.
         let free = kind.is_some()
-            && table
-                .conflicting(d.ino(), whole, LockKind::Write, d.owner())
+            && self
+                .fs
+                .lock_conflicting(f, LockSpace::Flock, whole, LockKind::Write, d.owner())?
                 .is_none();
         if !free {
-            table.set(d.ino(), whole, None, d.owner(), self.pid, false)?;
+            set(None, false)?;
         }
-        Ok(table.set(d.ino(), whole, kind, d.owner(), self.pid, wait)?)
+        set(kind, wait)
     }
 }

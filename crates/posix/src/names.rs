@@ -32,7 +32,7 @@ impl Posix {
             };
         }
         let (start, _) = self.start(at, path)?;
-        Ok(self.fs.resolve_at(&self.creds(), start, path, follow)?)
+        self.fs.resolve(&self.creds(), start, path, follow)
     }
 
     fn parent(&self, at: At, path: &[u8]) -> Result<(InodeNo, Vec<u8>)> {
@@ -40,17 +40,16 @@ impl Posix {
             return Err(err(libc::ENOENT));
         }
         let (start, _) = self.start(at, path)?;
-        let (dir, name) = self.fs.resolve_parent_at(&self.creds(), start, path)?;
-        Ok((dir, name.to_vec()))
+        self.fs.resolve_parent(&self.creds(), start, path)
     }
 
     pub fn stat(&self, at: At, path: &[u8], follow: bool, empty_ok: bool) -> Result<Metadata> {
         let ino = self.lookup(at, path, follow, empty_ok)?;
-        Ok(self.fs.stat_ino(ino)?)
+        self.fs.stat(ino)
     }
 
     pub fn fstat(&self, fd: i32) -> Result<Metadata> {
-        Ok(self.fs.stat_ino(self.get(fd)?.ino())?)
+        self.fs.stat(self.get(fd)?.ino())
     }
 
     pub fn mkdir(&self, at: At, path: &[u8], mode: u32) -> Result<()> {
@@ -98,13 +97,13 @@ impl Posix {
 
     pub fn readlink(&self, at: At, path: &[u8]) -> Result<Vec<u8>> {
         let ino = self.lookup(at, path, false, true)?;
-        Ok(self.fs.readlink_ino(ino)?)
+        self.fs.readlink(ino)
     }
 
     /// `unlinkat` (`dir`: AT_REMOVEDIR).
     pub fn unlink(&self, at: At, path: &[u8], dir: bool) -> Result<()> {
         let (parent, name) = self.parent(at, path)?;
-        Ok(self.fs.remove(&self.creds(), parent, &name, dir)?)
+        self.fs.remove(&self.creds(), parent, &name, dir)
     }
 
     /// `renameat2` with RENAME_NOREPLACE or RENAME_EXCHANGE in `flags`.
@@ -117,41 +116,34 @@ impl Posix {
         };
         let (sp, sname) = self.parent(from_at, from)?;
         let (dp, dname) = self.parent(to_at, to)?;
-        Ok(self
-            .fs
-            .rename(&self.creds(), sp, &sname, dp, &dname, mode)?)
+        self.fs
+            .rename(&self.creds(), (sp, &sname), (dp, &dname), mode)
     }
 
     /// `linkat` (`follow`: AT_SYMLINK_FOLLOW).
     pub fn link(&self, from_at: At, from: &[u8], to_at: At, to: &[u8], follow: bool) -> Result<()> {
         let ino = self.lookup(from_at, from, follow, false)?;
         let (dp, dname) = self.parent(to_at, to)?;
-        Ok(self.fs.link(&self.creds(), ino, dp, &dname)?)
+        self.fs.link(&self.creds(), ino, dp, &dname)
     }
 
     /// `faccessat` (`mode`: R_OK, W_OK, X_OK bits, or F_OK).
     pub fn access(&self, at: At, path: &[u8], mode: i32, follow: bool) -> Result<()> {
         let ino = self.lookup(at, path, follow, true)?;
         let mask = (mode & 7) as u32;
-        Ok(self.fs.access(&self.creds(), ino, mask)?)
+        self.fs.access(&self.creds(), ino, mask)
     }
 
     /// chmod, chown, utimens of an inode.
     pub fn set_attr(&self, ino: InodeNo, changes: &AttrChanges) -> Result<()> {
-        Ok(self.fs.set_attr(&self.creds(), ino, changes)?)
+        self.fs.set_attr(&self.creds(), ino, changes)
     }
 
     /// `truncate(2)`: by name, needs write permission.
     pub fn truncate(&self, at: At, path: &[u8], size: i64) -> Result<()> {
         let size = u64::try_from(size).map_err(|_| err(libc::EINVAL))?;
         let ino = self.lookup(at, path, true, false)?;
-        match self.fs.stat_ino(ino)?.kind {
-            Kind::Dir => return Err(err(libc::EISDIR)),
-            Kind::File => {}
-            _ => return Err(err(libc::EINVAL)),
-        }
-        self.fs.access(&self.creds(), ino, vfs::creds::MAY_WRITE)?;
-        Ok(self.fs.truncate(ino, size)?)
+        self.fs.truncate_ino(&self.creds(), ino, size)
     }
 
     pub fn set_xattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
@@ -161,19 +153,17 @@ impl Posix {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return Err(err(libc::EINVAL)),
         };
-        Ok(self
-            .fs
-            .set_xattr_ino(&self.creds(), ino, name, value, mode)?)
+        self.fs.set_xattr(&self.creds(), ino, name, value, mode)
     }
 
     pub fn get_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        Ok(self.fs.get_xattr_ino(&self.creds(), ino, name)?)
+        self.fs.get_xattr(&self.creds(), ino, name)
     }
 
     /// The names, each followed by a NUL (listxattr's format).
     pub fn list_xattr(&self, ino: InodeNo) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        for n in self.fs.list_xattr_ino(&self.creds(), ino)? {
+        for n in self.fs.list_xattr(&self.creds(), ino)? {
             out.extend_from_slice(&n);
             out.push(0);
         }
@@ -181,7 +171,7 @@ impl Posix {
     }
 
     pub fn remove_xattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        Ok(self.fs.remove_xattr_ino(&self.creds(), ino, name)?)
+        self.fs.remove_xattr(&self.creds(), ino, name)
     }
 
     /// `chdir`: the working directory becomes `path` (needs search permission).
@@ -200,7 +190,7 @@ impl Posix {
     }
 
     fn enter(&self, ino: InodeNo, path: impl FnOnce() -> Result<String>) -> Result<()> {
-        if self.fs.stat_ino(ino)?.kind != Kind::Dir {
+        if self.fs.stat(ino)?.kind != Kind::Dir {
             return Err(err(libc::ENOTDIR));
         }
         self.fs.access(&self.creds(), ino, vfs::creds::MAY_EXEC)?;
@@ -209,7 +199,7 @@ impl Posix {
         Ok(())
     }
 
-    pub fn statfs(&self) -> vfs::StatFs {
+    pub fn statfs(&self) -> Result<vfs::StatFs> {
         self.fs.statfs()
     }
 }

@@ -13,8 +13,7 @@
 use crate::desc::Description;
 use crate::{err, join, At, Posix, Result};
 use std::sync::Arc;
-use vfs::creds::{MAY_READ, MAY_WRITE};
-use vfs::{Kind, VfsError};
+use vfs::Kind;
 
 /// What an open found.
 #[derive(Debug)]
@@ -38,77 +37,22 @@ impl Posix {
 
     /// [`Posix::open`], telling a special file apart instead of failing.
     pub fn open_node(&self, at: At, path: &[u8], flags: i32, mode: u32) -> Result<Opened> {
-        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
-            return Err(err(libc::EOPNOTSUPP));
-        }
-        if path.is_empty() {
-            return Err(err(libc::ENOENT));
-        }
-        let acc = flags & libc::O_ACCMODE;
-        if acc == libc::O_ACCMODE {
-            return Err(err(libc::EINVAL));
-        }
+        crate::backend::check_open_flags(flags, path)?;
         let (start, base) = self.start(at, path)?;
-        let cx = &self.creds();
-        let excl = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
-        let follow = flags & libc::O_NOFOLLOW == 0 && !excl;
-        let found = self.fs.resolve_at(cx, start, path, follow);
-        let (ino, created) = match found {
-            Ok(_) if excl => return Err(err(libc::EEXIST)),
-            Ok(ino) => (ino, false),
-            Err(VfsError::NotFound(_)) if flags & libc::O_CREAT != 0 => {
-                if path.ends_with(b"/") {
-                    return Err(err(libc::EISDIR));
-                }
-                let (parent, name) = self.fs.resolve_parent_at(cx, start, path)?;
-                match self
-                    .fs
-                    .create(cx, parent, name, Kind::File, mode & 0o7777, None)
-                {
-                    Ok(ino) => (ino, true),
-                    Err(VfsError::Exists(_)) if !excl => {
-                        (self.fs.resolve_at(cx, start, path, follow)?, false)
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let meta = self.fs.stat_ino(ino)?;
-        let writes = acc != libc::O_RDONLY;
-        let path_only = flags & libc::O_PATH != 0;
-        match meta.kind {
-            Kind::Symlink if !path_only => return Err(err(libc::ELOOP)),
-            Kind::Dir if writes && !path_only => return Err(err(libc::EISDIR)),
-            k if k != Kind::Dir && flags & libc::O_DIRECTORY != 0 => {
-                return Err(err(libc::ENOTDIR))
-            }
-            _ => {}
-        }
-        if meta.kind.is_special() && !path_only {
-            // Its permission bits are the kernel's to check, at its own open.
+        let found = self.fs.open(&self.creds(), start, path, flags, mode)?;
+        if found.kind.is_special() && flags & libc::O_PATH == 0 {
             return Ok(Opened::Special {
-                kind: meta.kind,
+                kind: found.kind,
                 path: join(&base, path),
             });
         }
-        if !created && !path_only {
-            let want = match acc {
-                libc::O_RDONLY => MAY_READ,
-                libc::O_WRONLY => MAY_WRITE,
-                _ => MAY_READ | MAY_WRITE,
-            } | if flags & libc::O_TRUNC != 0 {
-                MAY_WRITE
-            } else {
-                0
-            };
-            self.fs.access(cx, ino, want)?;
-        }
-        let desc = Description::new(self.fs.clone(), ino, meta.kind, flags, join(&base, path))?;
-        if flags & libc::O_TRUNC != 0 && writes && meta.kind == Kind::File && meta.size > 0 {
-            self.fs.truncate(ino, 0)?;
-        }
-        Ok(Opened::Desc(desc))
+        let path = join(&base, path);
+        Ok(Opened::Desc(Description::new(
+            self.fs.clone(),
+            found,
+            flags,
+            path,
+        )))
     }
 
     /// `open` and install at the lowest free number (for callers that number their

@@ -58,9 +58,9 @@ pub unsafe extern "C" fn mmap(
         return p;
     }
     let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
-    if let Err(e) = px.fs().read_at(desc.ino(), off as u64, buf) {
+    if let Err(e) = desc.file().and_then(|f| px.fs().read(f, off as u64, buf)) {
         unsafe { libc::munmap(p, len) };
-        set_errno(e.errno());
+        set_errno(e.0);
         return libc::MAP_FAILED;
     }
     unsafe { libc::mprotect(p, len, prot) };
@@ -92,20 +92,20 @@ pub unsafe extern "C" fn mmap64(
 /// Writes back the part of `m` inside the file's size.
 fn write_back(m: &Shared) -> c_int {
     let fs = m.desc_fs();
-    let size = fs.stat_ino(m.desc.ino()).map(|s| s.size).unwrap_or(0);
+    let size = fs.stat(m.desc.ino()).map(|s| s.size).unwrap_or(0);
     let n = (size.saturating_sub(m.offset) as usize).min(m.len);
     let bytes = unsafe { std::slice::from_raw_parts(m.addr as *const u8, n) };
-    match fs.write_at(m.desc.ino(), m.offset, bytes) {
+    match m.desc.file().and_then(|f| fs.write(f, m.offset, bytes)) {
         Ok(_) => 0,
         Err(e) => {
-            set_errno(e.errno());
+            set_errno(e.0);
             -1
         }
     }
 }
 
 impl Shared {
-    fn desc_fs(&self) -> Arc<vfs::FileSystem> {
+    fn desc_fs(&self) -> Arc<dyn posix::backend::Backend> {
         self.desc.fs().clone()
     }
 
@@ -124,7 +124,7 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
                     return -1;
                 }
                 if flags & libc::MS_SYNC != 0 {
-                    let _ = m.desc.fs().fsync_ino(m.desc.ino(), true);
+                    let _ = m.desc.file().and_then(|f| m.desc.fs().fsync(f, true));
                 }
             }
         }

@@ -240,7 +240,7 @@ pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> 
             |p| real(p, out),
             |px, at, rel| {
                 px.stat(at, rel, true, false)?;
-                put(out, posix::stat::to_statfs(&px.statfs()))
+                put(out, posix::stat::to_statfs(&px.statfs()?))
             },
         )
     }
@@ -252,7 +252,8 @@ pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -
 #[no_mangle]
 pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
     if let Some(px) = route::fd(fd) {
-        return ret_int(unsafe { put(out, posix::stat::to_statfs(&px.statfs())) });
+        let r = px.statfs();
+        return ret_int(r.and_then(|s| unsafe { put(out, posix::stat::to_statfs(&s)) }));
     }
     let real = real!(fstatfs: fn(c_int, *mut libc::statfs) -> c_int);
     unsafe { real(fd, out) }

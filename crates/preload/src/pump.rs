@@ -141,7 +141,7 @@ fn run(
             // `handed_offset` never sees one without the other.
             let n = {
                 let mut off = d.offset();
-                let n = match px.fs().read_at(d.ino(), *off, &mut buf) {
+                let n = match d.file().and_then(|f| px.fs().read(f, *off, &mut buf)) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };

@@ -41,6 +41,8 @@ static MODE: RwLock<Mode> = RwLock::new(Mode::Unset);
 /// release it, and at exit the kernel takes the image after the last sync. Read on
 /// every call, so it is one atomic load, with no lock and no reference count.
 static OWNER: OnceLock<&'static Posix> = OnceLock::new();
+/// The owner's file system (for its page cache's counters in the log at exit).
+static OWNER_FS: OnceLock<Arc<vfs::FileSystem>> = OnceLock::new();
 /// Set in a forked child of the owner (by the fork handler): never use MODE's posix.
 static CHILD: AtomicBool = AtomicBool::new(false);
 /// The working directory is inside augefs (owner: the posix layer's cwd).
@@ -228,6 +230,7 @@ fn decide() -> Mode {
     if let Some(dir) = bridge_dir() {
         start_bridge(&fs, dir, &image);
     }
+    let _ = OWNER_FS.set(fs.clone());
     Mode::Owner(Box::leak(Box::new(Posix::new(
         fs,
         vfs::Creds::of_process(),
@@ -341,7 +344,9 @@ pub fn detach(for_exec: bool) {
     }
     if !for_exec && std::env::var_os("AUGEFS_LOG").is_some() {
         // For diagnosis: how this process used the page cache.
-        log::line(&format!("exit: page cache {:?}", p.fs().cache_stats()));
+        if let Some(fs) = OWNER_FS.get() {
+            log::line(&format!("exit: page cache {:?}", fs.cache_stats()));
+        }
     }
 }
 
