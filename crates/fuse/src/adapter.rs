@@ -64,34 +64,7 @@ pub(crate) fn ino(n: u64) -> InodeNo {
 /// checks permissions too (default_permissions); the vfs's own checks see the same
 /// identity.
 pub(crate) fn creds(h: &abi::InHeader) -> Creds {
-    Creds::with_group_reader(h.uid, h.gid, groups_of, h.pid)
-}
-
-/// The supplementary groups of thread `tid` (its /proc status's `Groups:` line; none if
-/// it is gone).
-fn groups_of(tid: u32) -> Vec<u32> {
-    use std::io::Read;
-    let Ok(mut f) = std::fs::File::open(format!("/proc/{tid}/status")) else {
-        return Vec::new();
-    };
-    // The status text is about 1.5 KiB; `Groups:` is in its first half.
-    let mut buf = [0u8; 4096];
-    let mut len = 0;
-    while len < buf.len() {
-        match f.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => len += n,
-        }
-    }
-    let text = String::from_utf8_lossy(&buf[..len]);
-    text.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    Creds::with_group_reader(h.uid, h.gid, vfs::creds::groups_of, h.pid)
 }
 
 pub(crate) fn done(out: &mut Out<'_>, r: Result<(), VfsError>) {

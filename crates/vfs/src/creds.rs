@@ -32,6 +32,33 @@ pub const S_ISVTX: u32 = 0o1000;
 /// FUSE front end: the calling thread's id).
 pub type GroupReader = fn(u32) -> Vec<u32>;
 
+/// The supplementary groups of thread (or process) `tid` (its /proc status's `Groups:` line; none if
+/// it is gone).
+pub fn groups_of(tid: u32) -> Vec<u32> {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(format!("/proc/{tid}/status")) else {
+        return Vec::new();
+    };
+    // The status text is about 1.5 KiB; `Groups:` is in its first half.
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Who is asking: effective user and group IDs and the supplementary groups.
 #[derive(Debug, Clone)]
 pub struct Creds {

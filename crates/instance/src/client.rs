@@ -1,0 +1,636 @@
+//! The attached side: [`Remote`], a posix [`Backend`] whose every call is a request to
+//! the instance (docs/DESIGN.md §4e).
+//!
+//! Connections are pooled: a call takes one (or connects), sends its request, reads
+//! the reply, and gives it back, so threads never share a connection mid-call. The
+//! first connection starts the process's session; later ones join it with its token.
+//!
+//! Invariants:
+//! - A connection made before a fork is never used after it by the child
+//!   ([`Remote::forked`] starts a new session; pooled connections carry a generation),
+//!   nor one made before a change of identity ([`Backend::set_creds`]): the instance
+//!   takes identity from the kernel at connect.
+//! - The instance must be root's or this user's (SO_PEERCRED of the server), so a
+//!   stale socket another user bound cannot impersonate it.
+//! - A broken connection fails the call with ENOTCONN and is dropped; nothing is
+//!   retried (a request may have run).
+
+use crate::proto::{self, Request, READDIR_MAX};
+use crate::wire::{Reader, Writer};
+use crate::IO_BYTES_MAX;
+use format::InodeNo;
+use posix::backend::{Backend, Found, LockSpace, OpenFile, Reference};
+use posix::{Errno, Result};
+use std::cell::UnsafeCell;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use vfs::locks::{LockKind, LockOwner, RangeLock};
+use vfs::{AttrChanges, Creds, DirEntry, Kind, Metadata, RenameMode, StatFs, XattrMode};
+
+fn notconn() -> Errno {
+    Errno(libc::ENOTCONN)
+}
+
+/// Pooled connections behind a spin lock that the fork handlers can hold across a
+/// fork ([`Remote::before_fork`]), so a child never inherits it mid-change.
+#[derive(Debug, Default)]
+struct Pool {
+    locked: AtomicBool,
+    conns: UnsafeCell<Vec<(u64, UnixStream)>>,
+}
+
+// SAFETY: `conns` is only touched while `locked` is held (acquire/release).
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    fn lock(&self) {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<(u64, UnixStream)>) -> T) -> T {
+        self.lock();
+        // SAFETY: the lock is held.
+        let r = f(unsafe { &mut *self.conns.get() });
+        self.unlock();
+        r
+    }
+}
+
+/// A process's attachment to an instance.
+#[derive(Debug)]
+pub struct Remote {
+    path: PathBuf,
+    /// The session's token (0: none yet).
+    token: AtomicU64,
+    /// Bumped by a fork (in the child) and a change of identity: older connections
+    /// are closed instead of reused.
+    generation: AtomicU64,
+    pool: Pool,
+    /// The session's first connection, kept open and idle: the session lives as long
+    /// as it does (this process), whatever the pool holds.
+    anchor: Pool,
+}
+
+impl Remote {
+    /// Attaches to the instance at socket `path` (one connection, which starts the
+    /// session).
+    pub fn connect(path: &Path) -> Result<Remote> {
+        let r = Remote {
+            path: path.to_path_buf(),
+            token: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            pool: Pool::default(),
+            anchor: Pool::default(),
+        };
+        r.anchor()?;
+        Ok(r)
+    }
+
+    /// Starts the session: its anchor connection (if there is none).
+    fn anchor(&self) -> Result<()> {
+        self.anchor.lock();
+        // SAFETY: the anchor's lock is held.
+        let slot = unsafe { &mut *self.anchor.conns.get() };
+        let r = if slot.is_empty() {
+            self.dial().map(|c| slot.push(c))
+        } else {
+            Ok(())
+        };
+        self.anchor.unlock();
+        r
+    }
+
+    /// The fork prepare handler: holds the pool so the child copies it unchanged.
+    pub fn before_fork(&self) {
+        self.anchor.lock();
+        self.pool.lock();
+    }
+
+    /// The fork parent handler.
+    pub fn after_fork_parent(&self) {
+        self.pool.unlock();
+        self.anchor.unlock();
+    }
+
+    /// The fork child handler: the parent's connections are the parent's; the child
+    /// closes its copies and starts a session of its own at its next call.
+    pub fn forked(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.token.store(0, Ordering::Release);
+        // SAFETY: the prepare handler holds the locks for us; this is the only thread.
+        let old = std::mem::take(unsafe { &mut *self.pool.conns.get() });
+        // SAFETY: as above.
+        let anchor = std::mem::take(unsafe { &mut *self.anchor.conns.get() });
+        drop((old, anchor));
+        self.pool.unlock();
+        self.anchor.unlock();
+    }
+
+    fn dial(&self) -> Result<(u64, UnixStream)> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
+        let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if server.creds.uid != 0 && server.creds.uid != me {
+            return Err(Errno(libc::EPERM));
+        }
+        let token = self.token.load(Ordering::Acquire);
+        let mut c = (generation, s);
+        let got = self.exchange(&mut c.1, &Request::Hello { token }, |r| r.u64())?;
+        if token == 0 {
+            let _ = self
+                .token
+                .compare_exchange(0, got, Ordering::AcqRel, Ordering::Acquire);
+        }
+        Ok(c)
+    }
+
+    fn take(&self) -> Result<(u64, UnixStream)> {
+        let generation = self.generation.load(Ordering::Acquire);
+        loop {
+            match self.pool.with(|p| p.pop()) {
+                Some((g, s)) if g == generation => return Ok((g, s)),
+                Some(_) => continue, // an old one: closed as it drops
+                None => {
+                    self.anchor()?;
+                    return self.dial();
+                }
+            }
+        }
+    }
+
+    fn put(&self, c: (u64, UnixStream)) {
+        if c.0 == self.generation.load(Ordering::Acquire) {
+            self.pool.with(|p| p.push(c));
+        }
+    }
+
+    /// Sends `req` on `s` and reads the reply's payload with `reply`.
+    fn exchange<T>(
+        &self,
+        s: &mut UnixStream,
+        req: &Request<'_>,
+        reply: impl FnOnce(&mut Reader<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut w = Writer::new();
+        req.encode(&mut w);
+        let data = req.data();
+        s.write_all(w.finish(data.len())).map_err(|_| notconn())?;
+        if !data.is_empty() {
+            s.write_all(data).map_err(|_| notconn())?;
+        }
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).map_err(|_| notconn())?;
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).map_err(|_| notconn())?;
+        let mut r = Reader::new(&body);
+        match r.i32()? {
+            0 => reply(&mut r),
+            e => Err(Errno(e)),
+        }
+    }
+
+    /// One request on a pooled connection.
+    fn call<T>(
+        &self,
+        req: &Request<'_>,
+        reply: impl FnOnce(&mut Reader<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut c = self.take()?;
+        let r = self.exchange(&mut c.1, req, reply);
+        if !matches!(r, Err(Errno(libc::ENOTCONN))) {
+            self.put(c);
+        }
+        r
+    }
+
+    fn unit(&self, req: &Request<'_>) -> Result<()> {
+        self.call(req, |_| Ok(()))
+    }
+
+    fn ino(&self, req: &Request<'_>) -> Result<InodeNo> {
+        self.call(req, |r| Ok(InodeNo(r.u64()?)))
+    }
+
+    fn handle(f: &OpenFile) -> Result<u64> {
+        match f.reference {
+            Reference::Remote(h) => Ok(h),
+            Reference::Local(_) => Err(Errno(libc::EBADF)),
+        }
+    }
+
+    fn read_chunk(&self, handle: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let len = buf.len() as u32;
+        self.call(
+            &Request::Read {
+                handle,
+                offset,
+                len,
+            },
+            |r| {
+                let data = r.rest();
+                let n = data.len().min(buf.len());
+                buf[..n].copy_from_slice(&data[..n]);
+                Ok(n)
+            },
+        )
+    }
+}
+
+impl Backend for Remote {
+    fn resolve(&self, _cx: &Creds, start: InodeNo, path: &[u8], follow: bool) -> Result<InodeNo> {
+        self.ino(&Request::Resolve {
+            start,
+            follow,
+            path,
+        })
+    }
+
+    fn resolve_parent(
+        &self,
+        _cx: &Creds,
+        start: InodeNo,
+        path: &[u8],
+    ) -> Result<(InodeNo, Vec<u8>)> {
+        self.call(&Request::ResolveParent { start, path }, |r| {
+            Ok((
+                InodeNo(r.u64()?),
+                r.bytes(255, libc::ENAMETOOLONG)?.to_vec(),
+            ))
+        })
+    }
+
+    fn lookup(&self, _cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo> {
+        self.ino(&Request::Lookup { dir, name })
+    }
+
+    fn stat(&self, ino: InodeNo) -> Result<Metadata> {
+        self.call(&Request::Stat { ino }, proto::get_metadata)
+    }
+
+    fn access(&self, _cx: &Creds, ino: InodeNo, mask: u32) -> Result<()> {
+        self.unit(&Request::Access { ino, mask })
+    }
+
+    fn open(
+        &self,
+        _cx: &Creds,
+        start: InodeNo,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Result<Found> {
+        self.call(
+            &Request::Open {
+                start,
+                flags,
+                mode,
+                path,
+            },
+            |r| {
+                let ino = InodeNo(r.u64()?);
+                let kind = proto::get_kind(r)?;
+                let (handle, read, write) = (r.u64()?, r.bool()?, r.bool()?);
+                let file = (handle != 0).then_some(OpenFile {
+                    ino,
+                    owner: LockOwner::Description(handle),
+                    read,
+                    write,
+                    reference: Reference::Remote(handle),
+                });
+                Ok(Found { ino, kind, file })
+            },
+        )
+    }
+
+    fn close(&self, file: OpenFile) -> Result<()> {
+        self.unit(&Request::Close {
+            handle: Self::handle(&file)?,
+        })
+    }
+
+    fn create(
+        &self,
+        _cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeNo> {
+        self.ino(&Request::Create {
+            parent,
+            kind,
+            perm,
+            name,
+            target,
+        })
+    }
+
+    fn mknod(
+        &self,
+        _cx: &Creds,
+        parent: InodeNo,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        dev: u64,
+    ) -> Result<InodeNo> {
+        self.ino(&Request::Mknod {
+            parent,
+            kind,
+            perm,
+            dev,
+            name,
+        })
+    }
+
+    fn remove(&self, _cx: &Creds, parent: InodeNo, name: &[u8], dir: bool) -> Result<()> {
+        self.unit(&Request::Remove { parent, dir, name })
+    }
+
+    fn rename(
+        &self,
+        _cx: &Creds,
+        from: (InodeNo, &[u8]),
+        to: (InodeNo, &[u8]),
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.unit(&Request::Rename {
+            from: from.0,
+            from_name: from.1,
+            to: to.0,
+            to_name: to.1,
+            mode,
+        })
+    }
+
+    fn link(&self, _cx: &Creds, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.unit(&Request::Link { ino, parent, name })
+    }
+
+    fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        self.call(&Request::Readlink { ino }, |r| {
+            Ok(r.bytes(usize::MAX, libc::E2BIG)?.to_vec())
+        })
+    }
+
+    fn set_attr(&self, _cx: &Creds, ino: InodeNo, changes: &AttrChanges) -> Result<()> {
+        self.unit(&Request::SetAttr {
+            ino,
+            changes: *changes,
+        })
+    }
+
+    fn truncate_ino(&self, _cx: &Creds, ino: InodeNo, size: u64) -> Result<()> {
+        self.unit(&Request::TruncateIno { ino, size })
+    }
+
+    fn set_xattr(
+        &self,
+        _cx: &Creds,
+        ino: InodeNo,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<()> {
+        self.unit(&Request::SetXattr {
+            ino,
+            mode,
+            name,
+            value,
+        })
+    }
+
+    fn get_xattr(&self, _cx: &Creds, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        self.call(&Request::GetXattr { ino, name }, |r| {
+            Ok(r.bytes(usize::MAX, libc::E2BIG)?.to_vec())
+        })
+    }
+
+    fn list_xattr(&self, _cx: &Creds, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        self.call(&Request::ListXattr { ino }, |r| {
+            let n = r.u32()?;
+            (0..n)
+                .map(|_| Ok(r.bytes(usize::MAX, libc::E2BIG)?.to_vec()))
+                .collect()
+        })
+    }
+
+    fn remove_xattr(&self, _cx: &Creds, ino: InodeNo, name: &[u8]) -> Result<()> {
+        self.unit(&Request::RemoveXattr { ino, name })
+    }
+
+    fn readdir(
+        &self,
+        _cx: &Creds,
+        dir: InodeNo,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<Vec<DirEntry>> {
+        let max = max.clamp(1, READDIR_MAX as usize) as u32;
+        self.call(&Request::Readdir { dir, max, after }, |r| {
+            let n = r.u32()?;
+            (0..n)
+                .map(|_| {
+                    let ino = r.u64()?;
+                    let name = r.bytes(255, libc::ENAMETOOLONG)?.to_vec();
+                    Ok(DirEntry {
+                        name,
+                        ino,
+                        kind: proto::get_kind(r)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        self.call(&Request::Statfs, |r| {
+            Ok(StatFs {
+                block_size: r.u32()?,
+                blocks: r.u64()?,
+                blocks_free: r.u64()?,
+                name_max: r.u32()?,
+            })
+        })
+    }
+
+    fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let handle = Self::handle(f)?;
+        let mut done = 0;
+        for chunk in buf.chunks_mut(IO_BYTES_MAX) {
+            let want = chunk.len();
+            let n = self.read_chunk(handle, offset + done as u64, chunk)?;
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(&self, f: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        let handle = Self::handle(f)?;
+        let mut done = 0;
+        for chunk in data.chunks(IO_BYTES_MAX) {
+            let req = Request::Write {
+                handle,
+                offset: offset + done as u64,
+                data: chunk,
+            };
+            let n = self.call(&req, |r| Ok(r.u64()? as usize))?;
+            done += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn append(&self, f: &OpenFile, data: &[u8]) -> Result<(u64, usize)> {
+        let handle = Self::handle(f)?;
+        let mut first = None;
+        let mut done = 0;
+        for chunk in data.chunks(IO_BYTES_MAX) {
+            let (at, n) = self.call(
+                &Request::Append {
+                    handle,
+                    data: chunk,
+                },
+                |r| Ok((r.u64()?, r.u64()? as usize)),
+            )?;
+            first.get_or_insert(at);
+            done += n;
+        }
+        Ok((first.unwrap_or(0), done))
+    }
+
+    fn truncate(&self, f: &OpenFile, size: u64) -> Result<()> {
+        self.unit(&Request::Truncate {
+            handle: Self::handle(f)?,
+            size,
+        })
+    }
+
+    fn fallocate(&self, f: &OpenFile, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.unit(&Request::Fallocate {
+            handle: Self::handle(f)?,
+            mode,
+            offset,
+            len,
+        })
+    }
+
+    fn seek_data(&self, f: &OpenFile, offset: u64) -> Result<u64> {
+        self.call(
+            &Request::SeekData {
+                handle: Self::handle(f)?,
+                offset,
+            },
+            |r| r.u64(),
+        )
+    }
+
+    fn seek_hole(&self, f: &OpenFile, offset: u64) -> Result<u64> {
+        self.call(
+            &Request::SeekHole {
+                handle: Self::handle(f)?,
+                offset,
+            },
+            |r| r.u64(),
+        )
+    }
+
+    fn fsync(&self, f: &OpenFile, data_only: bool) -> Result<()> {
+        self.unit(&Request::Fsync {
+            handle: Self::handle(f)?,
+            data_only,
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.unit(&Request::Sync)
+    }
+
+    fn lock_set(
+        &self,
+        f: &OpenFile,
+        space: LockSpace,
+        (start, end): (u64, Option<u64>),
+        kind: Option<LockKind>,
+        owner: LockOwner,
+        _pid: i32,
+        wait: bool,
+    ) -> Result<()> {
+        let description = matches!(owner, LockOwner::Description(_));
+        self.unit(&Request::LockSet {
+            handle: Self::handle(f)?,
+            space,
+            start,
+            end,
+            kind,
+            description,
+            wait,
+        })
+    }
+
+    fn lock_conflicting(
+        &self,
+        f: &OpenFile,
+        space: LockSpace,
+        (start, end): (u64, Option<u64>),
+        kind: LockKind,
+        owner: LockOwner,
+    ) -> Result<Option<RangeLock>> {
+        let description = matches!(owner, LockOwner::Description(_));
+        let req = Request::LockGet {
+            handle: Self::handle(f)?,
+            space,
+            start,
+            end,
+            kind,
+            description,
+        };
+        self.call(&req, |r| {
+            let Some(kind) = proto::lock_of(r.u8()?)? else {
+                return Ok(None);
+            };
+            let (start, end, pid) = (r.u64()?, r.opt_u64()?, r.i32()?);
+            Ok(Some(RangeLock {
+                start,
+                end,
+                kind,
+                owner: LockOwner::Process(pid),
+                pid,
+            }))
+        })
+    }
+
+    fn lock_release(&self, ino: InodeNo, space: LockSpace, _owner: LockOwner) {
+        // Only the process's own locks: the instance knows the process.
+        let _ = self.unit(&Request::LockRelease { ino, space });
+    }
+
+    fn set_creds(&self, _creds: Creds) {
+        // New connections carry the new identity (the kernel's, at connect); the
+        // session (its handles) stays.
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let old = self.pool.with(std::mem::take);
+        drop(old);
+    }
+}

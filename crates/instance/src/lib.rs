@@ -1,0 +1,105 @@
+//! The instance: many processes using one mounted augefs without FUSE
+//! (docs/DESIGN.md §4e, "attached clients"; augefs.txt §IV, kucofs.txt).
+//!
+//! The process that holds the image (`augefs mount`) serves a Unix socket beside its
+//! mount ([`socket_path`]). A process attaches by connecting: the interposer of
+//! `augefs run --mount DIR`, or any program with the preload library and
+//! `AUGEFS_MOUNT=DIR`. Its posix layer then runs over a [`client::Remote`], which sends
+//! each file-system call as one request ([`proto`]) and waits for the reply; the
+//! instance ([`server`]) runs it against the vfs as the caller the kernel says it is.
+//!
+//! Invariants:
+//! - The instance trusts nothing a client says about itself: its identity comes from
+//!   the kernel (SO_PEERCRED, at connect), every request is decoded with bounds and
+//!   answered with an errno if malformed, and a data or lock request names a handle
+//!   the client's own session opened, in a mode that allows it.
+//! - A client that dies (at any instruction) loses its connections; when its session's
+//!   last connection goes, its locks are released and its files closed. Its
+//!   acknowledged fsyncs were made durable before their replies.
+//! - Changes a client makes are told to the kernel's FUSE caches of the same mount
+//!   (`Notify`) before the client's call returns, so both views agree.
+
+// Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod client;
+pub mod peer;
+pub mod proto;
+pub mod server;
+mod session;
+pub mod wire;
+
+use std::path::{Path, PathBuf};
+
+/// Most data bytes one read or write request carries (a larger call is split).
+pub const IO_BYTES_MAX: usize = 4 << 20;
+/// Longest frame: a write's data and its fields.
+pub const FRAME_BYTES_MAX: usize = IO_BYTES_MAX + 4096;
+/// Connections the instance serves at once (one thread each); more are refused and
+/// those clients use the kernel's mount instead.
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// The directory of instance sockets: $AUGEFS_RUN_DIR, else /run/augefs for root and
+/// $XDG_RUNTIME_DIR/augefs for other users (never a directory another user could
+/// have made: a client must not talk to an impostor).
+pub fn run_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("AUGEFS_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/run/augefs");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("augefs"),
+        // SAFETY: as above.
+        None => PathBuf::from(format!("/tmp/augefs-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+/// The socket of the instance serving mount `dir` (an absolute path), named after it
+/// in [`run_dir`]: the mount itself covers `dir`, so the socket cannot live there.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    let name: String = dir
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // sun_path holds 108 bytes: a long mount path is named by its hash.
+    let name = if name.len() > 64 {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        format!("{}-{h:016x}", &name[name.len() - 40..])
+    } else {
+        name
+    };
+    run_dir().join(format!("{name}.sock"))
+}
+
+/// A change a client made, to be told to the kernel's caches of the mount.
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// The name `name` in directory `parent` appeared, went or changed.
+    Entry { parent: u64, name: &'a [u8] },
+    /// The inode's attributes changed.
+    Attrs { ino: u64 },
+    /// The inode's data (and attributes) changed.
+    Data { ino: u64 },
+}
+
+/// Tells the kernel's caches of a change (the FUSE mount's notifications).
+#[derive(Clone)]
+pub struct Notify(pub std::sync::Arc<dyn Fn(Change<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notify")
+    }
+}

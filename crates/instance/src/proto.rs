@@ -1,0 +1,889 @@
+//! Requests an attached client sends the instance, and the payloads of the replies
+//! (docs/DESIGN.md §4e). A request frame is an op code and its fields ([`crate::wire`]);
+//! a reply frame is a status (0 or an errno) and, on success, the op's payload.
+//!
+//! Invariants:
+//! - [`Request::decode`] accepts exactly what [`Request::encode`] writes, and answers
+//!   anything else with an errno (EPROTO, ENAMETOOLONG, E2BIG, EINVAL), never a panic:
+//!   it is fuzzed (crates/fuzzing).
+//! - Names are at most NAME_MAX bytes, paths PATH_MAX, xattr values 64 KiB, data
+//!   [`crate::IO_BYTES_MAX`]; counts are bounded before anything is allocated.
+
+use crate::wire::{Reader, Writer};
+use crate::IO_BYTES_MAX;
+use format::InodeNo;
+use posix::backend::LockSpace;
+use posix::{Errno, Result};
+use vfs::locks::LockKind;
+use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
+
+const NAME_MAX: usize = 255;
+const PATH_MAX: usize = 4096;
+const XATTR_VALUE_MAX: usize = 64 * 1024;
+/// Entries one readdir request may ask for.
+pub const READDIR_MAX: u32 = 1024;
+
+/// A request, borrowing its strings and data from the frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request<'a> {
+    /// First request on a connection: join session `token` (0: start a new one).
+    Hello {
+        token: u64,
+    },
+    Resolve {
+        start: InodeNo,
+        follow: bool,
+        path: &'a [u8],
+    },
+    ResolveParent {
+        start: InodeNo,
+        path: &'a [u8],
+    },
+    Lookup {
+        dir: InodeNo,
+        name: &'a [u8],
+    },
+    Stat {
+        ino: InodeNo,
+    },
+    Access {
+        ino: InodeNo,
+        mask: u32,
+    },
+    Open {
+        start: InodeNo,
+        flags: i32,
+        mode: u32,
+        path: &'a [u8],
+    },
+    Close {
+        handle: u64,
+    },
+    Create {
+        parent: InodeNo,
+        kind: Kind,
+        perm: u32,
+        name: &'a [u8],
+        target: Option<&'a [u8]>,
+    },
+    Mknod {
+        parent: InodeNo,
+        kind: Kind,
+        perm: u32,
+        dev: u64,
+        name: &'a [u8],
+    },
+    Remove {
+        parent: InodeNo,
+        dir: bool,
+        name: &'a [u8],
+    },
+    Rename {
+        from: InodeNo,
+        from_name: &'a [u8],
+        to: InodeNo,
+        to_name: &'a [u8],
+        mode: RenameMode,
+    },
+    Link {
+        ino: InodeNo,
+        parent: InodeNo,
+        name: &'a [u8],
+    },
+    Readlink {
+        ino: InodeNo,
+    },
+    SetAttr {
+        ino: InodeNo,
+        changes: AttrChanges,
+    },
+    TruncateIno {
+        ino: InodeNo,
+        size: u64,
+    },
+    SetXattr {
+        ino: InodeNo,
+        mode: XattrMode,
+        name: &'a [u8],
+        value: &'a [u8],
+    },
+    GetXattr {
+        ino: InodeNo,
+        name: &'a [u8],
+    },
+    ListXattr {
+        ino: InodeNo,
+    },
+    RemoveXattr {
+        ino: InodeNo,
+        name: &'a [u8],
+    },
+    Readdir {
+        dir: InodeNo,
+        max: u32,
+        after: Option<&'a [u8]>,
+    },
+    Statfs,
+    Read {
+        handle: u64,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        handle: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
+    Append {
+        handle: u64,
+        data: &'a [u8],
+    },
+    Truncate {
+        handle: u64,
+        size: u64,
+    },
+    Fallocate {
+        handle: u64,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    },
+    SeekData {
+        handle: u64,
+        offset: u64,
+    },
+    SeekHole {
+        handle: u64,
+        offset: u64,
+    },
+    Fsync {
+        handle: u64,
+        data_only: bool,
+    },
+    Sync,
+    /// `description`: the lock owner is the handle's description, else the process.
+    LockSet {
+        handle: u64,
+        space: LockSpace,
+        start: u64,
+        end: Option<u64>,
+        kind: Option<LockKind>,
+        description: bool,
+        wait: bool,
+    },
+    LockGet {
+        handle: u64,
+        space: LockSpace,
+        start: u64,
+        end: Option<u64>,
+        kind: LockKind,
+        description: bool,
+    },
+    /// The process's own locks on `ino` go (a close of one of its descriptors).
+    LockRelease {
+        ino: InodeNo,
+        space: LockSpace,
+    },
+}
+
+mod op {
+    pub const HELLO: u8 = 1;
+    pub const RESOLVE: u8 = 2;
+    pub const RESOLVE_PARENT: u8 = 3;
+    pub const LOOKUP: u8 = 4;
+    pub const STAT: u8 = 5;
+    pub const ACCESS: u8 = 6;
+    pub const OPEN: u8 = 7;
+    pub const CLOSE: u8 = 8;
+    pub const CREATE: u8 = 9;
+    pub const MKNOD: u8 = 10;
+    pub const REMOVE: u8 = 11;
+    pub const RENAME: u8 = 12;
+    pub const LINK: u8 = 13;
+    pub const READLINK: u8 = 14;
+    pub const SET_ATTR: u8 = 15;
+    pub const TRUNCATE_INO: u8 = 16;
+    pub const SET_XATTR: u8 = 17;
+    pub const GET_XATTR: u8 = 18;
+    pub const LIST_XATTR: u8 = 19;
+    pub const REMOVE_XATTR: u8 = 20;
+    pub const READDIR: u8 = 21;
+    pub const STATFS: u8 = 22;
+    pub const READ: u8 = 23;
+    pub const WRITE: u8 = 24;
+    pub const APPEND: u8 = 25;
+    pub const TRUNCATE: u8 = 26;
+    pub const FALLOCATE: u8 = 27;
+    pub const SEEK_DATA: u8 = 28;
+    pub const SEEK_HOLE: u8 = 29;
+    pub const FSYNC: u8 = 30;
+    pub const SYNC: u8 = 31;
+    pub const LOCK_SET: u8 = 32;
+    pub const LOCK_GET: u8 = 33;
+    pub const LOCK_RELEASE: u8 = 34;
+}
+
+fn inval() -> Errno {
+    Errno(libc::EINVAL)
+}
+
+fn kind_code(k: Kind) -> u8 {
+    match k {
+        Kind::File => 1,
+        Kind::Dir => 2,
+        Kind::Symlink => 3,
+        Kind::Fifo => 4,
+        Kind::Socket => 5,
+        Kind::CharDev => 6,
+        Kind::BlockDev => 7,
+    }
+}
+
+fn kind_of(c: u8) -> Result<Kind> {
+    Ok(match c {
+        1 => Kind::File,
+        2 => Kind::Dir,
+        3 => Kind::Symlink,
+        4 => Kind::Fifo,
+        5 => Kind::Socket,
+        6 => Kind::CharDev,
+        7 => Kind::BlockDev,
+        _ => return Err(inval()),
+    })
+}
+
+fn space_code(s: LockSpace) -> u8 {
+    match s {
+        LockSpace::Record => 0,
+        LockSpace::Flock => 1,
+    }
+}
+
+fn space_of(c: u8) -> Result<LockSpace> {
+    match c {
+        0 => Ok(LockSpace::Record),
+        1 => Ok(LockSpace::Flock),
+        _ => Err(inval()),
+    }
+}
+
+pub(crate) fn lock_code(k: Option<LockKind>) -> u8 {
+    match k {
+        None => 0,
+        Some(LockKind::Read) => 1,
+        Some(LockKind::Write) => 2,
+    }
+}
+
+pub(crate) fn lock_of(c: u8) -> Result<Option<LockKind>> {
+    match c {
+        0 => Ok(None),
+        1 => Ok(Some(LockKind::Read)),
+        2 => Ok(Some(LockKind::Write)),
+        _ => Err(inval()),
+    }
+}
+
+fn rename_code(m: RenameMode) -> u8 {
+    match m {
+        RenameMode::Replace => 0,
+        RenameMode::NoReplace => 1,
+        RenameMode::Exchange => 2,
+    }
+}
+
+fn rename_of(c: u8) -> Result<RenameMode> {
+    match c {
+        0 => Ok(RenameMode::Replace),
+        1 => Ok(RenameMode::NoReplace),
+        2 => Ok(RenameMode::Exchange),
+        _ => Err(inval()),
+    }
+}
+
+fn xattr_code(m: XattrMode) -> u8 {
+    match m {
+        XattrMode::Either => 0,
+        XattrMode::Create => 1,
+        XattrMode::Replace => 2,
+    }
+}
+
+fn xattr_of(c: u8) -> Result<XattrMode> {
+    match c {
+        0 => Ok(XattrMode::Either),
+        1 => Ok(XattrMode::Create),
+        2 => Ok(XattrMode::Replace),
+        _ => Err(inval()),
+    }
+}
+
+fn put_time(w: &mut Writer, t: Option<TimeChange>) {
+    match t {
+        None => w.u8(0),
+        Some(TimeChange::Now) => w.u8(1),
+        Some(TimeChange::At(ns)) => w.u8(2).i64(ns),
+    };
+}
+
+fn get_time(r: &mut Reader<'_>) -> Result<Option<TimeChange>> {
+    Ok(match r.u8()? {
+        0 => None,
+        1 => Some(TimeChange::Now),
+        2 => Some(TimeChange::At(r.i64()?)),
+        _ => return Err(inval()),
+    })
+}
+
+fn put_opt_u32(w: &mut Writer, v: Option<u32>) {
+    w.opt_u64(v.map(u64::from));
+}
+
+fn get_opt_u32(r: &mut Reader<'_>) -> Result<Option<u32>> {
+    r.opt_u64()?
+        .map(|v| u32::try_from(v).map_err(|_| inval()))
+        .transpose()
+}
+
+fn name<'a>(r: &mut Reader<'a>) -> Result<&'a [u8]> {
+    r.bytes(NAME_MAX, libc::ENAMETOOLONG)
+}
+
+fn path<'a>(r: &mut Reader<'a>) -> Result<&'a [u8]> {
+    r.bytes(PATH_MAX, libc::ENAMETOOLONG)
+}
+
+fn ino(r: &mut Reader<'_>) -> Result<InodeNo> {
+    Ok(InodeNo(r.u64()?))
+}
+
+impl<'a> Request<'a> {
+    /// Decodes one frame's body.
+    pub fn decode(body: &'a [u8]) -> Result<Request<'a>> {
+        let mut r = Reader::new(body);
+        let req = Self::fields(&mut r)?;
+        r.end()?;
+        Ok(req)
+    }
+
+    fn fields(r: &mut Reader<'a>) -> Result<Request<'a>> {
+        Ok(match r.u8()? {
+            op::HELLO => Request::Hello { token: r.u64()? },
+            op::RESOLVE => Request::Resolve {
+                start: ino(r)?,
+                follow: r.bool()?,
+                path: path(r)?,
+            },
+            op::RESOLVE_PARENT => Request::ResolveParent {
+                start: ino(r)?,
+                path: path(r)?,
+            },
+            op::LOOKUP => Request::Lookup {
+                dir: ino(r)?,
+                name: name(r)?,
+            },
+            op::STAT => Request::Stat { ino: ino(r)? },
+            op::ACCESS => Request::Access {
+                ino: ino(r)?,
+                mask: r.u32()?,
+            },
+            op::OPEN => Request::Open {
+                start: ino(r)?,
+                flags: r.i32()?,
+                mode: r.u32()?,
+                path: path(r)?,
+            },
+            op::CLOSE => Request::Close { handle: r.u64()? },
+            op::CREATE => Request::Create {
+                parent: ino(r)?,
+                kind: kind_of(r.u8()?)?,
+                perm: r.u32()?,
+                name: name(r)?,
+                target: r.opt_bytes(PATH_MAX, libc::ENAMETOOLONG)?,
+            },
+            op::MKNOD => Request::Mknod {
+                parent: ino(r)?,
+                kind: kind_of(r.u8()?)?,
+                perm: r.u32()?,
+                dev: r.u64()?,
+                name: name(r)?,
+            },
+            op::REMOVE => Request::Remove {
+                parent: ino(r)?,
+                dir: r.bool()?,
+                name: name(r)?,
+            },
+            op::RENAME => Request::Rename {
+                from: ino(r)?,
+                from_name: name(r)?,
+                to: ino(r)?,
+                to_name: name(r)?,
+                mode: rename_of(r.u8()?)?,
+            },
+            op::LINK => Request::Link {
+                ino: ino(r)?,
+                parent: ino(r)?,
+                name: name(r)?,
+            },
+            op::READLINK => Request::Readlink { ino: ino(r)? },
+            op::SET_ATTR => Request::SetAttr {
+                ino: ino(r)?,
+                changes: AttrChanges {
+                    perm: get_opt_u32(r)?,
+                    uid: get_opt_u32(r)?,
+                    gid: get_opt_u32(r)?,
+                    atime: get_time(r)?,
+                    mtime: get_time(r)?,
+                },
+            },
+            op::TRUNCATE_INO => Request::TruncateIno {
+                ino: ino(r)?,
+                size: r.u64()?,
+            },
+            op::SET_XATTR => Request::SetXattr {
+                ino: ino(r)?,
+                mode: xattr_of(r.u8()?)?,
+                name: name(r)?,
+                value: r.bytes(XATTR_VALUE_MAX, libc::E2BIG)?,
+            },
+            op::GET_XATTR => Request::GetXattr {
+                ino: ino(r)?,
+                name: name(r)?,
+            },
+            op::LIST_XATTR => Request::ListXattr { ino: ino(r)? },
+            op::REMOVE_XATTR => Request::RemoveXattr {
+                ino: ino(r)?,
+                name: name(r)?,
+            },
+            op::READDIR => {
+                let dir = ino(r)?;
+                let max = r.u32()?;
+                if max == 0 || max > READDIR_MAX {
+                    return Err(inval());
+                }
+                Request::Readdir {
+                    dir,
+                    max,
+                    after: r.opt_bytes(NAME_MAX, libc::ENAMETOOLONG)?,
+                }
+            }
+            op::STATFS => Request::Statfs,
+            op::READ => {
+                let (handle, offset, len) = (r.u64()?, r.u64()?, r.u32()?);
+                if len as usize > IO_BYTES_MAX {
+                    return Err(inval());
+                }
+                Request::Read {
+                    handle,
+                    offset,
+                    len,
+                }
+            }
+            op::WRITE => {
+                let (handle, offset) = (r.u64()?, r.u64()?);
+                Request::Write {
+                    handle,
+                    offset,
+                    data: data(r)?,
+                }
+            }
+            op::APPEND => {
+                let handle = r.u64()?;
+                Request::Append {
+                    handle,
+                    data: data(r)?,
+                }
+            }
+            op::TRUNCATE => Request::Truncate {
+                handle: r.u64()?,
+                size: r.u64()?,
+            },
+            op::FALLOCATE => Request::Fallocate {
+                handle: r.u64()?,
+                mode: r.i32()?,
+                offset: r.u64()?,
+                len: r.u64()?,
+            },
+            op::SEEK_DATA => Request::SeekData {
+                handle: r.u64()?,
+                offset: r.u64()?,
+            },
+            op::SEEK_HOLE => Request::SeekHole {
+                handle: r.u64()?,
+                offset: r.u64()?,
+            },
+            op::FSYNC => Request::Fsync {
+                handle: r.u64()?,
+                data_only: r.bool()?,
+            },
+            op::SYNC => Request::Sync,
+            op::LOCK_SET => Request::LockSet {
+                handle: r.u64()?,
+                space: space_of(r.u8()?)?,
+                start: r.u64()?,
+                end: r.opt_u64()?,
+                kind: lock_of(r.u8()?)?,
+                description: r.bool()?,
+                wait: r.bool()?,
+            },
+            op::LOCK_GET => Request::LockGet {
+                handle: r.u64()?,
+                space: space_of(r.u8()?)?,
+                start: r.u64()?,
+                end: r.opt_u64()?,
+                kind: lock_of(r.u8()?)?.ok_or_else(inval)?,
+                description: r.bool()?,
+            },
+            op::LOCK_RELEASE => Request::LockRelease {
+                ino: ino(r)?,
+                space: space_of(r.u8()?)?,
+            },
+            _ => return Err(Errno(libc::ENOSYS)),
+        })
+    }
+
+    /// Encodes the request into `w`, except a write's data (`data()`), which the
+    /// caller sends from its own buffer right after the frame.
+    pub fn encode(&self, w: &mut Writer) {
+        match *self {
+            Request::Hello { token } => w.u8(op::HELLO).u64(token),
+            Request::Resolve {
+                start,
+                follow,
+                path,
+            } => w.u8(op::RESOLVE).u64(start.0).u8(follow.into()).bytes(path),
+            Request::ResolveParent { start, path } => {
+                w.u8(op::RESOLVE_PARENT).u64(start.0).bytes(path)
+            }
+            Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
+            Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
+            Request::Access { ino, mask } => w.u8(op::ACCESS).u64(ino.0).u32(mask),
+            Request::Open {
+                start,
+                flags,
+                mode,
+                path,
+            } => w.u8(op::OPEN).u64(start.0).i32(flags).u32(mode).bytes(path),
+            Request::Close { handle } => w.u8(op::CLOSE).u64(handle),
+            Request::Create {
+                parent,
+                kind,
+                perm,
+                name,
+                target,
+            } => w
+                .u8(op::CREATE)
+                .u64(parent.0)
+                .u8(kind_code(kind))
+                .u32(perm)
+                .bytes(name)
+                .opt_bytes(target),
+            Request::Mknod {
+                parent,
+                kind,
+                perm,
+                dev,
+                name,
+            } => w
+                .u8(op::MKNOD)
+                .u64(parent.0)
+                .u8(kind_code(kind))
+                .u32(perm)
+                .u64(dev)
+                .bytes(name),
+            Request::Remove { parent, dir, name } => {
+                w.u8(op::REMOVE).u64(parent.0).u8(dir.into()).bytes(name)
+            }
+            Request::Rename {
+                from,
+                from_name,
+                to,
+                to_name,
+                mode,
+            } => w
+                .u8(op::RENAME)
+                .u64(from.0)
+                .bytes(from_name)
+                .u64(to.0)
+                .bytes(to_name)
+                .u8(rename_code(mode)),
+            Request::Link { ino, parent, name } => {
+                w.u8(op::LINK).u64(ino.0).u64(parent.0).bytes(name)
+            }
+            Request::Readlink { ino } => w.u8(op::READLINK).u64(ino.0),
+            Request::SetAttr { ino, ref changes } => {
+                w.u8(op::SET_ATTR).u64(ino.0);
+                put_opt_u32(w, changes.perm);
+                put_opt_u32(w, changes.uid);
+                put_opt_u32(w, changes.gid);
+                put_time(w, changes.atime);
+                put_time(w, changes.mtime);
+                w
+            }
+            Request::TruncateIno { ino, size } => w.u8(op::TRUNCATE_INO).u64(ino.0).u64(size),
+            Request::SetXattr {
+                ino,
+                mode,
+                name,
+                value,
+            } => w
+                .u8(op::SET_XATTR)
+                .u64(ino.0)
+                .u8(xattr_code(mode))
+                .bytes(name)
+                .bytes(value),
+            Request::GetXattr { ino, name } => w.u8(op::GET_XATTR).u64(ino.0).bytes(name),
+            Request::ListXattr { ino } => w.u8(op::LIST_XATTR).u64(ino.0),
+            Request::RemoveXattr { ino, name } => w.u8(op::REMOVE_XATTR).u64(ino.0).bytes(name),
+            Request::Readdir { dir, max, after } => {
+                w.u8(op::READDIR).u64(dir.0).u32(max).opt_bytes(after)
+            }
+            Request::Statfs => w.u8(op::STATFS),
+            Request::Read {
+                handle,
+                offset,
+                len,
+            } => w.u8(op::READ).u64(handle).u64(offset).u32(len),
+            Request::Write {
+                handle,
+                offset,
+                data,
+            } => w.u8(op::WRITE).u64(handle).u64(offset).u32(data_len(data)),
+            Request::Append { handle, data } => w.u8(op::APPEND).u64(handle).u32(data_len(data)),
+            Request::Truncate { handle, size } => w.u8(op::TRUNCATE).u64(handle).u64(size),
+            Request::Fallocate {
+                handle,
+                mode,
+                offset,
+                len,
+            } => w
+                .u8(op::FALLOCATE)
+                .u64(handle)
+                .i32(mode)
+                .u64(offset)
+                .u64(len),
+            Request::SeekData { handle, offset } => w.u8(op::SEEK_DATA).u64(handle).u64(offset),
+            Request::SeekHole { handle, offset } => w.u8(op::SEEK_HOLE).u64(handle).u64(offset),
+            Request::Fsync { handle, data_only } => {
+                w.u8(op::FSYNC).u64(handle).u8(data_only.into())
+            }
+            Request::Sync => w.u8(op::SYNC),
+            Request::LockSet {
+                handle,
+                space,
+                start,
+                end,
+                kind,
+                description,
+                wait,
+            } => w
+                .u8(op::LOCK_SET)
+                .u64(handle)
+                .u8(space_code(space))
+                .u64(start)
+                .opt_u64(end)
+                .u8(lock_code(kind))
+                .u8(description.into())
+                .u8(wait.into()),
+            Request::LockGet {
+                handle,
+                space,
+                start,
+                end,
+                kind,
+                description,
+            } => w
+                .u8(op::LOCK_GET)
+                .u64(handle)
+                .u8(space_code(space))
+                .u64(start)
+                .opt_u64(end)
+                .u8(lock_code(Some(kind)))
+                .u8(description.into()),
+            Request::LockRelease { ino, space } => {
+                w.u8(op::LOCK_RELEASE).u64(ino.0).u8(space_code(space))
+            }
+        };
+    }
+
+    /// The data that follows the frame's fields (a write's).
+    pub fn data(&self) -> &'a [u8] {
+        match *self {
+            Request::Write { data, .. } | Request::Append { data, .. } => data,
+            _ => &[],
+        }
+    }
+}
+
+fn data_len(d: &[u8]) -> u32 {
+    assert!(d.len() <= IO_BYTES_MAX, "the client splits larger writes");
+    d.len() as u32
+}
+
+/// A write's data: its length, then exactly that many bytes to the frame's end.
+fn data<'a>(r: &mut Reader<'a>) -> Result<&'a [u8]> {
+    let len = r.u32()? as usize;
+    if len > IO_BYTES_MAX {
+        return Err(inval());
+    }
+    let rest = r.rest();
+    if rest.len() != len {
+        return Err(Errno(libc::EPROTO));
+    }
+    Ok(rest)
+}
+
+/// Attributes in a reply.
+pub fn put_metadata(w: &mut Writer, m: &Metadata) {
+    w.u64(m.ino)
+        .u8(kind_code(m.kind))
+        .u32(m.mode)
+        .u32(m.nlink)
+        .u32(m.uid)
+        .u32(m.gid)
+        .u64(m.size)
+        .u64(m.blocks)
+        .i64(m.atime_ns)
+        .i64(m.mtime_ns)
+        .i64(m.ctime_ns)
+        .i64(m.btime_ns)
+        .u32(m.blksize)
+        .u64(m.rdev);
+}
+
+pub fn get_metadata(r: &mut Reader<'_>) -> Result<Metadata> {
+    Ok(Metadata {
+        ino: r.u64()?,
+        kind: kind_of(r.u8()?)?,
+        mode: r.u32()?,
+        nlink: r.u32()?,
+        uid: r.u32()?,
+        gid: r.u32()?,
+        size: r.u64()?,
+        blocks: r.u64()?,
+        atime_ns: r.i64()?,
+        mtime_ns: r.i64()?,
+        ctime_ns: r.i64()?,
+        btime_ns: r.i64()?,
+        blksize: r.u32()?,
+        rdev: r.u64()?,
+    })
+}
+
+pub fn put_kind(w: &mut Writer, k: Kind) {
+    w.u8(kind_code(k));
+}
+
+pub fn get_kind(r: &mut Reader<'_>) -> Result<Kind> {
+    kind_of(r.u8()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Request<'static>> {
+        vec![
+            Request::Hello { token: 9 },
+            Request::Resolve {
+                start: InodeNo(1),
+                follow: true,
+                path: b"a/b",
+            },
+            Request::Open {
+                start: InodeNo(1),
+                flags: libc::O_CREAT | libc::O_RDWR,
+                mode: 0o644,
+                path: b"f",
+            },
+            Request::Create {
+                parent: InodeNo(1),
+                kind: Kind::Symlink,
+                perm: 0o777,
+                name: b"l",
+                target: Some(b"t"),
+            },
+            Request::Rename {
+                from: InodeNo(1),
+                from_name: b"a",
+                to: InodeNo(2),
+                to_name: b"b",
+                mode: RenameMode::Exchange,
+            },
+            Request::SetAttr {
+                ino: InodeNo(3),
+                changes: AttrChanges {
+                    perm: Some(0o600),
+                    uid: None,
+                    gid: Some(5),
+                    atime: Some(TimeChange::Now),
+                    mtime: Some(TimeChange::At(-7)),
+                },
+            },
+            Request::Readdir {
+                dir: InodeNo(1),
+                max: 128,
+                after: Some(b"x"),
+            },
+            Request::Write {
+                handle: 4,
+                offset: 8192,
+                data: b"hello",
+            },
+            Request::LockSet {
+                handle: 4,
+                space: LockSpace::Record,
+                start: 0,
+                end: Some(10),
+                kind: Some(LockKind::Write),
+                description: false,
+                wait: true,
+            },
+            Request::LockGet {
+                handle: 4,
+                space: LockSpace::Flock,
+                start: 0,
+                end: None,
+                kind: LockKind::Read,
+                description: true,
+            },
+            Request::Statfs,
+        ]
+    }
+
+    fn body(r: &Request<'_>) -> Vec<u8> {
+        let mut w = Writer::new();
+        r.encode(&mut w);
+        let mut b = w.body().to_vec();
+        b.extend_from_slice(r.data());
+        b
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        for r in samples() {
+            let b = body(&r);
+            assert_eq!(Request::decode(&b).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn malformed_requests_are_errors() {
+        for r in samples() {
+            let b = body(&r);
+            for cut in 0..b.len() {
+                assert!(Request::decode(&b[..cut]).is_err(), "{r:?} cut at {cut}");
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert!(
+                Request::decode(&longer).is_err(),
+                "{r:?} with a trailing byte"
+            );
+        }
+        assert_eq!(Request::decode(&[200]), Err(Errno(libc::ENOSYS)));
+        let mut w = Writer::new();
+        w.u8(op::READ).u64(1).u64(0).u32(u32::MAX);
+        assert_eq!(Request::decode(w.body()), Err(Errno(libc::EINVAL)));
+    }
+}

@@ -1,0 +1,251 @@
+//! The instance's side: a Unix socket accepting attached processes, one thread per
+//! connection (docs/DESIGN.md §4e).
+//!
+//! A connection's first request is Hello: a new session, or another connection of a
+//! session whose process (by the kernel's pid) is the caller. Then each frame is one
+//! request, answered in order by a frame of status and payload.
+//!
+//! Invariants:
+//! - A malformed request is answered with its errno and the connection goes on; a
+//!   frame that cannot be framed (over [`crate::FRAME_BYTES_MAX`]) ends the connection.
+//!   Neither disturbs another connection.
+//! - A client that stops reading (hung) blocks only its own connection's thread.
+//! - [`Instance::stop`] ends every connection and joins its thread, so no session
+//!   holds the file system after it returns.
+
+use crate::peer::{self, Peer};
+use crate::proto::Request;
+use crate::session::{Caller, Session};
+use crate::wire::Writer;
+use crate::{Notify, CONNECTIONS_MAX, FRAME_BYTES_MAX};
+use posix::Errno;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use vfs::FileSystem;
+
+/// What every connection thread shares.
+#[derive(Debug)]
+struct Shared {
+    fs: Arc<FileSystem>,
+    notify: Option<Notify>,
+    sessions: Mutex<HashMap<u64, Weak<Session>>>,
+    /// Live connections: their sockets (to end them at stop) and threads.
+    conns: Mutex<HashMap<u64, (RawFd, JoinHandle<()>)>>,
+    stopping: AtomicBool,
+}
+
+/// A running instance; [`Instance::stop`] ends it.
+#[derive(Debug)]
+pub struct Instance {
+    path: PathBuf,
+    listener: RawFd,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Instance {
+    /// Serves `fs` on a socket at `path` (replacing a stale one); `notify` hears of
+    /// every change a client makes.
+    pub fn start(
+        fs: Arc<FileSystem>,
+        path: &Path,
+        notify: Option<Notify>,
+    ) -> std::io::Result<Instance> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = UnixListener::bind(path)?;
+        // Anyone may connect: each request is checked as its sender (the kernel says
+        // who), as the kernel checks a call on the FUSE mount.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+        let shared = Arc::new(Shared {
+            fs,
+            notify,
+            sessions: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+        });
+        let fd = listener.as_raw_fd();
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("augefs-instance".into())
+            .spawn(move || accept_loop(listener, s))?;
+        Ok(Instance {
+            path: path.to_path_buf(),
+            listener: fd,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.conns.lock().expect("conns lock").len()
+    }
+
+    /// Sessions alive now (attached processes).
+    pub fn sessions(&self) -> usize {
+        let s = self.shared.sessions.lock().expect("sessions lock");
+        s.values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// Stops accepting, ends every connection (clients see the instance gone), waits
+    /// for their threads, and removes the socket.
+    pub fn stop(mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        // SAFETY: the listener's descriptor is open until the accept thread returns.
+        unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        let conns: Vec<_> = {
+            let mut c = self.shared.conns.lock().expect("conns lock");
+            for (fd, _) in c.values() {
+                // SAFETY: the connection's socket is open until its thread ends, which
+                // takes it out of this map first (under the lock held here).
+                unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
+            }
+            c.drain().map(|(_, (_, t))| t).collect()
+        };
+        for t in conns {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let mut next: u64 = 0;
+    for stream in listener.incoming() {
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let mut conns = shared.conns.lock().expect("conns lock");
+        if conns.len() >= CONNECTIONS_MAX {
+            // Refused: the client falls back to the kernel's mount.
+            continue;
+        }
+        next += 1;
+        let id = next;
+        let fd = stream.as_raw_fd();
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("augefs-client".into())
+            .spawn(move || {
+                serve(&s, stream);
+                s.conns.lock().expect("conns lock").remove(&id);
+            });
+        if let Ok(t) = spawned {
+            conns.insert(id, (fd, t));
+        }
+    }
+}
+
+/// A new session token: random, so a process cannot guess another's.
+fn new_token() -> u64 {
+    let mut t = [0u8; 8];
+    // SAFETY: `t` has room for 8 bytes.
+    unsafe { libc::getrandom(t.as_mut_ptr().cast(), 8, 0) };
+    u64::from_le_bytes(t) | 1
+}
+
+fn serve(shared: &Arc<Shared>, stream: UnixStream) {
+    let Ok(peer) = peer::of(stream.as_fd()) else {
+        return;
+    };
+    let mut buf = Vec::new();
+    let mut w = Writer::new();
+    let Ok(Some(())) = read_frame(&stream, &mut buf) else {
+        return;
+    };
+    let session = match Request::decode(&buf) {
+        Ok(Request::Hello { token }) => join(shared, &peer, token),
+        Ok(_) | Err(_) => Err(Errno(libc::EPROTO)),
+    };
+    w.i32(0);
+    let session = match session {
+        Ok(s) => {
+            w.u64(s.token);
+            s
+        }
+        Err(Errno(e)) => {
+            w.clear();
+            w.i32(e);
+            let _ = (&stream).write_all(w.finish(0));
+            return;
+        }
+    };
+    if (&stream).write_all(w.finish(0)).is_err() {
+        return;
+    }
+    let caller = Caller {
+        creds: &peer.creds,
+        socket: stream.as_fd(),
+    };
+    loop {
+        match read_frame(&stream, &mut buf) {
+            Ok(Some(())) => {}
+            Ok(None) | Err(_) => return,
+        }
+        w.clear();
+        w.i32(0);
+        let r = Request::decode(&buf).and_then(|req| session.run(&caller, req, &mut w));
+        if let Err(Errno(e)) = r {
+            w.clear();
+            w.i32(e);
+        }
+        if (&stream).write_all(w.finish(0)).is_err() {
+            return;
+        }
+    }
+}
+
+/// The session `token` names (its process must be the caller), or a new one.
+fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, Errno> {
+    let mut sessions = shared.sessions.lock().expect("sessions lock");
+    sessions.retain(|_, w| w.strong_count() > 0);
+    if token != 0 {
+        let s = sessions.get(&token).and_then(Weak::upgrade);
+        return match s {
+            Some(s) if s.pid == peer.pid => Ok(s),
+            _ => Err(Errno(libc::EPERM)),
+        };
+    }
+    let s = Arc::new(Session::new(
+        new_token(),
+        peer.pid,
+        shared.fs.clone(),
+        shared.notify.clone(),
+    ));
+    sessions.insert(s.token, Arc::downgrade(&s));
+    Ok(s)
+}
+
+/// Reads one frame into `buf`: None at a clean end of the stream.
+fn read_frame(mut stream: &UnixStream, buf: &mut Vec<u8>) -> std::io::Result<Option<()>> {
+    let mut len = [0u8; 4];
+    match stream.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+    }
+    buf.resize(len, 0);
+    stream.read_exact(buf)?;
+    Ok(Some(()))
+}

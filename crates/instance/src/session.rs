@@ -1,0 +1,513 @@
+//! One attached process on the instance side: the handles it opened, and the requests
+//! of its connections run against the vfs (docs/DESIGN.md §4e).
+//!
+//! Invariants:
+//! - A handle is this session's: a request naming another number is EBADF. Reads need
+//!   a handle opened for reading; writes, truncates, fallocates and write locks one
+//!   opened for writing (as the kernel checks a descriptor's mode).
+//! - Every call runs as the connection's kernel-given identity ([`crate::peer`]); the
+//!   process's record locks are owned by its kernel-given pid.
+//! - When the session goes (its last connection closed), its process's record locks
+//!   are released and every handle is closed (with its description's locks).
+
+use crate::proto::{self, Request};
+use crate::wire::Writer;
+use crate::{Change, Notify};
+use format::InodeNo;
+use posix::backend::{close_in, open_in, LockSpace, OpenFile};
+use posix::{Errno, Result};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use vfs::locks::{LockOwner, LockTable, Wait, WaitCancel};
+use vfs::{Creds, FileSystem, VfsError};
+
+fn e(v: VfsError) -> Errno {
+    Errno::from(v)
+}
+
+/// An open file of a session; closed when the last request using it is done.
+#[derive(Debug)]
+struct Held {
+    fs: Arc<FileSystem>,
+    file: Option<OpenFile>,
+}
+
+impl Held {
+    fn file(&self) -> &OpenFile {
+        self.file.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(f) = self.file.take() {
+            // A failure (read-only file system) leaves an orphan the next mount frees.
+            let _ = close_in(&self.fs, f);
+        }
+    }
+}
+
+/// One attached process.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub token: u64,
+    pub pid: i32,
+    fs: Arc<FileSystem>,
+    notify: Option<Notify>,
+    handles: Mutex<HashMap<u64, Arc<Held>>>,
+    next_handle: AtomicU64,
+}
+
+/// The connection a request came on: who sent it, and its socket (a lock wait watches
+/// it for a hang-up).
+pub(crate) struct Caller<'a> {
+    pub creds: &'a Creds,
+    pub socket: BorrowedFd<'a>,
+}
+
+impl Session {
+    pub fn new(token: u64, pid: i32, fs: Arc<FileSystem>, notify: Option<Notify>) -> Session {
+        Session {
+            token,
+            pid,
+            fs,
+            notify,
+            handles: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    fn held(&self, handle: u64) -> Result<Arc<Held>> {
+        self.handles
+            .lock()
+            .expect("handles lock")
+            .get(&handle)
+            .cloned()
+            .ok_or(Errno(libc::EBADF))
+    }
+
+    fn readable(&self, handle: u64) -> Result<Arc<Held>> {
+        let h = self.held(handle)?;
+        if !h.file().read {
+            return Err(Errno(libc::EBADF));
+        }
+        Ok(h)
+    }
+
+    fn writable(&self, handle: u64) -> Result<Arc<Held>> {
+        let h = self.held(handle)?;
+        if !h.file().write {
+            return Err(Errno(libc::EBADF));
+        }
+        Ok(h)
+    }
+
+    fn tell(&self, c: Change<'_>) {
+        if let Some(n) = &self.notify {
+            (n.0)(c);
+        }
+    }
+
+    fn table(&self, space: LockSpace) -> &LockTable {
+        match space {
+            LockSpace::Record => self.fs.record_locks(),
+            LockSpace::Flock => self.fs.flocks(),
+        }
+    }
+
+    fn owner(&self, h: &Held, description: bool) -> LockOwner {
+        if description {
+            h.file().owner
+        } else {
+            LockOwner::Process(self.pid)
+        }
+    }
+
+    /// Runs `req` as `caller`; the reply's payload goes to `w`.
+    pub fn run(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        let cx = caller.creds;
+        let fs = &*self.fs;
+        match req {
+            Request::Hello { .. } => return Err(Errno(libc::EPROTO)),
+            Request::Resolve {
+                start,
+                follow,
+                path,
+            } => {
+                w.u64(fs.resolve_at(cx, start, path, follow).map_err(e)?.0);
+            }
+            Request::ResolveParent { start, path } => {
+                let (dir, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
+                w.u64(dir.0).bytes(name);
+            }
+            Request::Lookup { dir, name } => {
+                w.u64(fs.lookup_ino(cx, dir, name).map_err(e)?.0);
+            }
+            Request::Stat { ino } => proto::put_metadata(w, &fs.stat_ino(ino).map_err(e)?),
+            Request::Access { ino, mask } => fs.access(cx, ino, mask).map_err(e)?,
+            Request::Open {
+                start,
+                flags,
+                mode,
+                path,
+            } => self.open(cx, start, flags, mode, path, w)?,
+            Request::Close { handle } => {
+                let gone = self.handles.lock().expect("handles lock").remove(&handle);
+                gone.ok_or(Errno(libc::EBADF))?;
+            }
+            Request::Create {
+                parent,
+                kind,
+                perm,
+                name,
+                target,
+            } => {
+                let ino = fs.create(cx, parent, name, kind, perm, target).map_err(e)?;
+                self.tell(Change::Entry {
+                    parent: parent.0,
+                    name,
+                });
+                self.tell(Change::Attrs { ino: parent.0 });
+                w.u64(ino.0);
+            }
+            Request::Mknod {
+                parent,
+                kind,
+                perm,
+                dev,
+                name,
+            } => {
+                let ino = fs.mknod(cx, parent, name, kind, perm, dev).map_err(e)?;
+                self.tell(Change::Entry {
+                    parent: parent.0,
+                    name,
+                });
+                self.tell(Change::Attrs { ino: parent.0 });
+                w.u64(ino.0);
+            }
+            Request::Remove { parent, dir, name } => {
+                let child = fs.lookup_ino(cx, parent, name).ok();
+                fs.remove(cx, parent, name, dir).map_err(e)?;
+                self.tell(Change::Entry {
+                    parent: parent.0,
+                    name,
+                });
+                self.tell(Change::Attrs { ino: parent.0 });
+                if let Some(c) = child {
+                    self.tell(Change::Attrs { ino: c.0 });
+                }
+            }
+            Request::Rename {
+                from,
+                from_name,
+                to,
+                to_name,
+                mode,
+            } => {
+                let moved = fs.lookup_ino(cx, from, from_name).ok();
+                fs.rename(cx, from, from_name, to, to_name, mode)
+                    .map_err(e)?;
+                for (dir, name) in [(from, from_name), (to, to_name)] {
+                    self.tell(Change::Entry {
+                        parent: dir.0,
+                        name,
+                    });
+                    self.tell(Change::Attrs { ino: dir.0 });
+                }
+                if let Some(m) = moved {
+                    self.tell(Change::Attrs { ino: m.0 });
+                }
+            }
+            Request::Link { ino, parent, name } => {
+                fs.link(cx, ino, parent, name).map_err(e)?;
+                self.tell(Change::Entry {
+                    parent: parent.0,
+                    name,
+                });
+                self.tell(Change::Attrs { ino: ino.0 });
+                self.tell(Change::Attrs { ino: parent.0 });
+            }
+            Request::Readlink { ino } => {
+                w.bytes(&fs.readlink_ino(ino).map_err(e)?);
+            }
+            Request::SetAttr { ino, changes } => {
+                fs.set_attr(cx, ino, &changes).map_err(e)?;
+                self.tell(Change::Attrs { ino: ino.0 });
+            }
+            Request::TruncateIno { ino, size } => {
+                posix::backend::Backend::truncate_ino(fs, cx, ino, size)?;
+                self.tell(Change::Data { ino: ino.0 });
+            }
+            Request::SetXattr {
+                ino,
+                mode,
+                name,
+                value,
+            } => {
+                fs.set_xattr_ino(cx, ino, name, value, mode).map_err(e)?;
+                self.tell(Change::Attrs { ino: ino.0 });
+            }
+            Request::GetXattr { ino, name } => {
+                w.bytes(&fs.get_xattr_ino(cx, ino, name).map_err(e)?);
+            }
+            Request::ListXattr { ino } => {
+                let names = fs.list_xattr_ino(cx, ino).map_err(e)?;
+                w.u32(names.len() as u32);
+                for n in &names {
+                    w.bytes(n);
+                }
+            }
+            Request::RemoveXattr { ino, name } => {
+                fs.remove_xattr_ino(cx, ino, name).map_err(e)?;
+                self.tell(Change::Attrs { ino: ino.0 });
+            }
+            Request::Readdir { dir, max, after } => {
+                let page = fs.readdir(cx, dir, after, max as usize).map_err(e)?;
+                w.u32(page.len() as u32);
+                for d in &page {
+                    w.u64(d.ino).bytes(&d.name);
+                    proto::put_kind(w, d.kind);
+                }
+            }
+            Request::Statfs => {
+                let s = fs.statfs();
+                w.u32(s.block_size)
+                    .u64(s.blocks)
+                    .u64(s.blocks_free)
+                    .u32(s.name_max);
+            }
+            req => return self.run_on_handle(caller, req, w),
+        }
+        Ok(())
+    }
+
+    /// The calls that name a handle.
+    fn run_on_handle(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        let fs = &*self.fs;
+        match req {
+            Request::Read {
+                handle,
+                offset,
+                len,
+            } => {
+                let h = self.readable(handle)?;
+                let at = w.reserve(len as usize);
+                let n = fs
+                    .read_at(h.file().ino, offset, w.reserved(at))
+                    .map_err(e)?;
+                w.truncate_reserved(at, n);
+            }
+            Request::Write {
+                handle,
+                offset,
+                data,
+            } => {
+                let h = self.writable(handle)?;
+                let n = fs.write_at(h.file().ino, offset, data).map_err(e)?;
+                self.tell(Change::Data {
+                    ino: h.file().ino.0,
+                });
+                w.u64(n as u64);
+            }
+            Request::Append { handle, data } => {
+                let h = self.writable(handle)?;
+                let (at, n) = fs.append_ino(h.file().ino, data).map_err(e)?;
+                self.tell(Change::Data {
+                    ino: h.file().ino.0,
+                });
+                w.u64(at).u64(n as u64);
+            }
+            Request::Truncate { handle, size } => {
+                let h = self.writable(handle)?;
+                fs.truncate(h.file().ino, size).map_err(e)?;
+                self.tell(Change::Data {
+                    ino: h.file().ino.0,
+                });
+            }
+            Request::Fallocate {
+                handle,
+                mode,
+                offset,
+                len,
+            } => {
+                let h = self.writable(handle)?;
+                let op = vfs::Fallocate::from_mode(mode).map_err(e)?;
+                fs.fallocate(h.file().ino, op, offset, len).map_err(e)?;
+                self.tell(Change::Data {
+                    ino: h.file().ino.0,
+                });
+            }
+            Request::SeekData { handle, offset } => {
+                w.u64(
+                    fs.seek_data(self.held(handle)?.file().ino, offset)
+                        .map_err(e)?,
+                );
+            }
+            Request::SeekHole { handle, offset } => {
+                w.u64(
+                    fs.seek_hole(self.held(handle)?.file().ino, offset)
+                        .map_err(e)?,
+                );
+            }
+            Request::Fsync { handle, data_only } => {
+                fs.fsync_ino(self.held(handle)?.file().ino, data_only)
+                    .map_err(e)?;
+            }
+            Request::Sync => fs.sync().map_err(e)?,
+            Request::LockSet {
+                handle,
+                space,
+                start,
+                end,
+                kind,
+                description,
+                wait,
+            } => {
+                let h = match kind {
+                    Some(vfs::locks::LockKind::Read) => self.readable(handle)?,
+                    Some(vfs::locks::LockKind::Write) => self.writable(handle)?,
+                    None => self.held(handle)?,
+                };
+                let owner = self.owner(&h, description);
+                self.lock(caller, space, h.file().ino, (start, end), kind, owner, wait)?;
+            }
+            Request::LockGet {
+                handle,
+                space,
+                start,
+                end,
+                kind,
+                description,
+            } => {
+                let h = self.held(handle)?;
+                let owner = self.owner(&h, description);
+                match self
+                    .table(space)
+                    .conflicting(h.file().ino, (start, end), kind, owner)
+                {
+                    None => {
+                        w.u8(0);
+                    }
+                    Some(l) => {
+                        w.u8(proto::lock_code(Some(l.kind)))
+                            .u64(l.start)
+                            .opt_u64(l.end)
+                            .i32(l.pid);
+                    }
+                }
+            }
+            Request::LockRelease { ino, space } => {
+                self.table(space).release(ino, LockOwner::Process(self.pid));
+            }
+            _ => return Err(Errno(libc::EPROTO)),
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lock(
+        &self,
+        caller: &Caller<'_>,
+        space: LockSpace,
+        ino: InodeNo,
+        span: (u64, Option<u64>),
+        kind: Option<vfs::locks::LockKind>,
+        owner: LockOwner,
+        wait: bool,
+    ) -> Result<()> {
+        let table = self.table(space);
+        let first = table.set_waiting(ino, span, kind, owner, self.pid, Wait::No);
+        match first {
+            Err(VfsError::WouldBlock(_)) if wait => {}
+            other => return other.map_err(e),
+        }
+        // A wait ends when the lock is free, or when the client hangs up (it died or
+        // gave up): a watcher cancels it then, so a dead client never takes a lock.
+        let cancel = WaitCancel::default();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| watch_hangup(caller.socket, &done, || table.cancel(&cancel)));
+            let r = table.set_waiting(ino, span, kind, owner, self.pid, Wait::Cancellable(&cancel));
+            done.store(true, Ordering::Release);
+            r.map_err(e)
+        })
+    }
+
+    fn open(
+        &self,
+        cx: &Creds,
+        start: InodeNo,
+        flags: i32,
+        mode: u32,
+        path: &[u8],
+        w: &mut Writer,
+    ) -> Result<()> {
+        let found = open_in(&self.fs, cx, start, path, flags, mode)?;
+        if flags & libc::O_CREAT != 0 {
+            if let Ok((parent, name)) = self.fs.resolve_parent_at(cx, start, path) {
+                self.tell(Change::Entry {
+                    parent: parent.0,
+                    name,
+                });
+                self.tell(Change::Attrs { ino: parent.0 });
+            }
+        }
+        if flags & libc::O_TRUNC != 0 {
+            self.tell(Change::Data { ino: found.ino.0 });
+        }
+        w.u64(found.ino.0);
+        proto::put_kind(w, found.kind);
+        match found.file {
+            None => {
+                w.u64(0).u8(0).u8(0);
+            }
+            Some(file) => {
+                let (read, write) = (file.read, file.write);
+                let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                let held = Arc::new(Held {
+                    fs: self.fs.clone(),
+                    file: Some(file),
+                });
+                self.handles
+                    .lock()
+                    .expect("handles lock")
+                    .insert(handle, held);
+                w.u64(handle).u8(read.into()).u8(write.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let handles = std::mem::take(self.handles.get_mut().expect("handles lock"));
+        for h in handles.values() {
+            let ino = h.file().ino;
+            self.fs
+                .record_locks()
+                .release(ino, LockOwner::Process(self.pid));
+        }
+        // Each handle closes (its description's locks with it) as its Arc goes.
+        drop(handles);
+    }
+}
+
+/// Polls `socket` until `done` or a hang-up, which runs `cancel`.
+fn watch_hangup(socket: BorrowedFd<'_>, done: &AtomicBool, cancel: impl Fn()) {
+    while !done.load(Ordering::Acquire) {
+        let mut p = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, 50) };
+        if n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+            cancel();
+            return;
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! An instance serving attached clients in this process: the posix layer over a
+//! `Remote` sees what the vfs has, requests are checked, malformed ones answered with
+//! an errno, and a session's locks and files go with its last connection.
+
+use device::memory::MemoryBackend;
+use device::Device;
+use engine::log::{EngineConfig, EngineEnv};
+use engine::mkfs::{format, MkfsOptions};
+use engine::progress::NoProgress;
+use instance::client::Remote;
+use instance::server::Instance;
+use instance::wire::Writer;
+use posix::lock::Flock;
+use posix::{At, Errno, Posix};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vfs::FileSystem;
+
+fn mounted() -> Arc<FileSystem> {
+    let dev = Device::new(Box::new(MemoryBackend::new(64 << 20, 512)));
+    let opts = MkfsOptions {
+        domain_count: Some(1),
+        fs_uuid: [9; 16],
+        created_unix_ns: 1,
+        force: false,
+    };
+    format(&dev, None, &opts, &NoProgress).unwrap();
+    let env = EngineEnv {
+        device: Arc::new(dev),
+        pmr: None,
+        clock: Arc::new(platform::ManualClock::new(1_000_000)),
+    };
+    Arc::new(
+        FileSystem::mount_with(env, EngineConfig::default(), vfs::CacheConfig::default()).unwrap(),
+    )
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    sock: std::path::PathBuf,
+    fs: Arc<FileSystem>,
+    inst: Option<Instance>,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("i.sock");
+        let fs = mounted();
+        let inst = Instance::start(fs.clone(), &sock, None).unwrap();
+        Setup {
+            _dir: dir,
+            sock,
+            fs,
+            inst: Some(inst),
+        }
+    }
+
+    fn client(&self) -> Posix {
+        let r = Remote::connect(&self.sock).unwrap();
+        Posix::new(
+            Arc::new(r),
+            vfs::Creds::of_process(),
+            std::process::id() as i32,
+        )
+    }
+
+    fn sessions_drop_to(&self, n: usize) {
+        let t = Instant::now();
+        while self.inst.as_ref().unwrap().sessions() != n {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "sessions stay at {}",
+                self.inst.as_ref().unwrap().sessions()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(i) = self.inst.take() {
+            i.stop();
+        }
+    }
+}
+
+#[test]
+fn a_client_sees_and_changes_the_instance_file_system() {
+    let s = Setup::new();
+    let px = s.client();
+    px.mkdir(At::Cwd, b"/d", 0o755).unwrap();
+    let fd = px
+        .open_fd(At::Cwd, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let data: Vec<u8> = (0..6_000_000u32)
+        .map(|i| (i * 7 + i / 4096) as u8)
+        .collect();
+    assert_eq!(
+        px.write(fd, &data).unwrap(),
+        data.len(),
+        "a write over one request's size"
+    );
+    px.fsync(fd, false).unwrap();
+    let mut back = vec![0u8; data.len() + 10];
+    assert_eq!(px.pread(fd, &mut back, 0).unwrap(), data.len());
+    assert_eq!(&back[..data.len()], &data[..]);
+    // The server's vfs has the same.
+    let ino =
+        s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, b"d/f", true)
+            .unwrap();
+    assert_eq!(s.fs.stat_ino(ino).unwrap().size, data.len() as u64);
+    assert_eq!(
+        px.stat(At::Cwd, b"/d/f", true, false).unwrap().size,
+        data.len() as u64
+    );
+    px.rename(At::Cwd, b"/d/f", At::Cwd, b"/d/g", 0).unwrap();
+    assert_eq!(
+        px.stat(At::Cwd, b"/d/f", true, false).unwrap_err(),
+        Errno(libc::ENOENT)
+    );
+    let dfd = px
+        .open_fd(At::Cwd, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .unwrap();
+    let mut names = Vec::new();
+    while let Some(e) = px.readdir(dfd).unwrap() {
+        names.push(String::from_utf8(e.name).unwrap());
+    }
+    assert_eq!(names, [".", "..", "g"]);
+    px.symlink(b"g", At::Cwd, b"/d/l").unwrap();
+    assert_eq!(px.readlink(At::Cwd, b"/d/l").unwrap(), b"g");
+    px.set_xattr(ino, b"user.k", b"v", 0).unwrap();
+    assert_eq!(px.get_xattr(ino, b"user.k").unwrap(), b"v");
+    px.ftruncate(fd, 5).unwrap();
+    assert_eq!(s.fs.stat_ino(ino).unwrap().size, 5);
+    px.close(fd).unwrap();
+    px.close(dfd).unwrap();
+    px.unlink(At::Cwd, b"/d/g", false).unwrap();
+    px.unlink(At::Cwd, b"/d/l", false).unwrap();
+    px.unlink(At::Cwd, b"/d", true).unwrap();
+    assert_eq!(px.statfs().unwrap().block_size, 4096);
+}
+
+#[test]
+fn data_calls_need_a_handle_of_the_session_in_the_right_mode() {
+    let s = Setup::new();
+    let px = s.client();
+    let fd = px
+        .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDONLY, 0o644)
+        .unwrap();
+    // The posix layer refuses first; the instance refuses too, for a client that lies.
+    let d = px.get(fd).unwrap();
+    let f = d.file().unwrap();
+    assert_eq!(d.fs().write(f, 0, b"x"), Err(Errno(libc::EBADF)));
+    let fake = posix::backend::OpenFile {
+        ino: f.ino,
+        owner: f.owner,
+        read: true,
+        write: true,
+        reference: posix::backend::Reference::Remote(9999),
+    };
+    assert_eq!(d.fs().write(&fake, 0, b"x"), Err(Errno(libc::EBADF)));
+    std::mem::forget(fake);
+}
+
+#[test]
+fn malformed_requests_get_errnos_and_the_connection_goes_on() {
+    let s = Setup::new();
+    let mut c = UnixStream::connect(&s.sock).unwrap();
+    let mut send = |body: &[u8]| -> i32 {
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(body);
+        c.write_all(&frame).unwrap();
+        let mut len = [0u8; 4];
+        c.read_exact(&mut len).unwrap();
+        let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
+        c.read_exact(&mut reply).unwrap();
+        i32::from_le_bytes(reply[..4].try_into().unwrap())
+    };
+    let mut hello = Writer::new();
+    instance::proto::Request::Hello { token: 0 }.encode(&mut hello);
+    assert_eq!(send(hello.body()), 0);
+    assert_eq!(send(&[]), libc::EPROTO);
+    assert_eq!(send(&[250, 1, 2]), libc::ENOSYS);
+    assert_eq!(send(&[5, 1]), libc::EPROTO, "a short stat");
+    let mut w = Writer::new();
+    instance::proto::Request::Stat {
+        ino: vfs::records::ROOT,
+    }
+    .encode(&mut w);
+    assert_eq!(send(w.body()), 0, "still served after garbage");
+    // A second Hello naming another session is refused.
+    let mut c2 = UnixStream::connect(&s.sock).unwrap();
+    let mut other = Writer::new();
+    instance::proto::Request::Hello { token: 12345 }.encode(&mut other);
+    c2.write_all(other.finish(0)).unwrap();
+    let mut reply = [0u8; 8];
+    c2.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        i32::from_le_bytes(reply[4..8].try_into().unwrap()),
+        libc::EPERM
+    );
+}
+
+/// Run as a child process by [`a_killed_client_releases_its_locks_and_files`]: with
+/// the socket in the environment it attaches, takes locks, says so, and waits to die.
+#[test]
+fn child_that_locks_and_waits() {
+    let Some(sock) = std::env::var_os("ATTACH_TEST_SOCK") else {
+        return;
+    };
+    let r = Remote::connect(std::path::Path::new(&sock)).unwrap();
+    let px = Posix::new(
+        Arc::new(r),
+        vfs::Creds::of_process(),
+        std::process::id() as i32,
+    );
+    let fd = px
+        .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let lock = Flock {
+        kind: libc::F_WRLCK as i16,
+        start: 0,
+        len: 0,
+        pid: 0,
+    };
+    px.set_lock(fd, &lock, false, false).unwrap();
+    px.flock(fd, libc::LOCK_EX).unwrap();
+    println!("LOCKED");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_killed_client_releases_its_locks_and_files() {
+    let s = Setup::new();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_that_locks_and_waits",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ATTACH_TEST_SOCK", &s.sock)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("LOCKED") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "the child ended"
+        );
+    }
+    let b = s.client();
+    let fb = b.open_fd(At::Cwd, b"/f", libc::O_RDWR, 0).unwrap();
+    let lock = Flock {
+        kind: libc::F_WRLCK as i16,
+        start: 0,
+        len: 0,
+        pid: 0,
+    };
+    assert_eq!(b.set_lock(fb, &lock, false, true), Err(Errno(libc::EAGAIN)));
+    assert_eq!(
+        b.flock(fb, libc::LOCK_EX | libc::LOCK_NB),
+        Err(Errno(libc::EAGAIN))
+    );
+    // B waits for both locks while the child dies holding them.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = b.set_lock(fb, &lock, true, true);
+        let r = r.and_then(|()| b.flock(fb, libc::LOCK_EX));
+        let _ = tx.send((r, b));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Instant::now();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (r, b) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the dead client's locks were never released");
+    r.unwrap();
+    let waited = killed.elapsed();
+    assert!(waited < Duration::from_secs(1), "waited {waited:?}");
+    drop(b);
+    s.sessions_drop_to(0);
+}
