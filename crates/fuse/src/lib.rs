@@ -41,4 +41,4 @@ mod convert;
 
 pub use adapter::AugeFuse;
 pub use options::{MountOptions, OptionError};
-pub use serve::{serve, Bridge, FuseError, Unmounter};
+pub use serve::{serve, Bridge, FuseError, KernelCaches, Ready, Unmounter};

@@ -176,14 +176,62 @@ impl Bridge {
     }
 }
 
+/// What [`serve`] hands its caller once the mount works.
+#[derive(Debug)]
+pub struct Ready {
+    /// Ends the mount (from a signal handler's thread).
+    pub unmounter: Unmounter,
+    /// The mounted file system, for other front ends of the same process (the
+    /// instance's attached clients): they must let go of it in `serve`'s `at_end`.
+    pub fs: Arc<FileSystem>,
+    /// The kernel's caches of this mount, to tell of changes made beside it.
+    pub caches: KernelCaches,
+}
+
+/// The kernel's caches of a mount: changes made through the vfs directly (not through
+/// the kernel) are told to them, for the nodes, names and pages the kernel may hold.
+#[derive(Debug, Clone)]
+pub struct KernelCaches {
+    notifier: Notifier,
+    adapter: Arc<AugeFuse>,
+}
+
+impl KernelCaches {
+    fn holds(&self, ino: u64) -> bool {
+        ino == crate::proto::abi::ROOT_ID || self.adapter.nodes().lookups(ino) > 0
+    }
+
+    /// The name `name` in directory `parent` appeared, went or now names another inode.
+    pub fn entry_changed(&self, parent: u64, name: &[u8]) {
+        if self.holds(parent) {
+            let _ = self.notifier.inval_entry(parent, name);
+        }
+    }
+
+    /// The attributes of `ino` changed.
+    pub fn attrs_changed(&self, ino: u64) {
+        if self.holds(ino) {
+            let _ = self.notifier.inval_attrs(ino);
+        }
+    }
+
+    /// The data (and attributes) of `ino` changed.
+    pub fn data_changed(&self, ino: u64) {
+        if self.holds(ino) {
+            let _ = self.notifier.inval_data(ino, 0, 0);
+        }
+    }
+}
+
 /// Mounts `fs` on `dir`, calls `on_ready` once the mount works, serves until the kernel
-/// ends the mount, and unmounts `fs`. `fsname` names the source in /proc/mounts.
+/// ends the mount, runs what `on_ready` returned (which must let go of the file system
+/// it was handed), and unmounts `fs`. `fsname` names the source in /proc/mounts.
 pub fn serve(
     fs: FileSystem,
     dir: &Path,
     fsname: &str,
     opts: &MountOptions,
-    on_ready: impl FnOnce(Unmounter),
+    on_ready: impl FnOnce(Ready) -> Box<dyn FnOnce()>,
 ) -> Result<(), FuseError> {
     fs.set_commit_interval(opts.commit);
     let fs = Arc::new(fs);
@@ -195,15 +243,23 @@ pub fn serve(
     };
     let adapter = Arc::new(AugeFuse::new(fs.clone(), opts.writeback_cache, admit));
     let name = opts.fsname.clone().unwrap_or_else(|| fsname.to_string());
-    let served = start(adapter, dir, &name, opts, true).and_then(|session| {
-        on_ready(Unmounter {
-            dir: dir.to_path_buf(),
+    let served = start(adapter.clone(), dir, &name, opts, true).and_then(|session| {
+        let at_end = on_ready(Ready {
+            unmounter: Unmounter {
+                dir: dir.to_path_buf(),
+            },
+            fs: fs.clone(),
+            caches: KernelCaches {
+                notifier: session.notifier(),
+                adapter,
+            },
         });
         let stats = session.stats();
         let served = session.run().map_err(|source| FuseError::Serve {
             dir: dir.to_path_buf(),
             source,
         });
+        at_end();
         if opts.stats {
             eprint!("{}", stats.report());
         }

@@ -99,10 +99,11 @@ unsafe fn prepare(envp: *const *const c_char) -> Option<Prepared> {
 /// this library loaded: a program that execs or spawns with an environment of its own
 /// (`execle`, `env -i`, subprocess's `env=`) must not drop its child out of the tree
 /// (the child would meet placeholders and a prefix the kernel does not know).
-const TREE_VARS: [&str; 6] = [
+const TREE_VARS: [&str; 7] = [
     "LD_PRELOAD",
     "AUGEFS_IMAGE",
     "AUGEFS_PREFIX",
+    "AUGEFS_MOUNT",
     "AUGEFS_BRIDGE",
     "AUGEFS_PMR",
     "AUGEFS_LOG",

@@ -1,9 +1,11 @@
 //! Who this process is to augefs, and the transitions: attach on first use, fork,
 //! exec and exit (docs/DESIGN.md §4e).
 //!
-//! - **Owner**: this process mounted the image (env AUGEFS_IMAGE) and calls the posix
-//!   layer directly; with env AUGEFS_BRIDGE it also serves a FUSE bridge of the same
-//!   file system there.
+//! - **Owner**: this process calls a posix layer directly. Either it mounted the image
+//!   (env AUGEFS_IMAGE; with env AUGEFS_BRIDGE it also serves a FUSE bridge of the
+//!   same file system there), or it is attached to the instance serving the mount at
+//!   env AUGEFS_MOUNT, whose posix layer sends each call to that instance (the mount
+//!   directory is then both the prefix and the bridge).
 //! - **Bridged**: the image is held by another process of the tree (or this is a forked
 //!   child of the owner): prefix paths are rewritten to the bridge and the kernel
 //!   serves them, so descriptors are real kernel ones that survive fork and exec.
@@ -21,7 +23,7 @@ use crate::log;
 use crate::real::real;
 use posix::Posix;
 use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -43,6 +45,8 @@ static MODE: RwLock<Mode> = RwLock::new(Mode::Unset);
 static OWNER: OnceLock<&'static Posix> = OnceLock::new();
 /// The owner's file system (for its page cache's counters in the log at exit).
 static OWNER_FS: OnceLock<Arc<vfs::FileSystem>> = OnceLock::new();
+/// The instance this process is attached to (env AUGEFS_MOUNT).
+static REMOTE: OnceLock<Arc<instance::client::Remote>> = OnceLock::new();
 /// Set in a forked child of the owner (by the fork handler): never use MODE's posix.
 static CHILD: AtomicBool = AtomicBool::new(false);
 /// The working directory is inside augefs (owner: the posix layer's cwd).
@@ -88,8 +92,26 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// How long a process that finds the image held waits for the owner's bridge.
 const BRIDGE_WAIT_MS: u64 = 10_000;
 
-/// The prefix (env AUGEFS_PREFIX, default /augefs), without a trailing slash.
+/// The mount this process attaches to (env AUGEFS_MOUNT, read once), without a
+/// trailing slash.
+pub fn mount_dir() -> Option<&'static [u8]> {
+    static M: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    M.get_or_init(|| {
+        let mut m = std::env::var_os("AUGEFS_MOUNT")?.into_encoded_bytes();
+        while m.len() > 1 && m.ends_with(b"/") {
+            m.pop();
+        }
+        (m.len() > 1 && m[0] == b'/').then_some(m)
+    })
+    .as_deref()
+}
+
+/// The prefix (env AUGEFS_MOUNT, else AUGEFS_PREFIX, default /augefs), without a
+/// trailing slash.
 pub fn prefix() -> &'static [u8] {
+    if let Some(m) = mount_dir() {
+        return m;
+    }
     static P: OnceLock<Vec<u8>> = OnceLock::new();
     P.get_or_init(|| {
         let mut p = std::env::var_os("AUGEFS_PREFIX")
@@ -105,6 +127,9 @@ pub fn prefix() -> &'static [u8] {
 /// The bridge's mount point (env AUGEFS_BRIDGE, read once: it is fixed for the life
 /// of the process tree).
 pub fn bridge_dir() -> Option<&'static [u8]> {
+    if let Some(m) = mount_dir() {
+        return Some(m);
+    }
     static B: OnceLock<Option<Vec<u8>>> = OnceLock::new();
     B.get_or_init(|| std::env::var_os("AUGEFS_BRIDGE").map(OsString::into_encoded_bytes))
         .as_deref()
@@ -204,6 +229,9 @@ pub fn above<T>(min: i32, f: impl FnOnce() -> T) -> T {
 }
 
 fn decide() -> Mode {
+    if let Some(dir) = mount_dir() {
+        return attach_instance(dir);
+    }
     let Some(image) = std::env::var_os("AUGEFS_IMAGE") else {
         return Mode::Off;
     };
@@ -220,13 +248,7 @@ fn decide() -> Mode {
             return Mode::Refused(e.errno());
         }
     };
-    UMASK.store(read_umask(), Ordering::Relaxed);
-    let pid = std::process::id() as i32;
-    OWNER_PID.store(pid, Ordering::Relaxed);
-    ATFORK.call_once(|| {
-        // SAFETY: registers a plain function as the fork child handler.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(forked_child)) };
-    });
+    let pid = started();
     if let Some(dir) = bridge_dir() {
         start_bridge(&fs, dir, &image);
     }
@@ -236,6 +258,66 @@ fn decide() -> Mode {
         vfs::Creds::of_process(),
         pid,
     ))))
+}
+
+/// What every process that calls a posix layer directly sets up: its umask, its pid,
+/// the fork handlers. Returns the pid.
+fn started() -> i32 {
+    UMASK.store(read_umask(), Ordering::Relaxed);
+    let pid = std::process::id() as i32;
+    OWNER_PID.store(pid, Ordering::Relaxed);
+    ATFORK.call_once(|| {
+        // SAFETY: registers plain functions as the fork handlers.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(forked_child)) };
+    });
+    pid
+}
+
+/// Attaches to the instance serving the mount at `dir`. If it cannot (no instance, too
+/// many clients), the process uses the mount through the kernel, as without the
+/// interposer: said once in the log.
+fn attach_instance(dir: &'static [u8]) -> Mode {
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(dir));
+    let socket = instance::socket_path(path);
+    let remote = match instance::client::Remote::connect(&socket) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            log::line(&format!(
+                "cannot attach to the instance at {} ({e}): using the mount through the kernel",
+                socket.display()
+            ));
+            return Mode::Off;
+        }
+    };
+    let _ = REMOTE.set(remote.clone());
+    let pid = started();
+    let px: &'static Posix = Box::leak(Box::new(Posix::new(remote, vfs::Creds::of_process(), pid)));
+    enter_kernel_cwd(px, dir);
+    Mode::Owner(px)
+}
+
+/// A working directory inside the mount (the kernel's) becomes the posix layer's.
+fn enter_kernel_cwd(px: &Posix, dir: &[u8]) {
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    let cwd = cwd.into_os_string().into_encoded_bytes();
+    let Some(rest) = cwd.strip_prefix(dir) else {
+        return;
+    };
+    let rel: &[u8] = match rest {
+        b"" => b"/",
+        r if r[0] == b'/' => r,
+        _ => return,
+    };
+    if px.chdir(posix::At::Cwd, rel).is_ok() {
+        CWD_IN.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The instance this process is attached to, if any.
+pub fn remote() -> Option<&'static Arc<instance::client::Remote>> {
+    REMOTE.get()
 }
 
 /// Serves the bridge from background threads with every signal blocked (the program's
@@ -295,11 +377,28 @@ extern "C" fn before_fork() {
         let _g = guard::enter();
         crate::convert::to_bridge_all(p);
     }
+    if let Some(r) = remote() {
+        r.before_fork();
+    }
 }
 
-/// The fork child handler: from now on this process is bridged; the descriptors it
-/// inherited become bridge descriptors at the same numbers.
+/// The fork parent handler.
+extern "C" fn after_fork() {
+    if let Some(r) = remote() {
+        r.after_fork_parent();
+    }
+}
+
+/// The fork child handler: the descriptors it inherited are bridge descriptors at the
+/// same numbers (the prepare handler converted them). An attached child attaches
+/// itself (a session of its own, at its first call); the child of an image's owner is
+/// bridged from now on.
 extern "C" fn forked_child() {
+    if let Some(r) = remote() {
+        r.forked();
+        OWNER_PID.store(std::process::id() as i32, Ordering::Relaxed);
+        return;
+    }
     CHILD.store(true, Ordering::Release);
     if let Some(&p) = OWNER.get() {
         crate::convert::cwd_to_bridge(p);
@@ -336,6 +435,10 @@ pub fn detach(for_exec: bool) {
     // SAFETY: fflush(NULL) flushes every stream.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     crate::pump::drain();
+    if remote().is_some() {
+        // The instance holds the file system: nothing of it is this process's to sync.
+        return;
+    }
     if !for_exec {
         close_bridge_fds();
     }
@@ -393,8 +496,9 @@ extern "C" fn at_load() {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = at_load;
 
-/// While the working directory is inside augefs, the kernel's is an empty directory
-/// that no longer exists: a relative path that reaches the kernel anyway (a raw system
+/// While the working directory is inside augefs, the kernel's is (for an attached
+/// process) the same directory of the mount, else an empty directory that no longer
+/// exists: a relative path that reaches the kernel anyway (a raw system
 /// call; a program whose exec'd successor cannot reach augefs) can create nothing and
 /// finds nothing (ENOENT), instead of acting on the host directory the program left.
 /// Best effort: without a writable temporary directory the kernel's stays as it was.
@@ -402,6 +506,20 @@ pub fn park_kernel_cwd() {
     let chdir = real!(chdir: fn(*const libc::c_char) -> libc::c_int);
     let rmdir = real!(rmdir: fn(*const libc::c_char) -> libc::c_int);
     let _g = guard::enter();
+    if let (Some(dir), Some(px)) = (mount_dir(), remote().and(OWNER.get())) {
+        // Attached: the kernel's working directory is the same directory of the mount,
+        // so what reaches the kernel (raw system calls, children not yet attached)
+        // finds what the posix layer would.
+        if let Ok(c) = px.try_cwd() {
+            let mut full = dir.to_vec();
+            full.extend_from_slice(c.path.as_bytes());
+            if let Ok(c) = CString::new(full) {
+                // SAFETY: a NUL-terminated path.
+                unsafe { chdir(c.as_ptr()) };
+            }
+        }
+        return;
+    }
     let base = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
     let mut template = base.into_encoded_bytes();
     template.extend_from_slice(b"/.augefs-cwd-XXXXXX\0");

@@ -92,7 +92,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let daemon = args.daemon_child;
     let log = args.log.clone();
     let mounted = format!("augefs: {image} mounted on {}", args.dir.display());
-    let served = serve(fs, &args.dir, &image, &opts, move |unmounter| {
+    let at = dir.clone();
+    let served = serve(fs, &args.dir, &image, &opts, move |ready| {
+        let unmounter = ready.unmounter;
         std::thread::spawn(move || {
             for _ in signals.forever() {
                 if let Err(e) = unmounter.unmount() {
@@ -100,16 +102,48 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
             }
         });
+        let instance = start_instance(&at, ready.fs, ready.caches);
         if daemon {
             announce_ready(log.as_deref());
             eprintln!("{mounted}");
         }
+        Box::new(move || {
+            if let Some(i) = instance {
+                i.stop();
+            }
+        })
     })
     .map_err(|e| e.to_string());
     if daemon && served.is_ok() {
         eprintln!("augefs: {} unmounted", args.image.display());
     }
     served
+}
+
+/// Serves processes that attach to the mount at `dir` directly (`augefs run --mount`,
+/// docs/DESIGN.md §4e), telling the kernel's caches of each change they make. Without
+/// it (no socket directory) the mount still serves everyone through the kernel.
+fn start_instance(
+    dir: &Path,
+    fs: std::sync::Arc<vfs::FileSystem>,
+    caches: augefs_fuse::KernelCaches,
+) -> Option<instance::server::Instance> {
+    let notify = instance::Notify(std::sync::Arc::new(move |c| match c {
+        instance::Change::Entry { parent, name } => caches.entry_changed(parent, name),
+        instance::Change::Attrs { ino } => caches.attrs_changed(ino),
+        instance::Change::Data { ino } => caches.data_changed(ino),
+    }));
+    let socket = instance::socket_path(dir);
+    match instance::server::Instance::start(fs, &socket, Some(notify)) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            eprintln!(
+                "augefs: {}: processes cannot attach directly ({e}); they use the mount",
+                socket.display()
+            );
+            None
+        }
+    }
 }
 
 /// A device failure turned the file system read-only: says so where users look. The

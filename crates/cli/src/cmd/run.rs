@@ -2,6 +2,10 @@
 //! interposer (`libaugefs_preload.so`, found next to this binary) so that paths under
 //! the prefix reach the image without the kernel (docs/DESIGN.md §4e).
 //!
+//! `augefs run --mount DIR -- CMD...` instead attaches CMD (and every process it starts)
+//! to the instance serving the mount at DIR: paths under DIR are served by that
+//! instance directly, without FUSE (env AUGEFS_MOUNT).
+//!
 //! It creates a private bridge mount point (env AUGEFS_BRIDGE) that the first process
 //! to attach the image serves, passes the configuration in the environment, waits for
 //! CMD and exits with its status (128 + N when a signal N ended it). Afterwards it
@@ -18,8 +22,12 @@ pub const PRELOAD_LIB: &str = "libaugefs_preload.so";
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Image file or block device (formatted by `augefs mkfs`); default: env AUGEFS_IMAGE.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mount")]
     pub image: Option<PathBuf>,
+    /// Attach to the instance serving this `augefs mount` directory: paths under it
+    /// are served directly, without FUSE.
+    #[arg(long, value_name = "DIR")]
+    pub mount: Option<PathBuf>,
     /// Paths under this prefix go to augefs.
     #[arg(long, default_value = "/augefs")]
     pub prefix: String,
@@ -89,7 +97,69 @@ fn refuse_if_served(image: &Path) -> Result<(), String> {
     }
 }
 
+/// The environment that attaches a program to the instance serving `dir`.
+fn attach_env(cmd: &mut Command, dir: &Path) -> Result<(), String> {
+    let dir = abs(dir)?;
+    let socket = instance::socket_path(&dir);
+    if !socket.exists() {
+        return Err(format!(
+            "{}: no augefs instance serves this directory (no {}): mount it with \
+             `augefs mount IMAGE {}` first",
+            dir.display(),
+            socket.display(),
+            dir.display()
+        ));
+    }
+    cmd.env("AUGEFS_MOUNT", &dir)
+        .env_remove("AUGEFS_IMAGE")
+        .env_remove("AUGEFS_BRIDGE")
+        .env_remove("AUGEFS_PREFIX");
+    Ok(())
+}
+
+/// Runs `cmd` as system(3) would and returns its exit status as ours.
+fn wait_for(mut cmd: Command, name: &OsString) -> Result<ExitCode, String> {
+    // Like system(3): Ctrl-C and Ctrl-\ are the command's; this process waits.
+    // SAFETY: setting the disposition of two signals to "ignore" touches no memory.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(name).display()))?;
+    Ok(exit_code(status))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 1,
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn preload_var() -> Result<OsString, String> {
+    let mut preload = preload_lib()?.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(" ");
+        preload.push(old);
+    }
+    Ok(preload)
+}
+
 fn run_inner(args: Args) -> Result<ExitCode, String> {
+    if let Some(dir) = &args.mount {
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..])
+            .env("LD_PRELOAD", preload_var()?)
+            .env_remove("AUGEFS_FDS")
+            .env_remove("AUGEFS_CWD");
+        attach_env(&mut cmd, dir)?;
+        log_env(&mut cmd, args.log.as_deref())?;
+        return wait_for(cmd, &args.command[0]);
+    }
     let image = args
         .image
         .clone()
@@ -105,15 +175,10 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
         ));
     }
     refuse_if_served(&image)?;
-    let lib = preload_lib()?;
+    let preload = preload_var()?;
     let scratch = tempfile_dir()?;
     let bridge = scratch.join("bridge");
     std::fs::create_dir(&bridge).map_err(|e| format!("{}: {e}", bridge.display()))?;
-    let mut preload = lib.into_os_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-        preload.push(" ");
-        preload.push(old);
-    }
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
@@ -125,26 +190,18 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
     if let Some(p) = &args.pmr {
         cmd.env("AUGEFS_PMR", abs(p)?);
     }
-    if let Some(l) = &args.log {
+    log_env(&mut cmd, args.log.as_deref())?;
+    let status = wait_for(cmd, &args.command[0]);
+    clean_up(&bridge, &scratch);
+    status
+}
+
+fn log_env(cmd: &mut Command, log: Option<&Path>) -> Result<(), String> {
+    if let Some(l) = log {
         let here = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
         cmd.env("AUGEFS_LOG", here.join(l));
     }
-    // Like system(3): Ctrl-C and Ctrl-\ are the command's; this process waits to clean up.
-    // SAFETY: setting the disposition of two signals to "ignore" touches no memory.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let status = cmd.status();
-    clean_up(&bridge, &scratch);
-    let status =
-        status.map_err(|e| format!("cannot run {}: {e}", Path::new(&args.command[0]).display()))?;
-    let code = match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        (None, None) => 1,
-    };
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(())
 }
 
 /// A fresh private directory for the bridge mount point.
