@@ -1,6 +1,6 @@
 //! `augefs run [--image I] [--prefix /augefs] [--log FILE] -- CMD...`: runs CMD with the
 //! interposer (`libaugefs_preload.so`, found next to this binary) so that paths under
-//! the prefix reach the image without the kernel (docs/DESIGN.md §4e).
+//! the prefix reach the image without the kernel (docs/DESIGN.md §12).
 //!
 //! It creates a private bridge mount point (env AUGEFS_BRIDGE) that the first process
 //! to attach the image serves, passes the configuration in the environment, waits for
