@@ -1,7 +1,7 @@
 //! `augefs-bench`: the benchmark lab of augefs, apart from the product. It measures the
 //! device layer, MetaDB (beside fjall), the engine's data log, the file system through
 //! its API, FUSE and the interposer (beside the kernel's file systems), IO amplification,
-//! and writes the whole comparison as a report (docs/DESIGN.md §4g-§4i). Users reach it
+//! and writes the whole comparison as a report (docs/DESIGN.md §14). Users reach it
 //! as `augefs bench ...` and `augefs amplify ...`, which run this binary from the
 //! directory of `augefs`.
 //!

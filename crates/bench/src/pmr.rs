@@ -1,7 +1,7 @@
 //! The emulated PMR of the benchmarks (`bench metadb`'s pmr mode, `bench fs`'s
 //! `api-pmr` target): a file, by default on tmpfs (/dev/shm), mapped by the PMR layer,
 //! whose every persist also busy-waits a fixed time per 64-byte line — the emulation of
-//! augefs.txt §VII (900 ns per line). docs/DESIGN.md §3, §4h.
+//! augefs.txt §VII (900 ns per line). docs/DESIGN.md §5, §14.2.
 //!
 //! Invariants:
 //! - On tmpfs a persist costs the injected latency only (msync of a tmpfs page writes

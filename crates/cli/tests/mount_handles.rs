@@ -1,4 +1,4 @@
-//! File handles on a mount (FUSE_EXPORT_SUPPORT, docs/DESIGN.md §4d): a C program
+//! File handles on a mount (FUSE_EXPORT_SUPPORT, docs/DESIGN.md §11.2): a C program
 //! (`mount_handles/handles.c`) takes handles with name_to_handle_at and opens them with
 //! open_by_handle_at, in the same mount once the kernel has forgotten the inodes (so
 //! it must look them up by number, `.`, and reconnect directories through `..`), and

@@ -1,4 +1,4 @@
-//! The mount's two transports (docs/DESIGN.md §4d): FUSE over io_uring where the kernel
+//! The mount's two transports (docs/DESIGN.md §11.1): FUSE over io_uring where the kernel
 //! offers it, the /dev/fuse read/write loop otherwise. The same work (a tree copied in
 //! and compared, multi-MiB writes and reads, every kind of lock with waits that end in
 //! a deferred reply and a killed waiter) runs over io_uring, over /dev/fuse when the

@@ -1,4 +1,4 @@
-//! Real programs through the interposer (`augefs run`, docs/DESIGN.md §4e): sqlite3,
+//! Real programs through the interposer (`augefs run`, docs/DESIGN.md §12): sqlite3,
 //! db_bench, a Python script, bash with redirections into the prefix (forked children
 //! reach the image through the owner's bridge), a C program calling most of what
 //! the interposer covers, and programs started with posix_spawn, system, popen, vfork,

@@ -1,7 +1,7 @@
 //! Opening image files and block devices for direct IO, and creating image files.
 //!
 //! [`open`] turns a path into a [`Device`]: it opens with `O_DIRECT`, locks, measures
-//! (size, logical block size, discard support) and picks the backend (DESIGN.md §2).
+//! (size, logical block size, discard support) and picks the backend (docs/DESIGN.md §4.1, §4.2).
 //!
 //! Invariants:
 //! - The descriptor is `O_DIRECT` (and `O_RDWR` unless read-only); a file system that

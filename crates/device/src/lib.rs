@@ -1,5 +1,5 @@
 //! The device layer: everything augefs writes to or reads from an SSD, a partition or an
-//! image file passes through here (docs/DESIGN.md "Device layer").
+//! image file passes through here (docs/DESIGN.md §4).
 //!
 //! A [`Device`] wraps one [`backend::Backend`]:
 //! - [`uring::UringBackend`]: io_uring on an `O_DIRECT` file descriptor, many requests in

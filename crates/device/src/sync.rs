@@ -12,7 +12,7 @@
 //! - Every failure is a [`DeviceError::Io`] carrying the errno of the call that failed and
 //!   the byte offset it failed at.
 //! - Flush is `fdatasync`: it covers writes that completed before it was submitted, which
-//!   with one call at a time is every earlier write (DESIGN.md §2, lib.rs invariants).
+//!   with one call at a time is every earlier write (docs/DESIGN.md §4.1, lib.rs invariants).
 
 use crate::backend::{Backend, BackendKind, BackendQueue, DeviceInfo};
 use crate::error::DeviceError;

@@ -1,5 +1,5 @@
 //! The io_uring backend: reads, writes and flushes on an `O_DIRECT` descriptor, many in
-//! flight per queue (DESIGN.md §2 "Device").
+//! flight per queue (docs/DESIGN.md §4.1).
 //!
 //! Each [`BackendQueue`] owns one ring while it lives. Rings are pooled by the backend:
 //! `queue()` takes one from the pool (or sets a new one up) and dropping the queue gives

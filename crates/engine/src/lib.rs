@@ -2,7 +2,7 @@
 //! in MetaDB, garbage collection, checkpoints, recovery) over the device layer.
 //!
 //! - [`log`]: the mounted engine: per-domain logs, asynchronous fsync, GC, checkpoints,
-//!   recovery (docs/DESIGN.md §4b).
+//!   recovery (docs/DESIGN.md §9).
 //!
 //! The format-time work every later layer relies on:
 //! - [`mkfs`]: lays out a device (docs/FORMAT.md §2) and writes the initial state;

@@ -5,7 +5,7 @@
 //!
 //! "Space left for data" is what the documented reserve leaves: the segment area minus the
 //! GC reserve, minus MetaDB's tables at the time, minus two log heads per domain
-//! (docs/DESIGN.md "Engine: the data log", ENOSPC).
+//! (docs/DESIGN.md §9.6).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Checksums of the structures outside MetaDB's records (docs/DESIGN.md §4f): both
+//! Checksums of the structures outside MetaDB's records (docs/DESIGN.md §13.1): both
 //! superblock copies and every segment summary. MetaDB's own structures (WAL records,
 //! manifest, table blocks) are checked by its recovery and by the scan that reads every
 //! record; checkpoint slots by the engine's reader, which refuses an owner without a

@@ -1,5 +1,5 @@
 //! `augefs fsck`: an offline check of a whole image, and the repair of what can be
-//! repaired safely (docs/DESIGN.md §4f).
+//! repaired safely (docs/DESIGN.md §13).
 //!
 //! - [`open`]: fsck's own recovery of MetaDB (replay through the engine's filter,
 //!   lenient about the engine's records, which are what it checks).

@@ -6,7 +6,7 @@
 //! - Every key is visited once, in key order; each lands in exactly one of the maps
 //!   below or becomes a [`Kind::BadRecord`] / [`Kind::UnknownRecord`] problem.
 //! - Memory: about 100 bytes per mapped block (mapping, reverse entry, verdicts) and a
-//!   few hundred per inode; fsck holds the whole index (DESIGN.md §4f gives the limit),
+//!   few hundred per inode; fsck holds the whole index (docs/DESIGN.md §13.3 gives the limit),
 //!   extents expanded to one mapping per block.
 
 use crate::problem::{Class, Kind, Objects};

@@ -90,7 +90,7 @@ impl AugeFuse {
         }
     }
 
-    /// The adapter of an interposer's bridge (docs/DESIGN.md §4e): the process that
+    /// The adapter of an interposer's bridge (docs/DESIGN.md §12.3): the process that
     /// serves it also calls the vfs directly, so the kernel caches no attributes, names
     /// or pages (entry and attribute timeouts 0, direct IO on every open).
     pub fn bridge(fs: Arc<FileSystem>) -> AugeFuse {
@@ -126,7 +126,7 @@ impl AugeFuse {
         }
         if self.direct_io {
             // A bridge's opens are direct IO: without this a bridged process's
-            // MAP_SHARED mmap fails with ENODEV (docs/DESIGN.md §4e "mmap").
+            // MAP_SHARED mmap fails with ENODEV (docs/DESIGN.md §12.2 "mmap").
             f |= init::DIRECT_IO_ALLOW_MMAP;
         }
         f
@@ -403,7 +403,7 @@ impl AugeFuse {
     /// FOPEN flags of an open by the request `h`'s caller.
     pub(crate) fn open_flags(&self, h: &abi::InHeader) -> u32 {
         if self.direct_io {
-            // A bridge's server is also a client of it (docs/DESIGN.md §4e): its own
+            // A bridge's server is also a client of it (docs/DESIGN.md §12.3): its own
             // opens take no FLUSH, so a close of them never waits for a reply (a
             // process exiting with files open on its own bridge cannot hang). Other
             // processes' opens are flushed: FLUSH releases their record locks.

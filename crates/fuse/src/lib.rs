@@ -1,5 +1,5 @@
 //! The augefs FUSE front end: every process on the machine reaches an augefs image
-//! through a kernel mount (docs/DESIGN.md §4d). The FUSE protocol is our own
+//! through a kernel mount (docs/DESIGN.md §11). The FUSE protocol is our own
 //! ([`proto`]), written from the kernel's header; no libfuse, no FUSE crate.
 //!
 //! - [`proto`]: the kernel ABI, request decoding, reply encoding.

@@ -94,7 +94,7 @@ fn start(
 }
 
 /// A bridge mount served from background threads of the calling process (the
-/// interposer's owner, docs/DESIGN.md §4e); [`Bridge::stop`] unmounts it. The vfs stays
+/// interposer's owner, docs/DESIGN.md §12.3); [`Bridge::stop`] unmounts it. The vfs stays
 /// the caller's: stopping leaves it mounted.
 #[derive(Debug)]
 pub struct Bridge {

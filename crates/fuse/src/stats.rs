@@ -2,7 +2,7 @@
 //! `-o stats`, the wall and CPU time their handling took (decode, vfs call, reply),
 //! and per request thread the CPU time it spent in all (the rest of it is the
 //! transport: reading requests and writing replies). Printed at unmount
-//! (docs/DESIGN.md §4d, "Where the time goes").
+//! (docs/DESIGN.md §11.1; what it showed: docs/BENCHMARKS.md §6).
 //!
 //! Invariants:
 //! - A request thread owns its [`ThreadStats`] (no sharing, no atomics on the request

@@ -10,8 +10,8 @@
 //!
 //! *Requirements* are WAL positions of other lanes the batch depends on (`require`):
 //! recovery drops the batch, with the rest of its lane, when one of them was lost, and a
-//! persist of the batch's lane first persists them (docs/DESIGN.md "MetaDB",
-//! "Dependencies between lanes").
+//! persist of the batch's lane first persists them (docs/DESIGN.md
+//! §6.3).
 
 use crate::error::MetaDbError;
 use crate::types::{Seq, ValueKind, WalPos};

@@ -1,5 +1,5 @@
 //! Hooks through which the layer above orders its own writes with MetaDB's (docs/DESIGN.md
-//! "MetaDB", "Hooks for the engine").
+//! §6.8).
 //!
 //! The engine stores file block mappings in MetaDB: a batch names data blocks the engine
 //! wrote itself. Such a batch may become durable only with its data, so:

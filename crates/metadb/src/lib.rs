@@ -20,7 +20,7 @@
 //! - Recovery yields, per WAL lane, a prefix of that lane's writes (all acknowledged sync
 //!   writes included) on top of the durable tables.
 //! - MetaDB does not order concurrent writes to the same key: callers that need an order
-//!   hold their own lock (the file system's inode locks); see docs/DESIGN.md "MetaDB".
+//!   hold their own lock (the file system's inode locks); see docs/DESIGN.md §6.2.
 // Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 

@@ -1,4 +1,4 @@
-//! Where tables live: space lent by the layer above (docs/DESIGN.md "one allocator").
+//! Where tables live: space lent by the layer above (docs/DESIGN.md §7, "One allocator").
 //!
 //! MetaDB knows nothing of segments' owners or domains: it asks a [`TableStore`] for a
 //! free 2 MiB segment per table, and gives segments back once the durable manifest no

@@ -1,5 +1,5 @@
 //! [`Version`]: an immutable snapshot of which tables are live, level by level
-//! (docs/DESIGN.md "MetaDB"; the durable form is the manifest, docs/FORMAT.md §5.4).
+//! (docs/DESIGN.md §6.6; the durable form is the manifest, docs/FORMAT.md §5.4).
 //!
 //! A version is replaced, never changed: [`Version::apply`] builds the next one from a
 //! [`VersionEdit`], and readers keep the `Arc<Version>` they started with. Tables are held

@@ -1,4 +1,4 @@
-//! MetaDB's hooks for the engine (docs/DESIGN.md "MetaDB", "Hooks for the engine"):
+//! MetaDB's hooks for the engine (docs/DESIGN.md §6.8):
 //! pinned WAL lanes, `persist_covering` (one device flush for the WAL and the caller's own
 //! writes), the memtable-flush barrier `before_memtable_flush` and the replay filter
 //! `filter_replay`.

@@ -1,5 +1,5 @@
 //! The line-granular crash model of an in-memory PMR (docs/FORMAT.md §7 "assumptions
-//! about the device", docs/DESIGN.md §2).
+//! about the device", docs/DESIGN.md §5).
 //!
 //! The region has two images: the volatile view (the [`Mapping`] every load and store
 //! sees, standing for the CPU caches) and the durable image (what the medium holds).

@@ -1,5 +1,5 @@
 //! PMR errors: expected failures of opening, mapping, persisting and reading the header
-//! of a persistent memory region (docs/DESIGN.md §2, docs/FORMAT.md §7).
+//! of a persistent memory region (docs/DESIGN.md §5, docs/FORMAT.md §7).
 //!
 //! Invariants:
 //! - Misuse (out-of-range offsets, misaligned atomics, crash images of a file-backed

@@ -1,5 +1,5 @@
 //! The PMR layer: a small byte-addressable persistent memory region with explicit
-//! persistence points (docs/DESIGN.md §2 "Hardware model"; layout in docs/FORMAT.md §7).
+//! persistence points (docs/DESIGN.md §5; layout in docs/FORMAT.md §7).
 //!
 //! MetaDB keeps its fine-grained parallel WAL in the PMR (augefs.txt §V-B: 8-byte WAL
 //! file slots in a metadata area, 64-byte-aligned log entries in a data area) and the

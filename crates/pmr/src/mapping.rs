@@ -1,5 +1,5 @@
 //! A memory mapping viewed as an array of 8-byte atomic words: the only way any code in
-//! this crate touches PMR bytes (docs/DESIGN.md §2).
+//! this crate touches PMR bytes (docs/DESIGN.md §5).
 //!
 //! Many threads read and write the region through `&self` at once: WAL writers fill
 //! disjoint ranges, slot updates are 8-byte atomic stores, and in the crash model a

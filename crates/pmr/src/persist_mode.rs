@@ -1,5 +1,5 @@
 //! How a PMR makes bytes durable, and the cache-line flush instructions behind DAX mode
-//! (docs/DESIGN.md §2 "Hardware model").
+//! (docs/DESIGN.md §5).
 //!
 //! The mode is decided once, when the region is mapped, and never changes:
 //! - `Dax`: the file was mapped with `MAP_SHARED_VALIDATE | MAP_SYNC`, which the kernel
@@ -71,7 +71,7 @@ impl PersistMode {
     }
 
     /// True unless the region is real byte-addressable persistent memory. Figures made
-    /// on an emulated PMR must say so (docs/DESIGN.md §2).
+    /// on an emulated PMR must say so (docs/DESIGN.md §5).
     pub fn is_emulated(self) -> bool {
         !matches!(self, PersistMode::Dax { .. })
     }

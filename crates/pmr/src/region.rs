@@ -1,5 +1,5 @@
 //! [`Pmr`]: one mapped persistent memory region with explicit persistence points
-//! (docs/DESIGN.md §2; its layout is docs/FORMAT.md §7).
+//! (docs/DESIGN.md §5; its layout is docs/FORMAT.md §7).
 //!
 //! Stores (`write`, `store_u64`, `compare_exchange_u64`) reach the volatile view at once
 //! and the medium only at `persist`, which writes back the covering 64-byte lines (DAX),

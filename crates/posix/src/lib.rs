@@ -1,4 +1,4 @@
-//! The POSIX descriptor layer over `vfs` (docs/DESIGN.md §4e): what a process sees of
+//! The POSIX descriptor layer over `vfs` (docs/DESIGN.md §12.1): what a process sees of
 //! augefs through file descriptors, with no C symbols, so the LD_PRELOAD interposer
 //! (`crates/preload`) and the C ABI (`crates/capi`) are thin converters over it.
 //!

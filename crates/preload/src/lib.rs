@@ -1,4 +1,4 @@
-//! `libaugefs_preload.so`: the LD_PRELOAD interposer (docs/DESIGN.md §4e). It defines
+//! `libaugefs_preload.so`: the LD_PRELOAD interposer (docs/DESIGN.md §12.2). It defines
 //! the libc functions programs call on files; each routes its call (`route`): paths
 //! under the prefix (env AUGEFS_PREFIX, default /augefs), relative paths while the
 //! working directory is inside it, and augefs descriptors go to augefs, everything else

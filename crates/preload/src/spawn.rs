@@ -1,5 +1,5 @@
 //! Programs an owner starts without becoming them: posix_spawn, posix_spawnp, system,
-//! popen and vfork (docs/DESIGN.md §4e, "Spawn").
+//! popen and vfork (docs/DESIGN.md §12.3, "Spawn").
 //!
 //! glibc's posix_spawn starts its child with `clone(CLONE_VM | CLONE_VFORK)` and execs
 //! it with internal calls no interposer sees, and system and popen go through that

@@ -1,5 +1,5 @@
 //! Who this process is to augefs, and the transitions: attach on first use, fork,
-//! exec and exit (docs/DESIGN.md §4e).
+//! exec and exit (docs/DESIGN.md §12.3).
 //!
 //! - **Owner**: this process calls a posix layer directly. Either it mounted the image
 //!   (env AUGEFS_IMAGE; with env AUGEFS_BRIDGE it also serves a FUSE bridge of the

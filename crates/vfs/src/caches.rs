@@ -1,5 +1,5 @@
 //! The inode table and the name (dentry) cache: hash-sharded, bounded, in front of
-//! MetaDB's inode and directory-entry records (docs/DESIGN.md §4c, "Inode and name
+//! MetaDB's inode and directory-entry records (docs/DESIGN.md §10.6, "Inode and name
 //! caches").
 //!
 //! [`InodeTable`] keeps each inode's [`Handle`] (its locks, cached attributes and cached

@@ -1,6 +1,6 @@
 //! An inode in memory: its state (the record, the open count) and its handle (the
 //! locks of its record, its data and its write-back, and its cached pages), and how
-//! operations get one (docs/DESIGN.md §4c, "Locks" and "Concurrency of a file's data").
+//! operations get one (docs/DESIGN.md §10.5 and §10.8).
 //!
 //! Invariants:
 //! - Lock order within a handle: `ranges`, `writeback`, `state`, `pages`; no other

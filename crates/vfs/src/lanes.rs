@@ -1,6 +1,6 @@
 //! Which WAL lanes an operation's records went to, and the orderings between lanes that
-//! keep every crash state one the file system had (docs/DESIGN.md §4c, "Which WAL
-//! lane", "Creates in another domain's lane", "Deletions in the file's lane").
+//! keep every crash state one the file system had (docs/DESIGN.md §10.3,
+//! §10.4).
 //!
 //! Invariants:
 //! - An inode's record written in a lane other than the one that last wrote it comes
@@ -142,7 +142,7 @@ impl FileSystem {
     /// the deletion and loses one of them, which would leave a name for the freed inode.
     /// The other direction, after the deletion, is `Engine::order_after(dir, ino)` for
     /// each of `dirs`: a later batch there (reusing a removed name) never survives
-    /// without it (docs/DESIGN.md §4c "Deletions in the file's lane").
+    /// without it (docs/DESIGN.md §10.4 "Deletions in the file's lane").
     pub(crate) fn order_deletion(&self, ino: InodeNo, dirs: &[InodeNo], also: &[InodeNo]) {
         let lanes = self.take_lanes(ino);
         for &lane in dirs.iter().chain(&lanes).chain(also) {

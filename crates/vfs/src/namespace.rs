@@ -1,6 +1,6 @@
 //! Names: lookups, creates (files, directories, symbolic links, special files), hard
-//! links, readlink and readdir (docs/DESIGN.md §4c, "Namespace in MetaDB" and "Creates
-//! in one directory run in parallel"). Removal is [`crate::remove`], renames are
+//! links, readlink and readdir (docs/DESIGN.md §10.3 and
+//! §10.5). Removal is [`crate::remove`], renames are
 //! [`crate::rename`].
 //!
 //! Invariants:

@@ -1,5 +1,5 @@
-//! The page cache: file blocks in memory, written back later (docs/DESIGN.md §4c,
-//! "Page cache").
+//! The page cache: file blocks in memory, written back later (docs/DESIGN.md
+//! §10.7).
 //!
 //! Each inode's cached blocks ([`Pages`]) hang off its handle; [`Cache`] holds what all
 //! of them share: the byte budget, the dirty-page count, and the numbers of the inodes
@@ -11,7 +11,7 @@
 //! A page's bytes never change once cached ([`Block`] is shared, immutable): a writer
 //! builds new blocks and installs them, so readers copy from the blocks they looked up
 //! without holding any lock, and a write-back sends the blocks it snapshotted while
-//! writers go on (docs/DESIGN.md §4c, "Concurrency").
+//! writers go on (docs/DESIGN.md §10.8).
 //!
 //! Invariants:
 //! - Pages are looked up, installed, cleaned and dropped under the inode's `Pages`

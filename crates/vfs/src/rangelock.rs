@@ -1,5 +1,5 @@
 //! Block-range locks of one file: writers of disjoint block ranges proceed in parallel;
-//! overlapping ones in arrival order (docs/DESIGN.md §4c, "Concurrency").
+//! overlapping ones in arrival order (docs/DESIGN.md §10.8).
 //!
 //! Invariants:
 //! - Two held ranges never overlap.

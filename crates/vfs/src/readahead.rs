@@ -1,6 +1,6 @@
 //! Asynchronous read-ahead: worker threads read a sequential reader's next window from
 //! the device while the reader copies what it already has, so the device and the CPU
-//! work at once (docs/DESIGN.md §4c, "background read-ahead").
+//! work at once (docs/DESIGN.md §10.7).
 //!
 //! Invariants:
 //! - A job's blocks are registered as a fetch of their inode's pages

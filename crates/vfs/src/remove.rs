@@ -1,6 +1,6 @@
 //! Removing names (unlink, rmdir), deleting inodes and their blocks, and orphans: inodes
 //! whose last link went while open, freed at last close or by the next mount
-//! (docs/DESIGN.md §4c, "Deletions in the file's lane" and "Orphans").
+//! (docs/DESIGN.md §10.4).
 //!
 //! Invariants:
 //! - A file's last link goes in one batch of the file's lane with its records and the

@@ -1,5 +1,5 @@
 //! Renames: a move, a replace or an exchange of two names, atomically in one batch
-//! (docs/DESIGN.md §4c, "Locks"; docs/SEMANTICS.md §2 "Directories and renames").
+//! (docs/DESIGN.md §10.5; docs/SEMANTICS.md §2 "Directories and renames").
 //!
 //! Invariants:
 //! - Cross-directory renames hold the rename mutex, then both parents, an ancestor

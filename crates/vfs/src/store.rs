@@ -3,7 +3,7 @@
 //! MetaDB directly. Every other change of a record is a batch built with the keys of
 //! [`crate::records`] and logged by the engine in a domain's lane
 //! (`Engine::put_metadata`, `put_create`, `write`, `punch`), which orders it with the
-//! file's blocks (docs/DESIGN.md §4c "Which WAL lane"; the records are docs/FORMAT.md
+//! file's blocks (docs/DESIGN.md §10.3; the records are docs/FORMAT.md
 //! §6.4).
 //!
 //! Invariants:

@@ -1,4 +1,4 @@
-//! The data path's concurrency promises (docs/DESIGN.md §4c, "Concurrency"), shown with
+//! The data path's concurrency promises (docs/DESIGN.md §10.8), shown with
 //! a device that can hold a request until the test lets it go:
 //! - a reader of a file never waits for a writer of the same file, even one stalled in
 //!   a device read, nor for a write-back stalled in a device write;

@@ -1,7 +1,7 @@
 //! `augefs amplify [--dir DIR] [--fs augefs,ext2,ext4,xfs,btrfs] [--ops N] [--quick]
 //! [--runs N] [--backend B] [--json] [--json-file F] [--keep]`: the workloads of the IO
 //! amplification study (io-amplification.txt §2.3) on augefs and on the kernel's file
-//! systems, side by side with the paper's Tables 1 and 2 (docs/DESIGN.md §4g).
+//! systems, side by side with the paper's Tables 1 and 2 (docs/DESIGN.md §14.1).
 //!
 //! - augefs runs through the vfs Rust API on an image file in DIR, counted by the device
 //!   layer's accounting, which names the cause of every byte (`amplify/augefs.rs`).

@@ -1,7 +1,7 @@
 //! `augefs bench engine [--dir DIR] [--image-size 4G] [--threads 1,2,4] [--seconds S]
 //! [--runs N] [--figures fsync,recovery,domains] [--domains 1,2,4,8,16] [--crash-size 1G]
 //! [--no-baseline] [--backend B] [--json] [--json-file F] [--keep]`: the engine's data
-//! log (docs/DESIGN.md §4b) as the issue asks to measure it, with ext4 on the same disk
+//! log (docs/DESIGN.md §9) as the issue asks to measure it, with ext4 on the same disk
 //! as the baseline of the same run.
 //!
 //! Figures, each measured `--runs` times:

@@ -5,7 +5,7 @@
 //! (FxMark's metadata operations, durable appends and overwrites, reads, Filebench-like
 //! personalities) on augefs through its API (also with MetaDB's WAL on an emulated
 //! PMR), FUSE and the interposer, and on the kernel's file systems, side by side
-//! (docs/DESIGN.md §4h).
+//! (docs/DESIGN.md §14.2).
 //!
 //! - `bench_fs/case.rs`: the workloads and their names; `workload.rs`: setup, the
 //!   per-thread operations and the timed run; `filebench.rs`: the personalities;

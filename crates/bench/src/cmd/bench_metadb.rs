@@ -1,6 +1,6 @@
 //! `augefs bench metadb [--dir DIR] [--pmr-dir DIR] [--threads 1,2,4,8] [--seconds S]
 //! [--ops N] [--keys N] [--gets N] [--runs N] [--modes pmr,ssd,fjall]
-//! [--figures put,get,recovery] [--json] [--keep]`: MetaDB (docs/DESIGN.md §3a) beside
+//! [--figures put,get,recovery] [--json] [--keep]`: MetaDB (docs/DESIGN.md §6) beside
 //! fjall, an LSM tree with a journal, on the same disk.
 //!
 //! Figures, each measured `--runs` times:

@@ -1,6 +1,6 @@
 //! `augefs bench report [--dir DIR] [--out bench/results] [--quick] [--runs N]
 //! [--seconds S] [--threads LIST] [--pmr-dir DIR] [--pmr-latency-ns N]`: the whole
-//! comparison of issue 7 in one invocation, written as a report (docs/DESIGN.md §4i).
+//! comparison of issue 7 in one invocation, written as a report (docs/DESIGN.md §14.3).
 //!
 //! It runs, in this process, `bench fs` (metadata, data and Filebench-like workloads on
 //! api, api-pmr, interposer, fuse and ext2/ext4/xfs/btrfs), a fio baseline, `amplify`

@@ -1,5 +1,5 @@
 //! `augefs mount IMAGE DIR [-f] [-o OPT,...] [--pmr FILE]`: the FUSE mount
-//! (crates/fuse, docs/DESIGN.md §4d).
+//! (crates/fuse, docs/DESIGN.md §11).
 //!
 //! Without `-f` the command starts itself again as a daemon (`--daemon-child`, a new
 //! session, cwd `/`) and exits 0 only once the daemon says the mount works; otherwise it

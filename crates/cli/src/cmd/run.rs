@@ -1,6 +1,6 @@
 //! `augefs run [--image I] [--prefix /augefs] [--log FILE] -- CMD...`: runs CMD with the
 //! interposer (`libaugefs_preload.so`, found next to this binary) so that paths under
-//! the prefix reach the image without the kernel (docs/DESIGN.md §4e).
+//! the prefix reach the image without the kernel (docs/DESIGN.md §12).
 //!
 //! `augefs run --mount DIR -- CMD...` instead attaches CMD (and every process it starts)
 //! to the instance serving the mount at DIR: paths under DIR are served by that

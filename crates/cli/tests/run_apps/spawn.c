@@ -1,4 +1,4 @@
-/* Programs started by an augefs owner (docs/DESIGN.md §4e, exec and spawn): inherited
+/* Programs started by an augefs owner (docs/DESIGN.md §12.3, exec and spawn): inherited
  * augefs descriptors and a working directory inside augefs reach programs started with
  * posix_spawn, posix_spawnp, system, popen, vfork + exec and the execl family. Prints
  * "spawn ok" from the program it finally becomes (execle). */

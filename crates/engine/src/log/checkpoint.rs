@@ -1,4 +1,4 @@
-//! Checkpoints (docs/DESIGN.md §4b): a domain checkpoint makes every batch of the domain
+//! Checkpoints (docs/DESIGN.md §9.5): a domain checkpoint makes every batch of the domain
 //! durable with its data, writes the domain's slot and frees its pending segments (after
 //! their discard); `sync` checkpoints every domain, then MetaDB's other lanes, then the
 //! global slot.

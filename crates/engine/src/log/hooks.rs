@@ -2,7 +2,7 @@
 //! the data its batches point to must have completed (so the table's own device flush
 //! makes that data durable and tables never need checking); at recovery, a WAL record
 //! whose data may not have reached the device is dropped with the rest of its lane
-//! (docs/DESIGN.md "Asynchronous fsync", crash case tree).
+//! (docs/DESIGN.md §9.4, crash case tree).
 //!
 //! Invariants:
 //! - Only records of the domains' pinned lanes are ever dropped, and per lane only a

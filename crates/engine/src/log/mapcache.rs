@@ -1,5 +1,5 @@
 //! Resolved block mappings of whole extents, kept in memory for reads
-//! (docs/DESIGN.md §4b "The read-side map cache").
+//! (docs/DESIGN.md §9.2 "The read-side map cache").
 //!
 //! A cold read of one block otherwise costs two MetaDB lookups (the block's `x` record
 //! and a range seek for the extent covering it), about a tenth of its CPU. The cache

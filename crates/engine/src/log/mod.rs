@@ -1,6 +1,6 @@
 //! The log-structured data layout (augefs.txt §VI): file blocks appended to per-domain
 //! logs, the block index in MetaDB, asynchronous fsync, GC, checkpoints and recovery.
-//! docs/DESIGN.md "Engine: the data log" has the reasoning and the crash case tree.
+//! docs/DESIGN.md §9 has the reasoning and the crash case tree.
 //!
 //! - [`Engine`] (this module): the mounted engine, its configuration and reports;
 //!   `mount` (open and recovery), `write` (write, fsync, punch, foreground cleaning),

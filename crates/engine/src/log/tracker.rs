@@ -1,6 +1,6 @@
 //! A domain's data-write sequence: which data writes have been issued, which have
 //! completed, and up to which one they are known durable (the watermark every batch of
-//! the domain records; docs/DESIGN.md "Asynchronous fsync").
+//! the domain records; docs/DESIGN.md §9.4).
 //!
 //! Invariants:
 //! - Sequence numbers are issued in increasing order starting after the recovered

@@ -1,4 +1,4 @@
-//! The write path (docs/DESIGN.md §4b): reserve blocks in the domain's head, submit the
+//! The write path (docs/DESIGN.md §9.4): reserve blocks in the domain's head, submit the
 //! data, make the batch (mappings, reverse map, segment information, domain record, the
 //! caller's operations) under the domain's lock in the domain's lane, then fsync by the
 //! asynchronous or the ordered path. Also punch (unmap) and foreground cleaning.
@@ -466,7 +466,7 @@ impl Engine {
     /// persists that record too, with its data. Nothing when both are one domain or
     /// `after`'s lane has logged nothing. How a batch that changes another lane's keys
     /// (a directory's entries, changed by a deletion in the file's lane) is ordered both
-    /// ways with that lane (docs/DESIGN.md §3a "Dependencies between lanes"): called for
+    /// ways with that lane (docs/DESIGN.md §6.3 "Dependencies between lanes"): called for
     /// its own lane before it is logged, for the other lane after.
     pub fn order_after(&self, lane: InodeNo, after: InodeNo) {
         let (to, from) = (self.domain(lane), self.domain(after));

@@ -1,6 +1,6 @@
 //! Space management: which 2 MiB segment belongs to whom, which of its blocks are live,
-//! and which segment garbage collection should clean next (docs/DESIGN.md "Engine: space
-//! management"; augefs.txt §VI-A; F2FS's free-segment map, SIT and victim selection).
+//! and which segment garbage collection should clean next (docs/DESIGN.md
+//! §8; augefs.txt §VI-A; F2FS's free-segment map, SIT and victim selection).
 //!
 //! - [`pool`]: the one free-segment pool shared by every domain and by MetaDB's tables,
 //!   with a reserve kept for GC and the rule that a freed segment is reused only after a

@@ -1,5 +1,5 @@
 //! The shared segment pool: every segment of the segment area, free or owned by one
-//! domain or by MetaDB (docs/DESIGN.md "Engine: space management"; augefs.txt §VI-A: "each
+//! domain or by MetaDB (docs/DESIGN.md §8; augefs.txt §VI-A: "each
 //! domain allocates resources on demand and AugeFS does not reserve space for each
 //! domain").
 //!

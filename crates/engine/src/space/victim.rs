@@ -1,5 +1,5 @@
 //! Which segment a domain's garbage collection cleans next: a pure function of a summary
-//! of candidate segments (docs/DESIGN.md "Engine: space management"; F2FS
+//! of candidate segments (docs/DESIGN.md §8; F2FS
 //! `get_victim_by_default`, LFS cost-benefit cleaning).
 //!
 //! Rules:

@@ -1,6 +1,6 @@
 //! Inodes the walk from the root does not reach: open orphans are accepted, deletions
 //! cut short are freed, everything else (a file, a subtree, a directory cycle) is linked
-//! into `/lost+found` as `#ino` (docs/DESIGN.md §4f).
+//! into `/lost+found` as `#ino` (docs/DESIGN.md §13.2).
 //!
 //! Invariants:
 //! - Every round visits or frees at least one inode, so the loop ends within

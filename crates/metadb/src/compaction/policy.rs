@@ -1,5 +1,5 @@
 //! Which compaction to run next: a pure function of a [`VersionSummary`] and a
-//! [`CompactionConfig`] (docs/DESIGN.md "MetaDB"; leveled compaction as in LevelDB).
+//! [`CompactionConfig`] (docs/DESIGN.md §6.6; leveled compaction as in LevelDB).
 //!
 //! Rules, in order:
 //! 1. Every level gets a score in thousandths: level 0 its table count over

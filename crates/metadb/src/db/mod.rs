@@ -1,5 +1,5 @@
 //! The database: the write path (parallel request processing), reads, snapshots,
-//! memtable switch, and recovery (docs/DESIGN.md "MetaDB").
+//! memtable switch, and recovery (docs/DESIGN.md §6.1).
 //!
 //! Invariants:
 //! - The published [`SuperVersion`] changes only under `install_lock`; readers load it

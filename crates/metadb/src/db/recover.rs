@@ -1,5 +1,5 @@
 //! Opening the database: the manifest's tables, then WAL replay through the caller's
-//! replay filter into one memtable, flushed once the caller has read what it needs (docs/DESIGN.md "MetaDB", Recovery).
+//! replay filter into one memtable, flushed once the caller has read what it needs (docs/DESIGN.md §6.7).
 //!
 //! Invariants:
 //! - The WAL yields, per (generation, lane), a prefix of the records appended

@@ -1,5 +1,5 @@
 //! The block cache: verified data blocks shared by every open table (docs/DESIGN.md
-//! "MetaDB"; blocks as in docs/FORMAT.md §5.3 Tables).
+//! §6.5; blocks as in docs/FORMAT.md §5.3 Tables).
 //!
 //! Keyed by (table id, block offset); values are `Arc<[u8]>` blocks already checked
 //! against their checksum (checksum stripped), so a hit costs no verification. The cache

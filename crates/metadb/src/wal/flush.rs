@@ -11,7 +11,7 @@
 //! write + fdatasync, each job on its own) independent flushes scale, 9.0k/s with one job,
 //! 12.9-13.9k with two and 17-19k with four, while a combiner that ran one flush at a
 //! time, with writers lingering for each other so that one flush covered both, reached
-//! 11.6k sync puts/s at two threads (docs/DESIGN.md §3a, ssd mode).
+//! 11.6k sync puts/s at two threads (docs/BENCHMARKS.md §3.1).
 //!
 //! Invariants:
 //! - Tickets number flushes in submission order; `best_done >= t` means a flush with
@@ -20,7 +20,7 @@
 //! - A caller's `need` is read after its write completed, so any flush with ticket
 //!   `need` or later was submitted after that write completed and covers it.
 //! - After any failed write or flush the WAL is broken ([`Health`]): every later call
-//!   fails with `ReadOnly` and no retried flush is trusted (docs/DESIGN.md §7).
+//!   fails with `ReadOnly` and no retried flush is trusted (docs/DESIGN.md §3).
 
 use crate::error::MetaDbError;
 use device::{Device, IoCause};

@@ -1,6 +1,6 @@
 //! The background flusher: a thread that writes back files dirty for longer than the
 //! expiry (all of them when woken past half the dirty limit) and trims clean pages
-//! beyond the cache's budget (docs/DESIGN.md §4c, "Page cache").
+//! beyond the cache's budget (docs/DESIGN.md §10.7).
 //!
 //! Invariants:
 //! - One round at a time; `stop` waits for the round in progress.

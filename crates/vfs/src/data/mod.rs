@@ -11,7 +11,7 @@
 //! log sees the same writes in the same order as a write-through file system would,
 //! only fewer and larger. An fsync writes back, then persists as before.
 //!
-//! Concurrency (docs/DESIGN.md §4c): a writer holds its block range ([`crate::rangelock::RangeLock`]) while
+//! Concurrency (docs/DESIGN.md §10.8): a writer holds its block range ([`crate::rangelock::RangeLock`]) while
 //! it builds new blocks, then installs them and the new size under the inode's state
 //! lock for a moment; a reader snapshots the size and the cached blocks under the same
 //! lock for a moment and copies without any lock (blocks are immutable), so it never

@@ -1,6 +1,6 @@
 //! Reads: a snapshot of the size and the cached blocks under the state lock, copies
 //! without any lock, device reads of misses, and read-ahead for sequential readers
-//! (docs/DESIGN.md §4c, "Page cache" and "Concurrency of a file's data").
+//! (docs/DESIGN.md §10.7 and §10.8).
 //!
 //! Invariants:
 //! - A read returns the file as it was at one moment: each write whole or not at all.

@@ -1,6 +1,6 @@
 //! Writes: a writer locks the block range it changes, builds its new blocks without
 //! other locks, then installs them with the new size and times under the state lock
-//! (docs/DESIGN.md §4c, "Concurrency of a file's data").
+//! (docs/DESIGN.md §10.8).
 //!
 //! Invariants:
 //! - The size changes only under the range from the old last block on, so a writer

@@ -1,6 +1,6 @@
 //! Write-back: a file's dirty pages to the engine in batches with its record, and the
 //! callers that need it (fsync, sync, the dirty limit, every other writer of the
-//! record); the device's room for dirty pages (docs/DESIGN.md §4c, "Page cache").
+//! record); the device's room for dirty pages (docs/DESIGN.md §10.7).
 //!
 //! Invariants:
 //! - A write-back holds the handle's `writeback` lock across its device IO and the
@@ -24,7 +24,7 @@ const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// Segments the room for dirty pages leaves for MetaDB's tables to grow into between
 /// look-ups of the room (a flush or compaction writes a table before it frees the old
 /// ones). Not a bound MetaDB keeps: writes let in against the room hold no reservation in
-/// the segment pool (docs/DESIGN.md, the page cache).
+/// the segment pool (docs/DESIGN.md §10.7).
 const METADB_GROWTH: u32 = 2;
 
 /// How a write-back reaches the inode's state.

@@ -1,4 +1,4 @@
-//! The augefs side of `augefs bench engine`: the engine (docs/DESIGN.md §4b) on a freshly
+//! The augefs side of `augefs bench engine`: the engine (docs/DESIGN.md §9) on a freshly
 //! formatted image, and its device's IO counters.
 //!
 //! Invariants:

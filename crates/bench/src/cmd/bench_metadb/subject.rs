@@ -1,6 +1,6 @@
 //! The augefs side of `augefs bench metadb`: MetaDB on a freshly formatted image, with its
 //! WAL on an emulated PMR (pmr mode) or in the image's WAL region (ssd mode), and the IO
-//! it causes (docs/DESIGN.md §2 "Accounting", §3, §3a).
+//! it causes (docs/DESIGN.md §4.1 "Accounting", §5, §6).
 //!
 //! Invariants:
 //! - Every run formats the image again (`mkfs --force` semantics), so runs start from an

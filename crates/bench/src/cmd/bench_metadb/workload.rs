@@ -5,7 +5,7 @@
 //! Invariants:
 //! - Every thread writes keys of its own index range ([`THREAD_STRIDE`]), so no two
 //!   threads ever write the same key (the file system's locking guarantees the same,
-//!   docs/DESIGN.md §3a).
+//!   docs/DESIGN.md §6).
 //! - A put run is timed as `crate::threads` times every run; work to make
 //!   buffered writes durable afterwards is not in it.
 //! - Every get must find the value the load wrote; anything else is an error, not a

@@ -1,4 +1,4 @@
-//! Issue 7's goals, judged on the figures of one `bench report` (docs/DESIGN.md §4h):
+//! Issue 7's goals, judged on the figures of one `bench report` (docs/DESIGN.md §14.3):
 //! pure functions over the sub-runs' JSON documents, so every verdict is computed from
 //! numbers measured in this invocation.
 //!
