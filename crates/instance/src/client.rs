@@ -1,5 +1,5 @@
 //! The attached side: [`Remote`], a posix [`Backend`] whose every call is a request to
-//! the instance (docs/DESIGN.md §4e).
+//! the instance (docs/DESIGN.md §12.5).
 //!
 //! Connections are pooled: a call takes one (or connects), sends its request, reads
 //! the reply, and gives it back, so threads never share a connection mid-call. The

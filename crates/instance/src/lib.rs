@@ -1,5 +1,5 @@
 //! The instance: many processes using one mounted augefs without FUSE
-//! (docs/DESIGN.md §4e, "attached clients"; augefs.txt §IV, kucofs.txt).
+//! (docs/DESIGN.md §12.5; augefs.txt §IV, kucofs.txt).
 //!
 //! The process that holds the image (`augefs mount`) serves a Unix socket beside its
 //! mount ([`socket_path`]). A process attaches by connecting: the interposer of

@@ -1,5 +1,5 @@
 //! Requests an attached client sends the instance, and the payloads of the replies
-//! (docs/DESIGN.md §4e). A request frame is an op code and its fields ([`crate::wire`]);
+//! (docs/DESIGN.md §12.5). A request frame is an op code and its fields ([`crate::wire`]);
 //! a reply frame is a status (0 or an errno) and, on success, the op's payload.
 //!
 //! Invariants:

@@ -1,5 +1,5 @@
 //! The instance's side: a Unix socket accepting attached processes, one thread per
-//! connection (docs/DESIGN.md §4e).
+//! connection (docs/DESIGN.md §12.5).
 //!
 //! A connection's first request is Hello: a new session, or another connection of a
 //! session whose process (by the kernel's pid) is the caller. Then each frame is one

@@ -1,5 +1,5 @@
 //! One attached process on the instance side: the handles it opened, and the requests
-//! of its connections run against the vfs (docs/DESIGN.md §4e).
+//! of its connections run against the vfs (docs/DESIGN.md §12.5).
 //!
 //! Invariants:
 //! - A handle is this session's: a request naming another number is EBADF. Reads need

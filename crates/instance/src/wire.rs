@@ -1,4 +1,4 @@
-//! The byte encoding of requests and replies (docs/DESIGN.md §4e, "attached clients"):
+//! The byte encoding of requests and replies (docs/DESIGN.md §12.5):
 //! little-endian integers, byte strings as a u32 length and the bytes, an option as a
 //! presence byte. A frame on the socket is a u32 length and that many bytes.
 //!

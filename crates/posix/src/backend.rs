@@ -1,6 +1,6 @@
 //! What the posix layer needs of a file system: the [`Backend`] trait, with two
 //! implementations. `vfs::FileSystem` itself (this module: the process holds the image,
-//! docs/DESIGN.md §4e) and the attached client of a running instance (crates/instance:
+//! docs/DESIGN.md §12) and the attached client of a running instance (crates/instance:
 //! each call a request to the process that holds the image).
 //!
 //! The trait is the boundary a request crosses, so its calls are shaped for that:

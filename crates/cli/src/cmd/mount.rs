@@ -121,7 +121,7 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Serves processes that attach to the mount at `dir` directly (`augefs run --mount`,
-/// docs/DESIGN.md §4e), telling the kernel's caches of each change they make. Without
+/// docs/DESIGN.md §12.5), telling the kernel's caches of each change they make. Without
 /// it (no socket directory) the mount still serves everyone through the kernel.
 fn start_instance(
     dir: &Path,
