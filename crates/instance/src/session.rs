@@ -365,10 +365,15 @@ impl Session {
                 description,
                 wait,
             } => {
-                let h = match kind {
-                    Some(vfs::locks::LockKind::Read) => self.readable(handle)?,
-                    Some(vfs::locks::LockKind::Write) => self.writable(handle)?,
-                    None => self.held(handle)?,
+                // A record lock needs the access it locks for; a flock does not.
+                let h = match (space, kind) {
+                    (LockSpace::Record, Some(vfs::locks::LockKind::Read)) => {
+                        self.readable(handle)?
+                    }
+                    (LockSpace::Record, Some(vfs::locks::LockKind::Write)) => {
+                        self.writable(handle)?
+                    }
+                    _ => self.held(handle)?,
                 };
                 let owner = self.owner(&h, description);
                 self.lock(caller, space, h.file().ino, (start, end), kind, owner, wait)?;

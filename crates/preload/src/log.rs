@@ -52,6 +52,14 @@ pub fn unsupported(call: &'static str) -> i32 {
 static ONCE: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
 
 /// `msg` as a log line, the first time only for `key`.
+/// A line for the log file only (env AUGEFS_LOG): what is routine, never standard
+/// error.
+pub fn note(msg: &str) {
+    if std::env::var_os("AUGEFS_LOG").is_some() {
+        line(msg);
+    }
+}
+
 pub fn once(key: &'static str, msg: &str) {
     let first = ONCE
         .lock()

@@ -289,6 +289,7 @@ fn attach_instance(dir: &'static [u8]) -> Mode {
             return Mode::Off;
         }
     };
+    log::note(&format!("attached to the instance at {}", socket.display()));
     let _ = REMOTE.set(remote.clone());
     let pid = started();
     let px: &'static Posix = Box::leak(Box::new(Posix::new(remote, vfs::Creds::of_process(), pid)));

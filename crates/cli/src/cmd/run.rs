@@ -4,7 +4,8 @@
 //!
 //! `augefs run --mount DIR -- CMD...` instead attaches CMD (and every process it starts)
 //! to the instance serving the mount at DIR: paths under DIR are served by that
-//! instance directly, without FUSE (env AUGEFS_MOUNT).
+//! instance directly, without FUSE (env AUGEFS_MOUNT). It execs CMD: nothing is left
+//! to clean up.
 //!
 //! It creates a private bridge mount point (env AUGEFS_BRIDGE) that the first process
 //! to attach the image serves, passes the configuration in the environment, waits for
@@ -158,7 +159,12 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
             .env_remove("AUGEFS_CWD");
         attach_env(&mut cmd, dir)?;
         log_env(&mut cmd, args.log.as_deref())?;
-        return wait_for(cmd, &args.command[0]);
+        // Nothing to clean up afterwards: become the program (its pid, its signals).
+        let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+        return Err(format!(
+            "cannot run {}: {err}",
+            Path::new(&args.command[0]).display()
+        ));
     }
     let image = args
         .image

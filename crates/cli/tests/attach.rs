@@ -1,0 +1,192 @@
+//! Processes attached to a mount's instance (`augefs run --mount DIR`, docs/DESIGN.md
+//! §12.5): unrelated processes share files and locks directly; children started by
+//! fork, exec, system, popen and posix_spawn attach themselves; what they change is
+//! what the kernel's view of the mount shows at once; a client killed at any moment
+//! loses none of its acknowledged fsyncs.
+//!
+//! Needs `libaugefs_preload.so` next to the `augefs` binary (scripts/test builds it).
+
+mod common;
+
+use common::{check, preload_built, stdout, Fixture, BIN};
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn script(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/attach/{name}"))
+}
+
+/// `augefs run --mount MNT --log LOG -- args...` as a command to start.
+fn attached(fx: &Fixture, args: &[&std::ffi::OsStr]) -> Command {
+    preload_built();
+    let mut c = Command::new(BIN);
+    c.arg("run")
+        .arg("--mount")
+        .arg(&fx.mnt)
+        .arg("--log")
+        .arg(fx.host.join("attach.log"))
+        .arg("--")
+        .args(args);
+    c
+}
+
+fn run_attached(fx: &Fixture, args: &[&std::ffi::OsStr]) -> Output {
+    attached(fx, args).output().expect("run augefs run --mount")
+}
+
+/// The processes that attached directly, by the log's pids.
+fn attached_pids(fx: &Fixture) -> std::collections::BTreeSet<String> {
+    let log = std::fs::read_to_string(fx.host.join("attach.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("attached to the instance"))
+        .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_string()))
+        .collect()
+}
+
+#[test]
+fn unrelated_processes_share_files_and_locks() {
+    let fx = Fixture::new();
+    fx.mount();
+    let (mnt, host) = (fx.mnt.as_os_str(), fx.host.as_os_str());
+    let locker = script("locker.py");
+    let mut a = attached(&fx, &["python3".as_ref(), locker.as_os_str(), mnt, host])
+        .spawn()
+        .expect("start A");
+    common::wait_until("A holds its locks", || fx.host.join("a-locked").exists());
+    let waiter = script("waiter.py");
+    let b = run_attached(&fx, &["python3".as_ref(), waiter.as_os_str(), mnt, host]);
+    assert_eq!(stdout("B", &b).trim(), "B ok");
+    assert!(a.wait().expect("A").success(), "A failed");
+    assert_eq!(attached_pids(&fx).len(), 2, "A and B attached directly");
+    fx.unmount();
+    fx.fsck_clean();
+}
+
+#[test]
+fn children_of_every_kind_attach() {
+    let fx = Fixture::new();
+    fx.mount();
+    let family = script("family.py");
+    let out = run_attached(
+        &fx,
+        &["python3".as_ref(), family.as_os_str(), fx.mnt.as_os_str()],
+    );
+    assert_eq!(stdout("family", &out).trim(), "family ok");
+    // The parent, and each exec'd program (sh, cat, cp), attached.
+    assert!(attached_pids(&fx).len() >= 4, "{:?}", attached_pids(&fx));
+    fx.unmount();
+    fx.fsck_clean();
+}
+
+#[test]
+fn the_kernel_view_sees_attached_changes_at_once() {
+    let fx = Fixture::new();
+    fx.mount();
+    let m = fx.mnt.display().to_string();
+    // The kernel caches these: the file's data and attributes, and that `new` is absent.
+    std::fs::write(fx.mnt.join("f"), "old\n").unwrap();
+    assert_eq!(std::fs::read_to_string(fx.mnt.join("f")).unwrap(), "old\n");
+    assert!(!fx.mnt.join("new").exists());
+    std::fs::create_dir(fx.mnt.join("d")).unwrap();
+    std::fs::write(fx.mnt.join("d/gone"), "x").unwrap();
+    assert!(fx.mnt.join("d/gone").exists());
+    let change = format!(
+        "printf 'changed!\\n' > {m}/f && echo made > {m}/new && mv {m}/d/gone {m}/moved && chmod 600 {m}/new"
+    );
+    check(
+        "attached change",
+        &run_attached(&fx, &["sh".as_ref(), "-c".as_ref(), change.as_ref()]),
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.mnt.join("f")).unwrap(),
+        "changed!\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.mnt.join("new")).unwrap(),
+        "made\n"
+    );
+    assert!(
+        !fx.mnt.join("d/gone").exists(),
+        "the kernel still finds a moved name"
+    );
+    assert_eq!(std::fs::read_to_string(fx.mnt.join("moved")).unwrap(), "x");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(fx.mnt.join("new")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    // And the other way: what the kernel's view changes, attached processes see.
+    std::fs::write(fx.mnt.join("f"), "from the kernel\n").unwrap();
+    let cat = run_attached(&fx, &["cat".as_ref(), fx.mnt.join("f").as_os_str()]);
+    assert_eq!(stdout("cat", &cat), "from the kernel\n");
+    fx.unmount();
+    fx.fsck_clean();
+}
+
+#[test]
+fn killed_clients_lose_no_acknowledged_fsync() {
+    let fx = Fixture::new();
+    fx.mount();
+    let acker = script("acker.py");
+    let mut acked = Vec::new();
+    for trial in 0..8u64 {
+        let dir = fx.mnt.join(format!("t{trial}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut child = attached(
+            &fx,
+            &["python3".as_ref(), acker.as_os_str(), dir.as_os_str()],
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start acker");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Kill after a trial-dependent number of acknowledgements, at once.
+        let mut last = None;
+        for _ in 0..(3 + trial * 5) {
+            match lines.next() {
+                Some(Ok(l)) => last = Some(l.parse::<u64>().unwrap()),
+                _ => break,
+            }
+        }
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        // Anything printed before the kill was acknowledged too.
+        for l in lines.map_while(Result::ok) {
+            last = l.parse().ok().or(last);
+        }
+        acked.push((dir, last.expect("the acker acknowledged something")));
+    }
+    // The instance dies too, without a sync: what survives is what the device has.
+    for pid in common::daemons(&fx.mnt) {
+        // SAFETY: kill with the pid of the mount's daemon.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        common::wait_until("the daemon is gone", || !common::alive(pid));
+    }
+    check(
+        "fusermount3 -u -z",
+        &Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(&fx.mnt)
+            .output()
+            .unwrap(),
+    );
+    fx.mount();
+    for (dir, last) in &acked {
+        let dir = fx.mnt.join(dir.file_name().unwrap());
+        for i in 0..=*last {
+            let got = std::fs::read(dir.join(format!("k{i:06}"))).unwrap_or_default();
+            let want = format!("{i:06}").repeat(700).into_bytes();
+            assert!(
+                got == want,
+                "{} k{i:06}: {} bytes read, {} acknowledged",
+                dir.display(),
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    fx.unmount();
+    fx.fsck_clean();
+}
