@@ -193,6 +193,7 @@ impl Remote {
         if !data.is_empty() {
             s.write_all(data).map_err(|_| notconn())?;
         }
+        crate::spin::wait_readable(s.as_fd(), crate::SPIN);
         let mut len = [0u8; 4];
         s.read_exact(&mut len).map_err(|_| notconn())?;
         let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
@@ -280,6 +281,17 @@ impl Backend for Remote {
 
     fn stat(&self, ino: InodeNo) -> Result<Metadata> {
         self.call(&Request::Stat { ino }, proto::get_metadata)
+    }
+
+    fn stat_at(&self, _cx: &Creds, start: InodeNo, path: &[u8], follow: bool) -> Result<Metadata> {
+        self.call(
+            &Request::StatAt {
+                start,
+                follow,
+                path,
+            },
+            proto::get_metadata,
+        )
     }
 
     fn access(&self, _cx: &Creds, ino: InodeNo, mask: u32) -> Result<()> {

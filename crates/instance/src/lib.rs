@@ -27,6 +27,7 @@ pub mod peer;
 pub mod proto;
 pub mod server;
 mod session;
+pub mod spin;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,9 @@ use std::path::{Path, PathBuf};
 pub const IO_BYTES_MAX: usize = 4 << 20;
 /// Longest frame: a write's data and its fields.
 pub const FRAME_BYTES_MAX: usize = IO_BYTES_MAX + 4096;
+/// How long a thread that expects a message soon polls for it before sleeping
+/// ([`spin`]): about two wake-ups of an idle CPU on a virtual machine.
+pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// Connections the instance serves at once (one thread each); more are refused and
 /// those clients use the kernel's mount instead.
 pub const CONNECTIONS_MAX: usize = 1024;

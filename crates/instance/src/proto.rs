@@ -46,6 +46,12 @@ pub enum Request<'a> {
     Stat {
         ino: InodeNo,
     },
+    /// Resolve and stat in one.
+    StatAt {
+        start: InodeNo,
+        follow: bool,
+        path: &'a [u8],
+    },
     Access {
         ino: InodeNo,
         mask: u32,
@@ -221,6 +227,7 @@ mod op {
     pub const LOCK_SET: u8 = 32;
     pub const LOCK_GET: u8 = 33;
     pub const LOCK_RELEASE: u8 = 34;
+    pub const STAT_AT: u8 = 35;
 }
 
 fn inval() -> Errno {
@@ -383,6 +390,11 @@ impl<'a> Request<'a> {
                 name: name(r)?,
             },
             op::STAT => Request::Stat { ino: ino(r)? },
+            op::STAT_AT => Request::StatAt {
+                start: ino(r)?,
+                follow: r.bool()?,
+                path: path(r)?,
+            },
             op::ACCESS => Request::Access {
                 ino: ino(r)?,
                 mask: r.u32()?,
@@ -557,6 +569,11 @@ impl<'a> Request<'a> {
             }
             Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
             Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
+            Request::StatAt {
+                start,
+                follow,
+                path,
+            } => w.u8(op::STAT_AT).u64(start.0).u8(follow.into()).bytes(path),
             Request::Access { ino, mask } => w.u8(op::ACCESS).u64(ino.0).u32(mask),
             Request::Open {
                 start,

@@ -195,6 +195,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         socket: stream.as_fd(),
     };
     loop {
+        crate::spin::wait_readable(stream.as_fd(), crate::SPIN);
         match read_frame(&stream, &mut buf) {
             Ok(Some(())) => {}
             Ok(None) | Err(_) => return,

@@ -146,6 +146,14 @@ impl Session {
                 w.u64(fs.lookup_ino(cx, dir, name).map_err(e)?.0);
             }
             Request::Stat { ino } => proto::put_metadata(w, &fs.stat_ino(ino).map_err(e)?),
+            Request::StatAt {
+                start,
+                follow,
+                path,
+            } => {
+                let ino = fs.resolve_at(cx, start, path, follow).map_err(e)?;
+                proto::put_metadata(w, &fs.stat_ino(ino).map_err(e)?);
+            }
             Request::Access { ino, mask } => fs.access(cx, ino, mask).map_err(e)?,
             Request::Open {
                 start,

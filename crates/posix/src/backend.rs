@@ -75,6 +75,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         -> Result<(InodeNo, Vec<u8>)>;
     fn lookup(&self, cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo>;
     fn stat(&self, ino: InodeNo) -> Result<Metadata>;
+    /// The attributes of what `path` names (one call: a request for a remote backend).
+    fn stat_at(&self, cx: &Creds, start: InodeNo, path: &[u8], follow: bool) -> Result<Metadata> {
+        self.stat(self.resolve(cx, start, path, follow)?)
+    }
     fn access(&self, cx: &Creds, ino: InodeNo, mask: u32) -> Result<()>;
     /// `open(2)` of `path` from `start` (flags and mode as the call gave them).
     fn open(&self, cx: &Creds, start: InodeNo, path: &[u8], flags: i32, mode: u32)

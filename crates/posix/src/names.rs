@@ -44,8 +44,12 @@ impl Posix {
     }
 
     pub fn stat(&self, at: At, path: &[u8], follow: bool, empty_ok: bool) -> Result<Metadata> {
-        let ino = self.lookup(at, path, follow, empty_ok)?;
-        self.fs.stat(ino)
+        if path.is_empty() {
+            let ino = self.lookup(at, path, follow, empty_ok)?;
+            return self.fs.stat(ino);
+        }
+        let (start, _) = self.start(at, path)?;
+        self.fs.stat_at(&self.creds(), start, path, follow)
     }
 
     pub fn fstat(&self, fd: i32) -> Result<Metadata> {
