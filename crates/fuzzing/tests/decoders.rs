@@ -57,4 +57,5 @@ fuzz_tests!(
     seginfo_entries,
     vfs_inode,
     vfs_dentry,
+    instance_request,
 );

@@ -5,7 +5,8 @@
 //! the host), several times the request's own work. A thread that expects its peer's
 //! answer soon polls for it for a short while first: the client after sending a
 //! request, the instance after answering one (a client's next request usually follows
-//! at once). Both are bounded ([`crate::SPIN`]), so an idle connection sleeps.
+//! at once). Both are bounded ([`crate::SPIN`]), so an idle connection sleeps, and each
+//! turn of the poll yields the CPU to any other runnable thread.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -27,6 +28,9 @@ pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) {
         if unsafe { libc::poll(&mut p, 1, 0) } != 0 || start.elapsed() >= spin {
             return;
         }
-        std::hint::spin_loop();
+        // Let a runnable thread of this CPU go first: on a busy machine it may be the
+        // very peer this one waits for.
+        // SAFETY: sched_yield has no arguments and cannot fail.
+        unsafe { libc::sched_yield() };
     }
 }

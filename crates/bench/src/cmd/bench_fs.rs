@@ -66,7 +66,8 @@ pub struct Args {
     #[command(flatten)]
     pub common: Common,
     /// Targets, comma-separated: api, api-pmr (MetaDB's WAL on an emulated PMR), dir (or
-    /// dir:PATH), fuse, interposer, ext2, ext4, xfs, btrfs. Default: api, and ext4 when
+    /// dir:PATH), fuse, interposer, attached (processes attached to a mount's instance),
+    /// ext2, ext4, xfs, btrfs. Default: api, and ext4 when
     /// run as root.
     #[arg(long, value_delimiter = ',')]
     pub target: Vec<String>,
@@ -132,6 +133,7 @@ enum TargetKind {
     Dir(PathBuf),
     Fuse,
     Interposer,
+    Attached,
     Kernel(&'static str),
 }
 
@@ -142,6 +144,7 @@ fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
         "dir" => TargetKind::Dir(dir.to_path_buf()),
         "fuse" => TargetKind::Fuse,
         "interposer" => TargetKind::Interposer,
+        "attached" => TargetKind::Attached,
         _ => match (
             text.strip_prefix("dir:"),
             KERNEL_FS.iter().find(|&&k| k == text),
@@ -353,6 +356,7 @@ struct Images<'a> {
 enum Runner {
     InProcess(Box<dyn InProcess>),
     Interposer(interposer::Interposer),
+    Attached(interposer::Attached),
 }
 
 impl Runner {
@@ -360,6 +364,12 @@ impl Runner {
         match self {
             Runner::Interposer(i) => Ok(Sample {
                 run: i.run_cell(spec)?,
+                dev_read_bytes: None,
+                dev_write_bytes: None,
+                pmr_write_bytes: None,
+            }),
+            Runner::Attached(a) => Ok(Sample {
+                run: a.run_cell(spec)?,
                 dev_read_bytes: None,
                 dev_write_bytes: None,
                 pmr_write_bytes: None,
@@ -412,20 +422,24 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
     if wants(|k| {
         matches!(
             k,
-            TargetKind::Api | TargetKind::ApiPmr | TargetKind::Fuse | TargetKind::Interposer
+            TargetKind::Api
+                | TargetKind::ApiPmr
+                | TargetKind::Fuse
+                | TargetKind::Interposer
+                | TargetKind::Attached
         )
     }) {
         augefs_image = image::prepare(images.augefs, plan.image_bytes, images.backend)
             .map(|()| images.augefs)
             .map_err(|e| format!("skipped: {e}"));
         header.push(format!(
-            "augefs (api, api-pmr, fuse, interposer): {} image {}, formatted afresh for every \
-             cell",
+            "augefs (api, api-pmr, fuse, interposer, attached): {} image {}, formatted afresh \
+             for every cell",
             human(plan.image_bytes),
             images.augefs.display()
         ));
     }
-    if wants(|k| *k == TargetKind::Interposer) {
+    if wants(|k| matches!(k, TargetKind::Interposer | TargetKind::Attached)) {
         if let Some(line) = interposer_build_line() {
             header.push(line);
         }
@@ -459,6 +473,12 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                 TargetKind::Interposer => image.and_then(|i| {
                     interposer::Interposer::new(i, images.backend)
                         .map(Runner::Interposer)
+                        .map_err(|e| format!("skipped: {e}"))
+                }),
+                TargetKind::Attached => image.and_then(|i| {
+                    let mnt = scratch.named("bench-fs-attached", ".mnt");
+                    interposer::Attached::new(i, images.backend, &mnt)
+                        .map(Runner::Attached)
                         .map_err(|e| format!("skipped: {e}"))
                 }),
                 TargetKind::Dir(path) => target::Dir::new(path)

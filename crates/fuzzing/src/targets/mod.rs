@@ -4,6 +4,7 @@
 
 mod engine;
 mod format;
+mod instance;
 mod metadb;
 mod wal;
 
@@ -15,6 +16,7 @@ pub fn all() -> Vec<Target> {
     out.extend(metadb::targets());
     out.extend(wal::targets());
     out.extend(engine::targets());
+    out.extend(instance::targets());
     out
 }
 

@@ -1,8 +1,9 @@
-//! The `interposer` target of `bench fs`: each cell runs in a child process,
-//! `augefs-bench fs-worker`, started through `augefs run --image IMG --prefix /augefs`
-//! (the `augefs` next to this binary), so that
-//! its std::fs calls on `/augefs/...` reach the image through the LD_PRELOAD
-//! interposer. The worker runs the same setup and timed run as the in-process targets
+//! The `interposer` and `attached` targets of `bench fs`: each cell runs in a child
+//! process, `augefs-bench fs-worker`, started through `augefs run --image IMG --prefix
+//! /augefs` (the `augefs` next to this binary), so that its std::fs calls on
+//! `/augefs/...` reach the image through the LD_PRELOAD interposer in the worker
+//! itself; or (`attached`) through `augefs run --mount MNT`, so that they reach the
+//! instance of an `augefs mount` of the image directly, without FUSE. The worker runs the same setup and timed run as the in-process targets
 //! (`workload.rs`) and prints one result line that this side parses.
 //!
 //! Invariants:
@@ -11,8 +12,9 @@
 //!   cold cases run setup and the timed run in two workers.
 //! - A call the interposer does not support fails that cell with the worker's error
 //!   (and the interposer's log lines), never the whole command.
-//! - CPU time is the worker's own over its timed run (the file system runs inside it);
-//!   device bytes are not visible from here.
+//! - CPU time is the worker's own over its timed run (the file system runs inside it),
+//!   plus, for `attached`, the mount daemon's over the timed run's worker; device bytes
+//!   are not visible from here.
 
 use super::ops::{Fs, PosixFs};
 use super::target::format_image;
@@ -105,6 +107,14 @@ pub struct Interposer {
     exe: PathBuf,
 }
 
+/// How a worker reaches the image.
+enum Via<'a> {
+    /// It attaches the image itself (`augefs run --image`).
+    Image(&'a Path),
+    /// It attaches to the instance of the mount at this directory.
+    Mount(&'a Path),
+}
+
 impl Interposer {
     /// Fails (the target is skipped) without the interposer library.
     pub fn new(image: &Path, backend: BackendChoice) -> Result<Interposer, String> {
@@ -129,16 +139,86 @@ impl Interposer {
     }
 
     fn worker(&self, spec: &Spec, phase: Phase) -> Result<Option<Measured>, String> {
-        let json = serde_json::to_string(spec).expect("JSON of plain values");
-        let out = Command::new(&self.augefs)
-            .arg("run")
-            .arg("--image")
-            .arg(&self.image)
-            .args(["--prefix", PREFIX, "--"])
-            .arg(&self.exe)
-            .args(["fs-worker", "--phase", phase.name(), "--spec", &json])
-            .output()
-            .map_err(|e| format!("cannot run augefs run: {e}"))?;
+        run_worker(
+            &self.augefs,
+            &self.exe,
+            Via::Image(&self.image),
+            spec,
+            phase,
+        )
+    }
+}
+
+/// The `attached` target: the image mounted by `augefs mount` (a fresh mount per cell,
+/// remounted between setup and run for cold cases), its workers attached to the
+/// mount's instance.
+pub struct Attached {
+    mount: super::target::Fuse,
+    augefs: PathBuf,
+    exe: PathBuf,
+}
+
+impl Attached {
+    pub fn new(image: &Path, backend: BackendChoice, mnt: &Path) -> Result<Attached, String> {
+        siblings::preload_lib()?;
+        Ok(Attached {
+            mount: super::target::Fuse::new(image, backend, mnt)?,
+            augefs: siblings::augefs()?,
+            exe: siblings::this_exe()?,
+        })
+    }
+
+    pub fn run_cell(&mut self, spec: &Spec) -> Result<Measured, String> {
+        use super::target::InProcess;
+        self.mount.fresh()?;
+        let measured = (|| -> Result<Measured, String> {
+            let root = self.mount.root().to_path_buf();
+            run_worker(
+                &self.augefs,
+                &self.exe,
+                Via::Mount(&root),
+                spec,
+                Phase::Setup,
+            )?;
+            if spec.case.cold {
+                self.mount.drop_caches()?;
+            }
+            let before = self.mount.helper_cpu_ns();
+            let run = run_worker(&self.augefs, &self.exe, Via::Mount(&root), spec, Phase::Run)?;
+            let mut run = run.expect("a timed phase measures");
+            run.cpu_ns += self.mount.helper_cpu_ns().saturating_sub(before);
+            Ok(run)
+        })();
+        let finished = self.mount.finish();
+        let measured = measured?;
+        finished.map(|()| measured)
+    }
+}
+
+fn run_worker(
+    augefs: &Path,
+    exe: &Path,
+    via: Via<'_>,
+    spec: &Spec,
+    phase: Phase,
+) -> Result<Option<Measured>, String> {
+    let json = serde_json::to_string(spec).expect("JSON of plain values");
+    let mut cmd = Command::new(augefs);
+    cmd.arg("run");
+    match via {
+        Via::Image(image) => cmd.arg("--image").arg(image).args(["--prefix", PREFIX]),
+        Via::Mount(dir) => cmd.arg("--mount").arg(dir),
+    };
+    cmd.arg("--")
+        .arg(exe)
+        .args(["fs-worker", "--phase", phase.name(), "--spec", &json]);
+    if let Via::Mount(dir) = via {
+        cmd.arg("--root").arg(dir);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run augefs run: {e}"))?;
+    {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let quoted: Vec<&str> = stderr.lines().rev().take(STDERR_LINES_QUOTED).collect();

@@ -444,6 +444,11 @@ impl Fuse {
         })
     }
 
+    /// The mount point.
+    pub fn root(&self) -> &Path {
+        &self.fs.root
+    }
+
     fn mount(&mut self) -> Result<(), String> {
         let daemon = FuseDaemon::start(&self.image, &self.fs.root, backend_arg(self.backend))?;
         self.daemon = Some(daemon);
