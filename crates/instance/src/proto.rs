@@ -438,6 +438,13 @@ impl<'a> Request<'a> {
                 name: name(r)?,
             },
             op::READLINK => Request::Readlink { ino: ino(r)? },
+            op => return Self::attr_fields(op, r),
+        })
+    }
+
+    /// Attributes, extended attributes, directories and statfs.
+    fn attr_fields(op: u8, r: &mut Reader<'a>) -> Result<Request<'a>> {
+        Ok(match op {
             op::SET_ATTR => Request::SetAttr {
                 ino: ino(r)?,
                 changes: AttrChanges {
@@ -480,6 +487,13 @@ impl<'a> Request<'a> {
                 }
             }
             op::STATFS => Request::Statfs,
+            op => return Self::data_fields(op, r),
+        })
+    }
+
+    /// The calls that name a handle (and Sync).
+    fn data_fields(op: u8, r: &mut Reader<'a>) -> Result<Request<'a>> {
+        Ok(match op {
             op::READ => {
                 let (handle, offset, len) = (r.u64()?, r.u64()?, r.u32()?);
                 if len as usize > IO_BYTES_MAX {
@@ -628,6 +642,16 @@ impl<'a> Request<'a> {
                 w.u8(op::LINK).u64(ino.0).u64(parent.0).bytes(name)
             }
             Request::Readlink { ino } => w.u8(op::READLINK).u64(ino.0),
+            _ => {
+                self.encode_attrs(w);
+                w
+            }
+        };
+    }
+
+    /// [`Request::encode`] of attribute, directory and data calls.
+    fn encode_attrs(&self, w: &mut Writer) {
+        match *self {
             Request::SetAttr { ino, ref changes } => {
                 w.u8(op::SET_ATTR).u64(ino.0);
                 put_opt_u32(w, changes.perm);
@@ -656,6 +680,16 @@ impl<'a> Request<'a> {
                 w.u8(op::READDIR).u64(dir.0).u32(max).opt_bytes(after)
             }
             Request::Statfs => w.u8(op::STATFS),
+            _ => {
+                self.encode_data(w);
+                w
+            }
+        };
+    }
+
+    /// [`Request::encode`] of the calls that name a handle (and Sync).
+    fn encode_data(&self, w: &mut Writer) {
+        match *self {
             Request::Read {
                 handle,
                 offset,
@@ -720,6 +754,7 @@ impl<'a> Request<'a> {
             Request::LockRelease { ino, space } => {
                 w.u8(op::LOCK_RELEASE).u64(ino.0).u8(space_code(space))
             }
+            _ => unreachable!("encode handles the other requests"),
         };
     }
 

@@ -165,6 +165,15 @@ impl Session {
                 let gone = self.handles.lock().expect("handles lock").remove(&handle);
                 gone.ok_or(Errno(libc::EBADF))?;
             }
+            req => return self.run_names(caller, req, w),
+        }
+        Ok(())
+    }
+
+    /// The calls that change names.
+    fn run_names(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        let (cx, fs) = (caller.creds, &*self.fs);
+        match req {
             Request::Create {
                 parent,
                 kind,
@@ -240,6 +249,15 @@ impl Session {
             Request::Readlink { ino } => {
                 w.bytes(&fs.readlink_ino(ino).map_err(e)?);
             }
+            req => return self.run_attrs(caller, req, w),
+        }
+        Ok(())
+    }
+
+    /// The calls on attributes and extended attributes, and statfs.
+    fn run_attrs(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        let (cx, fs) = (caller.creds, &*self.fs);
+        match req {
             Request::SetAttr { ino, changes } => {
                 fs.set_attr(cx, ino, &changes).map_err(e)?;
                 self.tell(Change::Attrs { ino: ino.0 });
@@ -364,6 +382,14 @@ impl Session {
                     .map_err(e)?;
             }
             Request::Sync => fs.sync().map_err(e)?,
+            _ => return self.run_locks(caller, req, w),
+        }
+        Ok(())
+    }
+
+    /// The lock calls.
+    fn run_locks(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        match req {
             Request::LockSet {
                 handle,
                 space,

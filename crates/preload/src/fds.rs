@@ -17,6 +17,7 @@ use crate::pump;
 use crate::real::real;
 use crate::route::{self, ret, ret_int, set_errno, Route};
 use crate::state;
+use crate::wrap::{buf, buf_mut, interpose};
 use libc::{c_char, c_int, c_void, iovec, mode_t, off_t, size_t, ssize_t};
 use posix::open::Opened;
 use posix::{At, Posix};
@@ -344,54 +345,14 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     unsafe { fcntl(fd, cmd, arg) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        return ret_int(px.flock(fd, op));
-    }
-    let real = real!(flock: fn(c_int, c_int) -> c_int);
-    unsafe { real(fd, op) }
+interpose! {
+    fn flock(fd: c_int, op: c_int) -> c_int;
+    fd(fd) => |px| px.flock(fd, op)
 }
 
-fn sized(r: posix::Result<usize>) -> ssize_t {
-    ret(r.map(|n| n as i64)) as ssize_t
-}
-
-/// `f` on augefs descriptor `fd` with the caller's buffer as a slice; None for a
-/// kernel descriptor.
-unsafe fn on_buf_mut(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    f: impl FnOnce(&Posix, &mut [u8]) -> posix::Result<usize>,
-) -> Option<ssize_t> {
-    let px = route::fd(fd)?;
-    let _g = guard::enter();
-    let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    Some(sized(f(px, b)))
-}
-
-/// [`on_buf_mut`] for a buffer the call only reads.
-unsafe fn on_buf(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    f: impl FnOnce(&Posix, &[u8]) -> posix::Result<usize>,
-) -> Option<ssize_t> {
-    let px = route::fd(fd)?;
-    let _g = guard::enter();
-    let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    Some(sized(f(px, b)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.read(fd, b)) } {
-        return r;
-    }
-    let real = real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t);
-    unsafe { real(fd, buf, n) }
+interpose! {
+    fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t;
+    fd(fd) => |px| px.read(fd, unsafe { buf_mut(b, n) })
 }
 
 #[no_mangle]
@@ -404,22 +365,14 @@ pub unsafe extern "C" fn __read_chk(
     unsafe { read(fd, buf, n) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.write(fd, b)) } {
-        return r;
-    }
-    let real = real!(write: fn(c_int, *const c_void, size_t) -> ssize_t);
-    unsafe { real(fd, buf, n) }
+interpose! {
+    fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t;
+    fd(fd) => |px| px.write(fd, unsafe { buf(b, n) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.pread(fd, b, off)) } {
-        return r;
-    }
-    let real = real!(pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t);
-    unsafe { real(fd, buf, n, off) }
+interpose! {
+    fn pread(fd: c_int, b: *mut c_void, n: size_t, off: off_t) -> ssize_t;
+    fd(fd) => |px| px.pread(fd, unsafe { buf_mut(b, n) }, off)
 }
 
 #[no_mangle]
@@ -449,13 +402,9 @@ pub unsafe extern "C" fn __pread64_chk(
     unsafe { pread(fd, buf, n, off) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some(r) = unsafe { on_buf(fd, buf, n, |px, b| px.pwrite(fd, b, off)) } {
-        return r;
-    }
-    let real = real!(pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
-    unsafe { real(fd, buf, n, off) }
+interpose! {
+    fn pwrite(fd: c_int, b: *const c_void, n: size_t, off: off_t) -> ssize_t;
+    fd(fd) => |px| px.pwrite(fd, unsafe { buf(b, n) }, off)
 }
 
 #[no_mangle]
@@ -498,26 +447,17 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Iovs<'a> {
     Iovs::Heap(v.iter().map(slice).collect())
 }
 
-unsafe fn readv_at(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: Option<off_t>,
-) -> Option<ssize_t> {
-    let px = route::fd(fd)?;
-    let _g = guard::enter();
-    let mut bufs = unsafe { iovs(iov, cnt) };
-    Some(sized(px.readv(fd, bufs.as_mut(), off)))
-}
-
+/// writev of the caller's vector on augefs descriptor `fd` (at `off`, if given).
+///
+/// # Safety
+/// As [`iovs`].
 unsafe fn writev_at(
+    px: &Posix,
     fd: c_int,
     iov: *const iovec,
     cnt: c_int,
     off: Option<off_t>,
-) -> Option<ssize_t> {
-    let px = route::fd(fd)?;
-    let _g = guard::enter();
+) -> posix::Result<usize> {
     let mut bufs = unsafe { iovs(iov, cnt) };
     let bufs = bufs.as_mut();
     if bufs.len() <= IOV_INLINE_MAX {
@@ -525,37 +465,25 @@ unsafe fn writev_at(
         for (r, b) in refs.iter_mut().zip(bufs.iter()) {
             *r = b;
         }
-        return Some(sized(px.writev(fd, &refs[..bufs.len()], off)));
+        return px.writev(fd, &refs[..bufs.len()], off);
     }
     let refs: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-    Some(sized(px.writev(fd, &refs, off)))
+    px.writev(fd, &refs, off)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(r) = unsafe { readv_at(fd, iov, cnt, None) } {
-        return r;
-    }
-    let real = real!(readv: fn(c_int, *const iovec, c_int) -> ssize_t);
-    unsafe { real(fd, iov, cnt) }
+interpose! {
+    fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
+    fd(fd) => |px| px.readv(fd, unsafe { iovs(iov, cnt) }.as_mut(), None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    if let Some(r) = unsafe { writev_at(fd, iov, cnt, None) } {
-        return r;
-    }
-    let real = real!(writev: fn(c_int, *const iovec, c_int) -> ssize_t);
-    unsafe { real(fd, iov, cnt) }
+interpose! {
+    fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t;
+    fd(fd) => |px| unsafe { writev_at(px, fd, iov, cnt, None) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    if let Some(r) = unsafe { readv_at(fd, iov, cnt, Some(off)) } {
-        return r;
-    }
-    let real = real!(preadv: fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
-    unsafe { real(fd, iov, cnt, off) }
+interpose! {
+    fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t;
+    fd(fd) => |px| px.readv(fd, unsafe { iovs(iov, cnt) }.as_mut(), Some(off))
 }
 
 #[no_mangle]
@@ -563,13 +491,9 @@ pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off:
     unsafe { preadv(fd, iov, cnt, off) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    if let Some(r) = unsafe { writev_at(fd, iov, cnt, Some(off)) } {
-        return r;
-    }
-    let real = real!(pwritev: fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
-    unsafe { real(fd, iov, cnt, off) }
+interpose! {
+    fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t;
+    fd(fd) => |px| unsafe { writev_at(px, fd, iov, cnt, Some(off)) }
 }
 
 #[no_mangle]
@@ -582,21 +506,9 @@ pub unsafe extern "C" fn pwritev64(
     unsafe { pwritev(fd, iov, cnt, off) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn preadv2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        let mut bufs = unsafe { iovs(iov, cnt) };
-        return sized(px.readv2(fd, bufs.as_mut(), off, flags));
-    }
-    let real = real!(preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t);
-    unsafe { real(fd, iov, cnt, off, flags) }
+interpose! {
+    fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t;
+    fd(fd) => |px| px.readv2(fd, unsafe { iovs(iov, cnt) }.as_mut(), off, flags)
 }
 
 #[no_mangle]
@@ -610,22 +522,13 @@ pub unsafe extern "C" fn preadv64v2(
     unsafe { preadv2(fd, iov, cnt, off, flags) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwritev2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
+interpose! {
+    fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t;
+    fd(fd) => |px| {
         let mut bufs = unsafe { iovs(iov, cnt) };
         let refs: Vec<&[u8]> = bufs.as_mut().iter().map(|b| &**b).collect();
-        return sized(px.writev2(fd, &refs, off, flags));
+        px.writev2(fd, &refs, off, flags)
     }
-    let real = real!(pwritev2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t);
-    unsafe { real(fd, iov, cnt, off, flags) }
 }
 
 #[no_mangle]
@@ -639,14 +542,9 @@ pub unsafe extern "C" fn pwritev64v2(
     unsafe { pwritev2(fd, iov, cnt, off, flags) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        return ret(px.lseek(fd, off, whence));
-    }
-    let real = real!(lseek: fn(c_int, off_t, c_int) -> off_t);
-    unsafe { real(fd, off, whence) }
+interpose! {
+    fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t;
+    fd(fd) => |px| px.lseek(fd, off, whence)
 }
 
 #[no_mangle]
@@ -654,59 +552,30 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
     unsafe { lseek(fd, off, whence) }
 }
 
-/// A call on one descriptor: augefs's answer, or the kernel's.
-fn on_fd(
-    fd: c_int,
-    augefs: impl FnOnce(&Posix) -> posix::Result<()>,
-    kernel: impl FnOnce() -> c_int,
-) -> c_int {
-    match route::fd(fd) {
-        Some(px) => {
-            let _g = guard::enter();
-            ret_int(augefs(px))
-        }
-        None => kernel(),
-    }
+interpose! {
+    fn fsync(fd: c_int) -> c_int;
+    fd(fd) => |px| px.fsync(fd, false)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    let real = real!(fsync: fn(c_int) -> c_int);
-    on_fd(fd, |px| px.fsync(fd, false), || unsafe { real(fd) })
+interpose! {
+    fn fdatasync(fd: c_int) -> c_int;
+    fd(fd) => |px| px.fsync(fd, true)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    let real = real!(fdatasync: fn(c_int) -> c_int);
-    on_fd(fd, |px| px.fsync(fd, true), || unsafe { real(fd) })
+interpose! {
+    /// sync_file_range on augefs: fdatasync of the file (a superset of any range).
+    fn sync_file_range(fd: c_int, off: off_t, n: off_t, flags: libc::c_uint) -> c_int;
+    fd(fd) => |px| px.fsync(fd, true)
 }
 
-/// sync_file_range on augefs: fdatasync of the file (a superset of any range).
-#[no_mangle]
-pub unsafe extern "C" fn sync_file_range(
-    fd: c_int,
-    off: off_t,
-    n: off_t,
-    flags: libc::c_uint,
-) -> c_int {
-    let real = real!(sync_file_range: fn(c_int, off_t, off_t, libc::c_uint) -> c_int);
-    on_fd(
-        fd,
-        |px| px.fsync(fd, true),
-        || unsafe { real(fd, off, n, flags) },
-    )
+interpose! {
+    fn syncfs(fd: c_int) -> c_int;
+    fd(fd) => |px| px.fs().sync()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
-    let real = real!(syncfs: fn(c_int) -> c_int);
-    on_fd(fd, |px| px.fs().sync(), || unsafe { real(fd) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    let real = real!(ftruncate: fn(c_int, off_t) -> c_int);
-    on_fd(fd, |px| px.ftruncate(fd, len), || unsafe { real(fd, len) })
+interpose! {
+    fn ftruncate(fd: c_int, len: off_t) -> c_int;
+    fd(fd) => |px| px.ftruncate(fd, len)
 }
 
 #[no_mangle]
@@ -714,14 +583,9 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
     unsafe { ftruncate(fd, len) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    let real = real!(fallocate: fn(c_int, c_int, off_t, off_t) -> c_int);
-    on_fd(
-        fd,
-        |px| px.fallocate(fd, mode, off, len),
-        || unsafe { real(fd, mode, off, len) },
-    )
+interpose! {
+    fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int;
+    fd(fd) => |px| px.fallocate(fd, mode, off, len)
 }
 
 #[no_mangle]
@@ -748,14 +612,10 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) ->
     unsafe { posix_fallocate(fd, off, len) }
 }
 
-/// Advice is accepted and ignored on augefs (there is no page cache to advise yet).
-#[no_mangle]
-pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
-    if route::fd(fd).is_some() {
-        return 0;
-    }
-    let real = real!(posix_fadvise: fn(c_int, off_t, off_t, c_int) -> c_int);
-    unsafe { real(fd, off, len, advice) }
+interpose! {
+    /// Advice is accepted and ignored on augefs (there is no page cache to advise yet).
+    fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int;
+    fd(fd) => |_| Ok(())
 }
 
 #[no_mangle]
@@ -768,13 +628,9 @@ pub unsafe extern "C" fn posix_fadvise64(
     unsafe { posix_fadvise(fd, off, len, advice) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, n: size_t) -> ssize_t {
-    if route::fd(fd).is_some() {
-        return 0;
-    }
-    let real = real!(readahead: fn(c_int, off_t, size_t) -> ssize_t);
-    unsafe { real(fd, off, n) }
+interpose! {
+    fn readahead(fd: c_int, off: off_t, n: size_t) -> ssize_t;
+    fd(fd) => |_| Ok(0)
 }
 
 #[no_mangle]
@@ -788,23 +644,14 @@ pub unsafe extern "C" fn isatty(fd: c_int) -> c_int {
 }
 
 // ioctl's third argument is read as a fixed word, as for open.
-#[no_mangle]
-pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_int {
-    if route::fd(fd).is_some() {
-        set_errno(crate::log::unsupported("ioctl"));
-        return -1;
-    }
-    let real = real!(ioctl: fn(c_int, libc::c_ulong, usize) -> c_int);
-    unsafe { real(fd, req, arg) }
+interpose! {
+    fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_int;
+    fd(fd) => |_| Err(posix::Errno(crate::log::unsupported("ioctl")))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some(r) = unsafe { on_buf_mut(fd, buf, n, |px, b| px.getdents64(fd, b)) } {
-        return r;
-    }
-    let real = real!(getdents64: fn(c_int, *mut c_void, size_t) -> ssize_t);
-    unsafe { real(fd, buf, n) }
+interpose! {
+    fn getdents64(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t;
+    fd(fd) => |px| px.getdents64(fd, unsafe { buf_mut(b, n) })
 }
 
 #[no_mangle]

@@ -18,6 +18,8 @@
 //! - [`ident`]: the set*id family: augefs follows the program's identity.
 //! - [`pump`]: standard streams on augefs files, through a pipe and a pump thread.
 //! - [`uaccess`]: reading the program's path strings without trusting its pointers.
+//! - [`wrap`]: the shape most exported calls share (route, guard, posix layer or
+//!   libc's own), written once as the `interpose!` macro.
 //!
 //! Invariants:
 //! - Augefs descriptor numbers are reserved by kernel placeholders (O_PATH), so they
@@ -53,4 +55,5 @@ mod special;
 mod state;
 mod stdio;
 mod uaccess;
+mod wrap;
 mod xattr;

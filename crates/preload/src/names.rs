@@ -12,62 +12,11 @@ use crate::guard;
 use crate::real::real;
 use crate::route::{self, bytes, ret_int, set_errno, Route};
 use crate::state::{self, CWD_IN};
+use crate::wrap::{interpose, via};
 use libc::{c_char, c_int, mode_t, size_t, ssize_t};
 use posix::{At, Posix};
 use std::sync::atomic::Ordering;
 use vfs::{AttrChanges, Metadata};
-
-/// Routes `path` at `dirfd`: the kernel call (with the path, rewritten under the
-/// bridge if need be) or the augefs one.
-pub(crate) unsafe fn via(
-    dirfd: c_int,
-    path: *const c_char,
-    kernel: impl FnOnce(*const c_char) -> c_int,
-    augefs: impl FnOnce(&Posix, At, &[u8]) -> posix::Result<()>,
-) -> c_int {
-    match unsafe { route::path_at(dirfd, path) } {
-        Route::Kernel => kernel(path),
-        Route::Bridge(p) => kernel(p.as_ptr()),
-        Route::Augefs(px, at, rel) => {
-            let _g = guard::enter();
-            ret_int(augefs(px, at, rel))
-        }
-        Route::Fail(e) => {
-            set_errno(e);
-            -1
-        }
-    }
-}
-
-/// Two paths that must be on the same side (rename, link): EXDEV otherwise.
-unsafe fn via2(
-    d1: c_int,
-    p1: *const c_char,
-    d2: c_int,
-    p2: *const c_char,
-    kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
-    augefs: impl FnOnce(&Posix, At, &[u8], At, &[u8]) -> posix::Result<()>,
-) -> c_int {
-    let (r1, r2) = unsafe { (route::path_at(d1, p1), route::path_at(d2, p2)) };
-    match (r1, r2) {
-        (Route::Kernel, Route::Kernel) => kernel(p1, p2),
-        (Route::Bridge(a), Route::Bridge(b)) => kernel(a.as_ptr(), b.as_ptr()),
-        (Route::Bridge(a), Route::Kernel) => kernel(a.as_ptr(), p2),
-        (Route::Kernel, Route::Bridge(b)) => kernel(p1, b.as_ptr()),
-        (Route::Augefs(px, a1, rel1), Route::Augefs(_, a2, rel2)) => {
-            let _g = guard::enter();
-            ret_int(augefs(px, a1, rel1, a2, rel2))
-        }
-        (Route::Fail(e), _) | (_, Route::Fail(e)) => {
-            set_errno(e);
-            -1
-        }
-        _ => {
-            set_errno(libc::EXDEV);
-            -1
-        }
-    }
-}
 
 unsafe fn put<T>(out: *mut T, v: T) -> posix::Result<()> {
     if out.is_null() {
@@ -81,7 +30,7 @@ unsafe fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags
     let real = real!(fstatat: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int);
     unsafe {
         via(
-            dirfd,
+            route::path_at(dirfd, path),
             path,
             |p| real(dirfd, p, out, flags),
             |px, at, rel| {
@@ -140,17 +89,9 @@ unsafe fn fstat_or_at(d: c_int, path: *const c_char, out: *mut libc::stat, flags
     unsafe { stat_at(d, path, out, flags) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat) -> c_int {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        return ret_int(
-            px.fstat(fd)
-                .and_then(|m| unsafe { put(out, posix::stat::to_stat(&m)) }),
-        );
-    }
-    let real = real!(fstat: fn(c_int, *mut libc::stat) -> c_int);
-    unsafe { real(fd, out) }
+interpose! {
+    fn fstat(fd: c_int, out: *mut libc::stat) -> c_int;
+    fd(fd) => |px| unsafe { put(out, posix::stat::to_stat(&px.fstat(fd)?)) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat) -> c_int {
@@ -222,7 +163,7 @@ pub unsafe extern "C" fn statx(
         real!(statx: fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int);
     unsafe {
         via(
-            d,
+            route::path_at(d, path),
             path,
             |p| real(d, p, flags, mask, out),
             |px, at, rel| fill(px.stat(at, rel, flags & libc::AT_SYMLINK_NOFOLLOW == 0, false)?),
@@ -230,55 +171,32 @@ pub unsafe extern "C" fn statx(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int {
-    let real = real!(statfs: fn(*const c_char, *mut libc::statfs) -> c_int);
-    unsafe {
-        via(
-            libc::AT_FDCWD,
-            path,
-            |p| real(p, out),
-            |px, at, rel| {
-                px.stat(at, rel, true, false)?;
-                put(out, posix::stat::to_statfs(&px.statfs()?))
-            },
-        )
+interpose! {
+    fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int;
+    path(libc::AT_FDCWD, path) => |px, at, rel| {
+        px.stat(at, rel, true, false)?;
+        unsafe { put(out, posix::stat::to_statfs(&px.statfs()?)) }
     }
 }
 #[no_mangle]
 pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -> c_int {
     unsafe { statfs(path, out) }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
-    if let Some(px) = route::fd(fd) {
-        let r = px.statfs();
-        return ret_int(r.and_then(|s| unsafe { put(out, posix::stat::to_statfs(&s)) }));
+interpose! {
+    fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int;
+    fd(fd) => |px| {
+        let s = px.statfs()?;
+        unsafe { put(out, posix::stat::to_statfs(&s)) }
     }
-    let real = real!(fstatfs: fn(c_int, *mut libc::statfs) -> c_int);
-    unsafe { real(fd, out) }
 }
 #[no_mangle]
 pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
     unsafe { fstatfs(fd, out) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn faccessat(
-    d: c_int,
-    path: *const c_char,
-    mode: c_int,
-    flags: c_int,
-) -> c_int {
-    let real = real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, mode, flags),
-            |px, at, rel| px.access(at, rel, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0),
-        )
-    }
+interpose! {
+    fn faccessat(d: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int;
+    path(d, path) => |px, at, rel| px.access(at, rel, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)
 }
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
@@ -293,34 +211,18 @@ pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
     unsafe { faccessat(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let real = real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, mode),
-            |px, at, rel| px.mkdir(at, rel, state::masked(mode)),
-        )
-    }
+interpose! {
+    fn mkdirat(d: c_int, path: *const c_char, mode: mode_t) -> c_int;
+    path(d, path) => |px, at, rel| px.mkdir(at, rel, state::masked(mode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     unsafe { mkdirat(libc::AT_FDCWD, path, mode) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let real = real!(unlinkat: fn(c_int, *const c_char, c_int) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, flags),
-            |px, at, rel| px.unlink(at, rel, flags & libc::AT_REMOVEDIR != 0),
-        )
-    }
+interpose! {
+    fn unlinkat(d: c_int, path: *const c_char, flags: c_int) -> c_int;
+    path(d, path) => |px, at, rel| px.unlink(at, rel, flags & libc::AT_REMOVEDIR != 0)
 }
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
@@ -331,26 +233,11 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     unsafe { unlinkat(libc::AT_FDCWD, path, libc::AT_REMOVEDIR) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn renameat2(
-    d1: c_int,
-    p1: *const c_char,
-    d2: c_int,
-    p2: *const c_char,
-    flags: libc::c_uint,
-) -> c_int {
-    let real =
-        real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, libc::c_uint) -> c_int);
-    unsafe {
-        via2(
-            d1,
-            p1,
-            d2,
-            p2,
-            |a, b| real(d1, a, d2, b, flags),
-            |px, a1, r1, a2, r2| px.rename(a1, r1, a2, r2, flags),
-        )
-    }
+interpose! {
+    fn renameat2(
+        d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, flags: libc::c_uint,
+    ) -> c_int;
+    paths(d1, p1, d2, p2) => |px, a1, r1, a2, r2| px.rename(a1, r1, a2, r2, flags)
 }
 #[no_mangle]
 pub unsafe extern "C" fn renameat(
@@ -366,24 +253,10 @@ pub unsafe extern "C" fn rename(p1: *const c_char, p2: *const c_char) -> c_int {
     unsafe { renameat2(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn linkat(
-    d1: c_int,
-    p1: *const c_char,
-    d2: c_int,
-    p2: *const c_char,
-    flags: c_int,
-) -> c_int {
-    let real = real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int);
-    unsafe {
-        via2(
-            d1,
-            p1,
-            d2,
-            p2,
-            |a, b| real(d1, a, d2, b, flags),
-            |px, a1, r1, a2, r2| px.link(a1, r1, a2, r2, flags & libc::AT_SYMLINK_FOLLOW != 0),
-        )
+interpose! {
+    fn linkat(d1: c_int, p1: *const c_char, d2: c_int, p2: *const c_char, flags: c_int) -> c_int;
+    paths(d1, p1, d2, p2) => |px, a1, r1, a2, r2| {
+        px.link(a1, r1, a2, r2, flags & libc::AT_SYMLINK_FOLLOW != 0)
     }
 }
 #[no_mangle]
@@ -391,19 +264,10 @@ pub unsafe extern "C" fn link(p1: *const c_char, p2: *const c_char) -> c_int {
     unsafe { linkat(libc::AT_FDCWD, p1, libc::AT_FDCWD, p2, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int {
-    let real = real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(target, d, p),
-            |px, at, rel| {
-                let t = crate::uaccess::cstr(target).map_err(posix::Errno)?;
-                px.symlink(t, at, rel)
-            },
-        )
+interpose! {
+    fn symlinkat(target: *const c_char, d: c_int, path: *const c_char) -> c_int;
+    path(d, path) => |px, at, rel| {
+        px.symlink(unsafe { crate::uaccess::cstr(target) }.map_err(posix::Errno)?, at, rel)
     }
 }
 #[no_mangle]
@@ -411,36 +275,13 @@ pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> 
     unsafe { symlinkat(target, libc::AT_FDCWD, path) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readlinkat(
-    d: c_int,
-    path: *const c_char,
-    buf: *mut c_char,
-    n: size_t,
-) -> ssize_t {
-    let real = real!(readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t);
-    let got = std::cell::Cell::new(0usize);
-    let r = unsafe {
-        via(
-            d,
-            path,
-            |p| {
-                let k = real(d, p, buf, n);
-                got.set(k.max(0) as usize);
-                k.min(0) as c_int
-            },
-            |px, at, rel| {
-                let t = px.readlink(at, rel)?;
-                got.set(t.len().min(n));
-                std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), got.get());
-                Ok(())
-            },
-        )
-    };
-    if r < 0 {
-        -1
-    } else {
-        got.get() as ssize_t
+interpose! {
+    fn readlinkat(d: c_int, path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
+    path(d, path) => |px, at, rel| {
+        let t = px.readlink(at, rel)?;
+        let got = t.len().min(n);
+        unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), got) };
+        Ok(got)
     }
 }
 #[no_mangle]
@@ -448,17 +289,9 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
     unsafe { readlinkat(libc::AT_FDCWD, path, buf, n) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: libc::off_t) -> c_int {
-    let real = real!(truncate: fn(*const c_char, libc::off_t) -> c_int);
-    unsafe {
-        via(
-            libc::AT_FDCWD,
-            path,
-            |p| real(p, len),
-            |px, at, rel| px.truncate(at, rel, len),
-        )
-    }
+interpose! {
+    fn truncate(path: *const c_char, len: libc::off_t) -> c_int;
+    path(libc::AT_FDCWD, path) => |px, at, rel| px.truncate(at, rel, len)
 }
 #[no_mangle]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: libc::off_t) -> c_int {
@@ -492,77 +325,32 @@ fn attr_at(
     px.set_attr(ino, c)
 }
 
-fn attr_fd(fd: c_int, c: AttrChanges, kernel: impl FnOnce() -> c_int) -> c_int {
-    match route::fd(fd) {
-        Some(px) => {
-            let _g = guard::enter();
-            ret_int(px.get(fd).and_then(|d| px.set_attr(d.ino(), &c)))
-        }
-        None => kernel(),
-    }
+fn attr_fd(px: &Posix, fd: c_int, c: &AttrChanges) -> posix::Result<()> {
+    px.set_attr(px.get(fd)?.ino(), c)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fchmodat(
-    d: c_int,
-    path: *const c_char,
-    mode: mode_t,
-    flags: c_int,
-) -> c_int {
-    let real = real!(fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, mode, flags),
-            |px, at, rel| {
-                attr_at(
-                    px,
-                    at,
-                    rel,
-                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
-                    false,
-                    &perm(mode),
-                )
-            },
-        )
+interpose! {
+    fn fchmodat(d: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int;
+    path(d, path) => |px, at, rel| {
+        attr_at(px, at, rel, flags & libc::AT_SYMLINK_NOFOLLOW == 0, false, &perm(mode))
     }
 }
 #[no_mangle]
 pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
     unsafe { fchmodat(libc::AT_FDCWD, path, mode, 0) }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
-    let real = real!(fchmod: fn(c_int, mode_t) -> c_int);
-    attr_fd(fd, perm(mode), || unsafe { real(fd, mode) })
+interpose! {
+    fn fchmod(fd: c_int, mode: mode_t) -> c_int;
+    fd(fd) => |px| attr_fd(px, fd, &perm(mode))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fchownat(
-    d: c_int,
-    path: *const c_char,
-    uid: libc::uid_t,
-    gid: libc::gid_t,
-    flags: c_int,
-) -> c_int {
-    let real = real!(fchownat: fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, uid, gid, flags),
-            |px, at, rel| {
-                attr_at(
-                    px,
-                    at,
-                    rel,
-                    flags & libc::AT_SYMLINK_NOFOLLOW == 0,
-                    flags & libc::AT_EMPTY_PATH != 0,
-                    &owner(uid, gid),
-                )
-            },
-        )
+interpose! {
+    fn fchownat(
+        d: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int,
+    ) -> c_int;
+    path(d, path) => |px, at, rel| {
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        attr_at(px, at, rel, follow, flags & libc::AT_EMPTY_PATH != 0, &owner(uid, gid))
     }
 }
 #[no_mangle]
@@ -573,10 +361,9 @@ pub unsafe extern "C" fn chown(path: *const c_char, uid: libc::uid_t, gid: libc:
 pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
     unsafe { fchownat(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    let real = real!(fchown: fn(c_int, libc::uid_t, libc::gid_t) -> c_int);
-    attr_fd(fd, owner(uid, gid), || unsafe { real(fd, uid, gid) })
+interpose! {
+    fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int;
+    fd(fd) => |px| attr_fd(px, fd, &owner(uid, gid))
 }
 
 unsafe fn times(ts: *const libc::timespec) -> posix::Result<AttrChanges> {
@@ -609,7 +396,7 @@ pub unsafe extern "C" fn utimensat(
     let real = real!(utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int);
     unsafe {
         via(
-            d,
+            route::path_at(d, path),
             path,
             |p| real(d, p, ts, flags),
             |px, at, rel| {
@@ -625,14 +412,9 @@ pub unsafe extern "C" fn utimensat(
         )
     }
 }
-#[no_mangle]
-pub unsafe extern "C" fn futimens(fd: c_int, ts: *const libc::timespec) -> c_int {
-    if let Some(px) = route::fd(fd) {
-        let _g = guard::enter();
-        return ret_int(unsafe { times(ts) }.and_then(|c| px.set_attr(px.get(fd)?.ino(), &c)));
-    }
-    let real = real!(futimens: fn(c_int, *const libc::timespec) -> c_int);
-    unsafe { real(fd, ts) }
+interpose! {
+    fn futimens(fd: c_int, ts: *const libc::timespec) -> c_int;
+    fd(fd) => |px| attr_fd(px, fd, &unsafe { times(ts) }?)
 }
 #[no_mangle]
 pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
@@ -805,24 +587,11 @@ pub unsafe extern "C" fn __realpath_chk(
     unsafe { realpath(path, out) }
 }
 
-/// A regular file, FIFO, socket or device node, recorded in the image (opening one is
-/// [`crate::special`]'s).
-#[no_mangle]
-pub unsafe extern "C" fn mknodat(
-    d: c_int,
-    path: *const c_char,
-    mode: mode_t,
-    dev: libc::dev_t,
-) -> c_int {
-    let real = real!(mknodat: fn(c_int, *const c_char, mode_t, libc::dev_t) -> c_int);
-    unsafe {
-        via(
-            d,
-            path,
-            |p| real(d, p, mode, dev),
-            |px, at, rel| px.mknod(at, rel, state::masked(mode), dev),
-        )
-    }
+interpose! {
+    /// A regular file, FIFO, socket or device node, recorded in the image (opening one
+    /// is [`crate::special`]'s).
+    fn mknodat(d: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int;
+    path(d, path) => |px, at, rel| px.mknod(at, rel, state::masked(mode), dev)
 }
 #[no_mangle]
 pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {

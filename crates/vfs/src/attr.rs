@@ -11,9 +11,10 @@
 
 use crate::creds::{Creds, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
-use crate::fs::{FileSystem, BLOCK};
+use crate::fs::FileSystem;
 use crate::handle::live;
 use crate::records::{self, Inode, Kind, NAME_MAX};
+use crate::shared::BLOCK;
 use engine::log::Durability;
 use format::InodeNo;
 use metadb::WriteBatch;

@@ -16,7 +16,7 @@
 //!   round, unless the file system turned read-only (a device failure): then the thread
 //!   ends, since no round could commit. A read-only mount starts none.
 
-use crate::fs::Core;
+use crate::shared::Core;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -6,9 +6,10 @@
 //! - O_APPEND writes take the size and write under one inode lock, so concurrent
 //!   appenders never overwrite each other.
 
+use crate::attr::Metadata;
 use crate::creds::{MAY_READ, MAY_WRITE};
 use crate::error::VfsError;
-use crate::fs::{FileSystem, Metadata};
+use crate::fs::FileSystem;
 use crate::handle::Handle;
 use crate::locks::{LockKind, LockOwner};
 use crate::records::Kind;

@@ -1,10 +1,11 @@
-//! The file system: mount and unmount, the state every operation shares (`Core`,
-//! [`FileSystem`]), inode numbers, and the background threads' switches. The
-//! operations live by concern: inode state and handles in `crate::handle`,
-//! attributes in `crate::attr`, names in `crate::namespace`, `crate::remove` and
-//! `crate::rename`, the lanes they are logged in in `crate::lanes`, file data in
-//! [`crate::data`]. Paths are resolved by [`crate::path`]; the std-like handles are in
-//! [`crate::file`].
+//! The file system: mount and unmount, the state every operation shares
+//! ([`FileSystem`], over the `Core` it shares with its background threads in
+//! `crate::shared`), inode numbers, how operations get an inode's handle, and the
+//! background threads, which it starts and stops. The operations live by concern:
+//! inode state and handles in `crate::handle`, attributes in `crate::attr`, names in
+//! `crate::namespace`, `crate::remove` and `crate::rename`, the lanes they are logged
+//! in in `crate::lanes`, file data in [`crate::data`]. Paths are resolved by
+//! [`crate::path`]; the std-like handles are in [`crate::file`].
 //!
 //! Invariants:
 //! - An inode's record changes only under its handle's write lock; a directory's entries
@@ -17,26 +18,25 @@
 //!   blocks (an fsync of the file makes them durable, and the name it was created under).
 //! - Inode numbers are never reused: numbers are handed out only below a durable
 //!   high-water mark, raised 1024 at a time.
+//! - Imports go one way: the modules that add operations import this one; this one
+//!   imports only what lies below it (the shared state, handles, caches, the store and
+//!   the background threads, which import `crate::shared`, never `fs`).
 
-pub use crate::attr::{AttrChanges, Metadata, StatFs, TimeChange};
-pub use crate::namespace::DirEntry;
-pub use crate::rename::RenameMode;
+pub use crate::shared::{BLOCK, FILE_SIZE_MAX};
 
 use crate::creds::Creds;
 use crate::error::VfsError;
-use crate::handle::Handle;
+use crate::handle::{live, Handle};
 use crate::pagecache::{Cache, CacheConfig, CacheStats};
 use crate::records::{self, Inode, Kind, ROOT};
+use crate::shared::Core;
 use crate::store::Store;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv};
 use format::InodeNo;
 use metadb::WriteBatch;
-use platform::Clock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The file system's block (defined once, in `format`).
-pub const BLOCK: u64 = format::constants::BLOCK_SIZE_BYTES;
 /// Inode numbers reserved per durable high-water update.
 const INO_BATCH: u64 = 1024;
 /// Unused inode handles the inode table keeps (each a few hundred bytes plus its clean
@@ -46,25 +46,6 @@ const INODE_CACHE: usize = 64 << 10;
 const NAME_CACHE: usize = 256 << 10;
 /// Locks creates of names hashing alike share.
 pub(crate) const NAME_STRIPES: usize = 256;
-/// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
-/// offsets within i64 for lseek).
-pub const FILE_SIZE_MAX: u64 = 1 << 50;
-
-/// What the file system shares with its background flusher: the engine, where inode
-/// records were last written, the inode table and the page cache.
-pub(crate) struct Core {
-    pub engine: Engine,
-    pub clock: Arc<dyn Clock>,
-    pub inodes: crate::caches::InodeTable,
-    pub names: crate::caches::NameCache,
-    /// Per inode whose record was last written in a lane other than its own domain's: a
-    /// member of that lane's domain ([`Core::record_in`]).
-    pub record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
-    /// Per inode created in a lane other than its own domain's and not yet known durable:
-    /// a member of that lane's domain ([`Core::record_in`]).
-    pub create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
-    pub cache: Arc<Cache>,
-}
 
 /// A mounted augefs.
 pub struct FileSystem {
@@ -293,6 +274,21 @@ impl FileSystem {
     /// mounted). Name operations of the inode-level API take their caller's instead.
     pub fn set_creds(&self, creds: Creds) {
         self.creds.store(Arc::new(creds));
+    }
+
+    /// The handle of `ino` (loaded from MetaDB on first use).
+    pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
+        self.core.inodes.get_or_load(ino, || {
+            let inode = self.core.store().inode(ino)?;
+            Ok(Handle::new(ino, inode, self.core.cache.clone()))
+        })
+    }
+
+    pub(crate) fn opened(&self, h: &Handle) -> Result<(), VfsError> {
+        let mut st = h.state_write();
+        live(&st, h.ino)?;
+        st.open += 1;
+        Ok(())
     }
 
     /// The root directory's handle (once mounted).

@@ -1,6 +1,7 @@
 //! An inode in memory: its state (the record, the open count) and its handle (the
-//! locks of its record, its data and its write-back, and its cached pages), and how
-//! operations get one (docs/DESIGN.md §10.5 and §10.8).
+//! locks of its record, its data and its write-back, and its cached pages), which
+//! operations get from the inode table through `FileSystem::handle` in `crate::fs`
+//! (docs/DESIGN.md §10.5 and §10.8).
 //!
 //! Invariants:
 //! - Lock order within a handle: `ranges`, `writeback`, `state`, `pages`; no other
@@ -11,7 +12,6 @@
 //!   into it by the next holder of the write lock.
 
 use crate::error::VfsError;
-use crate::fs::FileSystem;
 use crate::pagecache::{Cache, Pages};
 use crate::rangelock::RangeLock;
 use crate::records::{Inode, Kind};
@@ -133,23 +133,6 @@ impl Handle {
 
     pub fn pages(&self) -> std::sync::MutexGuard<'_, Pages> {
         self.pages.lock().expect("pages lock")
-    }
-}
-
-impl FileSystem {
-    /// The handle of `ino` (loaded from MetaDB on first use).
-    pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
-        self.core.inodes.get_or_load(ino, || {
-            let inode = self.core.store().inode(ino)?;
-            Ok(Handle::new(ino, inode, self.core.cache.clone()))
-        })
-    }
-
-    pub(crate) fn opened(&self, h: &Handle) -> Result<(), VfsError> {
-        let mut st = h.state_write();
-        live(&st, h.ino)?;
-        st.open += 1;
-        Ok(())
     }
 }
 

@@ -11,7 +11,8 @@
 //!   and forgotten.
 
 use crate::error::VfsError;
-use crate::fs::{Core, FileSystem};
+use crate::fs::FileSystem;
+use crate::shared::Core;
 use format::InodeNo;
 
 /// Inodes with noted name lanes beyond which the lanes are persisted and forgotten.

@@ -3,7 +3,10 @@
 //!
 //! - [`image`]: opening an image (device, PMR, mount; read-only; waiting for a
 //!   finishing holder): the one front door of every front end.
-//! - [`fs`]: the `FileSystem`, mount and unmount, inode numbers.
+//! - [`fs`]: the `FileSystem`, mount and unmount, inode numbers; it starts the
+//!   background threads (flusher, commit, read-ahead).
+//! - `shared`: the state the file system shares with those threads (`Core`) and the
+//!   block and file size constants.
 //! - `handle`: an inode in memory (its state, locks and pages).
 //! - `attr`: stat, access, chmod/chown/utimensat, statfs.
 //! - `namespace`: lookups, creates, mknod, hard links, readlink, readdir.
@@ -65,18 +68,22 @@ pub mod records;
 mod remove;
 mod rename;
 mod setid;
+mod shared;
 mod slab;
 pub mod sparse;
 mod store;
 pub mod tmpfile;
 pub mod xattr;
 
+pub use attr::{AttrChanges, Metadata, StatFs, TimeChange};
 pub use creds::Creds;
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
-pub use fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, StatFs, TimeChange};
+pub use fs::FileSystem;
 pub use inode_api::OpenInode;
+pub use namespace::DirEntry;
 pub use pagecache::{CacheConfig, CacheStats};
 pub use records::Kind;
+pub use rename::RenameMode;
 pub use sparse::Fallocate;
 pub use xattr::XattrMode;

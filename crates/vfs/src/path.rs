@@ -8,11 +8,14 @@
 //! - Resolution takes no lock across components: each lookup reads MetaDB's newest
 //!   state, so a concurrent rename is seen wholly before or wholly after.
 
+use crate::attr::{AttrChanges, Metadata, TimeChange};
 use crate::creds::{Creds, MAY_EXEC};
 use crate::error::VfsError;
-use crate::fs::{AttrChanges, DirEntry, FileSystem, Metadata, RenameMode, TimeChange};
+use crate::fs::FileSystem;
 use crate::namespace::show;
+use crate::namespace::DirEntry;
 use crate::records::{Inode, Kind, ROOT};
+use crate::rename::RenameMode;
 use format::InodeNo;
 
 /// Symbolic links followed in one resolution (Linux's MAXSYMLINKS).

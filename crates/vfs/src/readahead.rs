@@ -15,8 +15,8 @@
 //! - Workers are started on the first job, at most `workers_max`, and stopped (queued
 //!   jobs ended unread) before the file system unmounts or drops.
 
-use crate::fs::Core;
 use crate::handle::Handle;
+use crate::shared::Core;
 use platform::Signal;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

@@ -14,9 +14,10 @@
 //!   (OpenZFS's fallocate does the same for the same reason; docs/SEMANTICS.md).
 
 use crate::error::VfsError;
-use crate::fs::{FileSystem, BLOCK, FILE_SIZE_MAX};
+use crate::fs::FileSystem;
 use crate::handle::{live, InodeState};
 use crate::records::{Inode, Kind};
+use crate::shared::{BLOCK, FILE_SIZE_MAX};
 use engine::log::keys::FileBlock;
 use format::InodeNo;
 

@@ -15,8 +15,8 @@
 //!   MetaDB snapshot each, so each returns keys in order with none twice.
 
 use crate::error::VfsError;
-use crate::fs::Core;
 use crate::records::{self, Dentry, Inode};
+use crate::shared::Core;
 use engine::log::Engine;
 use format::InodeNo;
 use metadb::{Durability, MetaDb};

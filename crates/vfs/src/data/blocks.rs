@@ -9,9 +9,9 @@
 //!   ([`Core::record_in`]).
 
 use crate::error::VfsError;
-use crate::fs::{Core, BLOCK};
 use crate::pagecache::{zero_block, Block, PAGE};
 use crate::records::{self, Inode};
+use crate::shared::{Core, BLOCK};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Extra, WriteOptions};
 use format::InodeNo;

@@ -7,7 +7,7 @@
 //! - A failed write-back ends the round: the engine is read-only then, and the next
 //!   fsync, sync or unmount reports it.
 
-use crate::fs::Core;
+use crate::shared::Core;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -9,11 +9,12 @@
 //!   cannot starve.
 
 use crate::error::VfsError;
-use crate::fs::{FileSystem, BLOCK};
+use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
 use crate::pagecache::{Block, Pages};
 use crate::readahead::{Job, ReadAhead};
 use crate::records::Kind;
+use crate::shared::BLOCK;
 use format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -6,10 +6,11 @@
 //!   pages back first and drops only the pages of the blocks it changes.
 
 use crate::error::VfsError;
-use crate::fs::{FileSystem, BLOCK, FILE_SIZE_MAX};
+use crate::fs::FileSystem;
 use crate::handle::{live, Handle, InodeState};
 use crate::rangelock::BlockRange;
 use crate::records::Kind;
+use crate::shared::{BLOCK, FILE_SIZE_MAX};
 use engine::log::keys::FileBlock;
 use format::InodeNo;
 use metadb::WriteBatch;

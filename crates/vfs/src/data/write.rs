@@ -10,11 +10,12 @@
 //! - A write fits the device's room (claimed before it is cached) or fails with ENOSPC.
 
 use crate::error::VfsError;
-use crate::fs::{FileSystem, BLOCK, FILE_SIZE_MAX};
+use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
 use crate::pagecache::{Block, PAGE};
 use crate::rangelock::BlockRange;
 use crate::records::Kind;
+use crate::shared::{BLOCK, FILE_SIZE_MAX};
 use format::InodeNo;
 use std::sync::Arc;
 

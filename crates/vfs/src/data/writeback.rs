@@ -11,9 +11,10 @@
 //!   dropped, never written.
 
 use crate::error::VfsError;
-use crate::fs::{Core, FileSystem, BLOCK};
+use crate::fs::FileSystem;
 use crate::handle::{Handle, InodeState};
 use crate::pagecache::Block;
+use crate::shared::{Core, BLOCK};
 use engine::log::keys::FileBlock;
 use format::InodeNo;
 use std::sync::atomic::Ordering;

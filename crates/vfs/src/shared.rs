@@ -1,0 +1,40 @@
+//! The state a mounted file system shares with its background threads (`Core`: the
+//! engine, the inode table, the name cache, the page cache, the lanes inode records
+//! were last written in) and the file system's size constants. `crate::fs` builds it
+//! at mount and starts the threads that take it (the flusher, the background commit,
+//! read-ahead); the operations on it live by concern (`crate::store`, `crate::lanes`,
+//! [`crate::data`]).
+//!
+//! Invariants:
+//! - This module and the threads that take a `Core` import nothing of `crate::fs`:
+//!   the file system sits on top, starting and stopping them.
+
+use crate::caches::{InodeTable, NameCache};
+use crate::pagecache::Cache;
+use engine::log::Engine;
+use format::InodeNo;
+use platform::Clock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The file system's block (defined once, in `format`).
+pub const BLOCK: u64 = format::constants::BLOCK_SIZE_BYTES;
+/// The largest file size (the block index counts 4 KiB blocks in a u64; this keeps
+/// offsets within i64 for lseek).
+pub const FILE_SIZE_MAX: u64 = 1 << 50;
+
+/// What the file system shares with its background flusher: the engine, where inode
+/// records were last written, the inode table and the page cache.
+pub(crate) struct Core {
+    pub engine: Engine,
+    pub clock: Arc<dyn Clock>,
+    pub inodes: InodeTable,
+    pub names: NameCache,
+    /// Per inode whose record was last written in a lane other than its own domain's: a
+    /// member of that lane's domain ([`Core::record_in`]).
+    pub record_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
+    /// Per inode created in a lane other than its own domain's and not yet known durable:
+    /// a member of that lane's domain ([`Core::record_in`]).
+    pub create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
+    pub cache: Arc<Cache>,
+}
