@@ -290,3 +290,98 @@ fn a_killed_client_releases_its_locks_and_files() {
     drop(b);
     s.sessions_drop_to(0);
 }
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Runs [`thousand_attaches`] alone in a child process: descriptors and memory are
+/// counted per process, and other tests of this binary open and close their own.
+#[test]
+fn a_thousand_attaches_leave_nothing_behind() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "thousand_attaches",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ATTACH_TEST_THOUSAND", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn thousand_attaches() {
+    if std::env::var_os("ATTACH_TEST_THOUSAND").is_none() {
+        return;
+    }
+    let s = Setup::new();
+    let warm = s.client();
+    warm.mkdir(At::Cwd, b"/d", 0o755).unwrap();
+    drop(warm);
+    s.sessions_drop_to(0);
+    let (fds, rss) = (open_fds(), rss_kib());
+    for i in 0..1000 {
+        let px = s.client();
+        let fd = px
+            .open_fd(At::Cwd, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+            .unwrap();
+        px.pwrite(fd, &[i as u8; 100], 0).unwrap();
+        // Half close their file, half leave it to the session's end.
+        if i % 2 == 0 {
+            px.close(fd).unwrap();
+        }
+    }
+    s.sessions_drop_to(0);
+    let t = Instant::now();
+    while s.inst.as_ref().unwrap().connections() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "connections stay open"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        open_fds(),
+        fds,
+        "descriptors of the instance or its clients leaked"
+    );
+    let grown = rss_kib().saturating_sub(rss);
+    assert!(grown < 16 * 1024, "resident memory grew by {grown} KiB");
+}
+
+#[test]
+fn a_hung_client_stalls_no_one() {
+    let s = Setup::new();
+    // A client that sends half a frame and then nothing.
+    let mut hung = UnixStream::connect(&s.sock).unwrap();
+    let mut hello = Writer::new();
+    instance::proto::Request::Hello { token: 0 }.encode(&mut hello);
+    hung.write_all(hello.finish(0)).unwrap();
+    let mut reply = [0u8; 16];
+    hung.read_exact(&mut reply).unwrap();
+    hung.write_all(&100u32.to_le_bytes()).unwrap();
+    hung.write_all(&[5, 1, 2]).unwrap();
+    // Everyone else goes on.
+    let px = s.client();
+    let t = Instant::now();
+    for i in 0..100 {
+        px.mkdir(At::Cwd, format!("/d{i}").as_bytes(), 0o755)
+            .unwrap();
+    }
+    assert!(t.elapsed() < Duration::from_secs(5));
+    drop(hung);
+}
