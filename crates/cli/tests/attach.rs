@@ -115,10 +115,23 @@ fn the_kernel_view_sees_attached_changes_at_once() {
         &std::fs::metadata(fx.mnt.join("new")).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
-    // And the other way: what the kernel's view changes, attached processes see.
+    // And the other way: what the kernel's view changes, attached processes see, also
+    // through the attribute table they stat from without asking. One attached process
+    // stats, waits for the kernel's view to change the file, and stats again.
+    let f = fx.mnt.join("f").display().to_string();
+    let flag = fx.host.join("changed").display().to_string();
+    let watcher = format!(
+        "stat -c %s {f}; while [ ! -e {flag} ]; do stat -c %s {f} >/dev/null; sleep 0.01; done; stat -c %s {f}; cat {f}"
+    );
+    let child = attached(&fx, &["sh".as_ref(), "-c".as_ref(), watcher.as_ref()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the watcher");
+    std::thread::sleep(std::time::Duration::from_millis(200));
     std::fs::write(fx.mnt.join("f"), "from the kernel\n").unwrap();
-    let cat = run_attached(&fx, &["cat".as_ref(), fx.mnt.join("f").as_os_str()]);
-    assert_eq!(stdout("cat", &cat), "from the kernel\n");
+    std::fs::write(fx.host.join("changed"), "").unwrap();
+    let out = child.wait_with_output().expect("the watcher");
+    assert_eq!(stdout("watcher", &out), "9\n16\nfrom the kernel\n");
     fx.unmount();
     fx.fsck_clean();
 }

@@ -67,6 +67,31 @@ pub(crate) fn creds(h: &abi::InHeader) -> Creds {
     Creds::with_group_reader(h.uid, h.gid, vfs::creds::groups_of, h.pid)
 }
 
+/// Whether `op` changes nothing a stat, lookup, readdir or read shows. Everything
+/// else (an open may truncate, a release may free an unlinked file) counts as a change.
+fn reads_only(op: &Op<'_>) -> bool {
+    matches!(
+        op,
+        Op::Lookup { .. }
+            | Op::Forget(_)
+            | Op::BatchForget(_)
+            | Op::GetAttr
+            | Op::ReadLink
+            | Op::Read(_)
+            | Op::Statfs
+            | Op::GetXattr { .. }
+            | Op::ListXattr { .. }
+            | Op::OpenDir(_)
+            | Op::ReadDir(_)
+            | Op::ReadDirPlus(_)
+            | Op::ReleaseDir(_)
+            | Op::GetLk(_)
+            | Op::Access(_)
+            | Op::Lseek(_)
+            | Op::Interrupt(_)
+    )
+}
+
 pub(crate) fn done(out: &mut Out<'_>, r: Result<(), VfsError>) {
     match r {
         Ok(()) => out.ok(),
@@ -254,6 +279,8 @@ impl AugeFuse {
             _ if !self.admits(h) => return out.error(libc::EACCES),
             _ => {}
         }
+        // Marked from before its first effect to after its last (vfs::changes).
+        let _change = (!reads_only(&req.op)).then(|| self.fs.changes().begin());
         if !self.dispatch_names(req, out) {
             self.dispatch_files(req, out);
         }

@@ -16,6 +16,7 @@
 //!   retried (a request may have run).
 
 use crate::proto::{self, Request, READDIR_MAX};
+use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
 use crate::IO_BYTES_MAX;
 use format::InodeNo;
@@ -23,10 +24,11 @@ use posix::backend::{Backend, Found, LockSpace, OpenFile, Reference};
 use posix::{Errno, Result};
 use std::cell::UnsafeCell;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use vfs::locks::{LockKind, LockOwner, RangeLock};
 use vfs::{AttrChanges, Creds, DirEntry, Kind, Metadata, RenameMode, StatFs, XattrMode};
 
@@ -82,6 +84,13 @@ pub struct Remote {
     /// The session's first connection, kept open and idle: the session lives as long
     /// as it does (this process), whatever the pool holds.
     anchor: Pool,
+    /// The instance's change page and this identity's attribute table, mapped
+    /// read-only: a stat they answer needs no request (`crate::table`).
+    cache: OnceLock<Option<(ChangePage, Table)>>,
+    /// Set when this process changed identity: the table is another identity's now.
+    cache_off: AtomicBool,
+    /// Who this process was when its connections were made.
+    identity: std::sync::Mutex<Creds>,
 }
 
 impl Remote {
@@ -94,9 +103,55 @@ impl Remote {
             generation: AtomicU64::new(0),
             pool: Pool::default(),
             anchor: Pool::default(),
+            cache: OnceLock::new(),
+            cache_off: AtomicBool::new(false),
+            identity: std::sync::Mutex::new(Creds::of_process()),
         };
         r.anchor()?;
+        // AUGEFS_NO_SHARED_TABLE: every stat asks (for comparisons and diagnosis).
+        let tables = std::env::var_os("AUGEFS_NO_SHARED_TABLE").is_none();
+        let _ = r.cache.set(tables.then(|| r.fetch_tables()).flatten());
         Ok(r)
+    }
+
+    /// The shared regions this process maps (read-only): where they start and their
+    /// lengths (diagnostics, and the test that a stray store faults).
+    pub fn shared_regions(&self) -> Vec<(usize, usize)> {
+        self.cache()
+            .map(|(page, table)| vec![page.region(), table.region()])
+            .unwrap_or_default()
+    }
+
+    /// Whether stats are answered from the shared table when they can be.
+    pub fn has_table(&self) -> bool {
+        self.cache().is_some()
+    }
+
+    fn cache(&self) -> Option<&(ChangePage, Table)> {
+        if self.cache_off.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.cache.get().and_then(Option::as_ref)
+    }
+
+    /// Asks for the change page and this identity's table (descriptors with the reply).
+    fn fetch_tables(&self) -> Option<(ChangePage, Table)> {
+        let mut c = self.take().ok()?;
+        let mut w = Writer::new();
+        Request::Tables.encode(&mut w);
+        c.1.write_all(w.finish(0)).ok()?;
+        // The reply: its length (4) and a status, the descriptors with it.
+        let mut reply = [0u8; 8];
+        let fds = crate::table::recv_fds(c.1.as_raw_fd(), &mut reply, 2).ok()?;
+        self.put(c);
+        let status = i32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]);
+        if status != 0 || fds.len() != 2 {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let page = ChangePage::attach(fds.next()?).ok()?;
+        let table = Table::attach(fds.next()?).ok()?;
+        Some((page, table))
     }
 
     /// Starts the session: its anchor connection (if there is none).
@@ -280,10 +335,25 @@ impl Backend for Remote {
     }
 
     fn stat(&self, ino: InodeNo) -> Result<Metadata> {
+        if let Some((page, table)) = self.cache() {
+            if let Some(m) = table.get(page, Key::Inode(ino)) {
+                return Ok(m);
+            }
+        }
         self.call(&Request::Stat { ino }, proto::get_metadata)
     }
 
     fn stat_at(&self, _cx: &Creds, start: InodeNo, path: &[u8], follow: bool) -> Result<Metadata> {
+        if let Some((page, table)) = self.cache() {
+            let key = Key::Path {
+                start,
+                path,
+                follow,
+            };
+            if let Some(m) = table.get(page, key) {
+                return Ok(m);
+            }
+        }
         self.call(
             &Request::StatAt {
                 start,
@@ -638,7 +708,16 @@ impl Backend for Remote {
         let _ = self.unit(&Request::LockRelease { ino, space });
     }
 
-    fn set_creds(&self, _creds: Creds) {
+    fn set_creds(&self, creds: Creds) {
+        let same = {
+            let was = self.identity.lock().expect("identity lock");
+            was.uid == creds.uid && was.gid == creds.gid && was.groups() == creds.groups()
+        };
+        if same {
+            return;
+        }
+        *self.identity.lock().expect("identity lock") = creds;
+        self.cache_off.store(true, Ordering::Relaxed);
         // New connections carry the new identity (the kernel's, at connect); the
         // session (its handles) stays.
         self.generation.fetch_add(1, Ordering::AcqRel);

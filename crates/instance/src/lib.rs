@@ -28,6 +28,7 @@ pub mod proto;
 pub mod server;
 mod session;
 pub mod spin;
+pub mod table;
 pub mod wire;
 
 use std::path::{Path, PathBuf};

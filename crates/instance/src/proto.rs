@@ -46,6 +46,9 @@ pub enum Request<'a> {
     Stat {
         ino: InodeNo,
     },
+    /// The shared change page and this identity's attribute table ([`crate::table`]),
+    /// sent as descriptors with the reply.
+    Tables,
     /// Resolve and stat in one.
     StatAt {
         start: InodeNo,
@@ -228,6 +231,7 @@ mod op {
     pub const LOCK_GET: u8 = 33;
     pub const LOCK_RELEASE: u8 = 34;
     pub const STAT_AT: u8 = 35;
+    pub const TABLES: u8 = 36;
 }
 
 fn inval() -> Errno {
@@ -390,6 +394,7 @@ impl<'a> Request<'a> {
                 name: name(r)?,
             },
             op::STAT => Request::Stat { ino: ino(r)? },
+            op::TABLES => Request::Tables,
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -583,6 +588,7 @@ impl<'a> Request<'a> {
             }
             Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
             Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
+            Request::Tables => w.u8(op::TABLES),
             Request::StatAt {
                 start,
                 follow,
@@ -756,6 +762,29 @@ impl<'a> Request<'a> {
             }
             _ => unreachable!("encode handles the other requests"),
         };
+    }
+
+    /// Whether the request may change what a stat, lookup or read shows (the table's
+    /// change count moves around it; `crate::table`). Opening without creating or
+    /// truncating, closing, syncing and locking change nothing of that.
+    pub fn changes(&self) -> bool {
+        match *self {
+            Request::Open { flags, .. } => flags & (libc::O_CREAT | libc::O_TRUNC) != 0,
+            Request::Create { .. }
+            | Request::Mknod { .. }
+            | Request::Remove { .. }
+            | Request::Rename { .. }
+            | Request::Link { .. }
+            | Request::SetAttr { .. }
+            | Request::TruncateIno { .. }
+            | Request::SetXattr { .. }
+            | Request::RemoveXattr { .. }
+            | Request::Write { .. }
+            | Request::Append { .. }
+            | Request::Truncate { .. }
+            | Request::Fallocate { .. } => true,
+            _ => false,
+        }
     }
 
     /// The data that follows the frame's fields (a write's).

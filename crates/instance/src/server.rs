@@ -16,6 +16,7 @@
 use crate::peer::{self, Peer};
 use crate::proto::Request;
 use crate::session::{Caller, Session};
+use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
 use crate::{Notify, CONNECTIONS_MAX, FRAME_BYTES_MAX};
 use posix::Errno;
@@ -39,6 +40,32 @@ struct Shared {
     /// Live connections: their sockets (to end them at stop) and threads.
     conns: Mutex<HashMap<u64, (RawFd, JoinHandle<()>)>>,
     stopping: AtomicBool,
+    /// The change page clients read (None: no attribute tables, every stat asks).
+    page: Option<Arc<ChangePage>>,
+    /// One attribute table per identity (uid, gid, groups).
+    tables: Mutex<HashMap<(u32, u32, u64), Arc<Table>>>,
+    /// Requests answered (diagnostics, tests).
+    requests: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// The table of `creds`' identity (made on first need).
+    fn table(&self, creds: &vfs::Creds) -> Option<Arc<Table>> {
+        self.page.as_ref()?;
+        let groups = creds
+            .groups()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &g| {
+                (h ^ u64::from(g)).wrapping_mul(0x100_0000_01b3)
+            });
+        let mut tables = self.tables.lock().expect("tables lock");
+        if let Some(t) = tables.get(&(creds.uid, creds.gid, groups)) {
+            return Some(t.clone());
+        }
+        let t = Arc::new(Table::create().ok()?);
+        tables.insert((creds.uid, creds.gid, groups), t.clone());
+        Some(t)
+    }
 }
 
 /// A running instance; [`Instance::stop`] ends it.
@@ -66,6 +93,13 @@ impl Instance {
             _ => {}
         }
         let listener = UnixListener::bind(path)?;
+        // The change page follows the vfs's change counters (once per file system: a
+        // second instance of it would keep no tables).
+        let page = ChangePage::create().ok().map(Arc::new).filter(|page| {
+            let p = page.clone();
+            fs.changes()
+                .observe(Box::new(move |started| p.changed(started)))
+        });
         // Anyone may connect: each request is checked as its sender (the kernel says
         // who), as the kernel checks a call on the FUSE mount.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
@@ -75,6 +109,9 @@ impl Instance {
             sessions: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            page,
+            tables: Mutex::new(HashMap::new()),
+            requests: std::sync::atomic::AtomicU64::new(0),
         });
         let fd = listener.as_raw_fd();
         let s = shared.clone();
@@ -92,6 +129,11 @@ impl Instance {
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.shared.conns.lock().expect("conns lock").len()
+    }
+
+    /// Requests answered so far (a stat the shared table answers is not one).
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::Relaxed)
     }
 
     /// Sessions alive now (attached processes).
@@ -190,9 +232,12 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     if (&stream).write_all(w.finish(0)).is_err() {
         return;
     }
+    let table = shared.table(&peer.creds);
+    let cache = shared.page.as_deref().zip(table.as_deref());
     let caller = Caller {
         creds: &peer.creds,
         socket: stream.as_fd(),
+        cache,
     };
     loop {
         crate::spin::wait_readable(stream.as_fd(), crate::SPIN);
@@ -202,7 +247,19 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         }
         w.clear();
         w.i32(0);
-        let r = Request::decode(&buf).and_then(|req| session.run(&caller, req, &mut w));
+        shared.requests.fetch_add(1, Ordering::Relaxed);
+        let req = Request::decode(&buf);
+        if let (Ok(Request::Tables), Some((page, table))) = (&req, cache) {
+            let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
+            if crate::table::send_fds(stream.as_raw_fd(), w.finish(0), &fds).is_err() {
+                return;
+            }
+            continue;
+        }
+        let r = req.and_then(|req| match req {
+            Request::Tables => Err(Errno(libc::EOPNOTSUPP)),
+            req => session.run(&caller, req, &mut w),
+        });
         if let Err(Errno(e)) = r {
             w.clear();
             w.i32(e);

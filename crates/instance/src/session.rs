@@ -11,6 +11,7 @@
 //!   are released and every handle is closed (with its description's locks).
 
 use crate::proto::{self, Request};
+use crate::table::{ChangePage, Key, Table};
 use crate::wire::Writer;
 use crate::{Change, Notify};
 use format::InodeNo;
@@ -65,6 +66,9 @@ pub(crate) struct Session {
 pub(crate) struct Caller<'a> {
     pub creds: &'a Creds,
     pub socket: BorrowedFd<'a>,
+    /// The shared change page and the caller's attribute table, if the instance keeps
+    /// them (stats it answers are filled in).
+    pub cache: Option<(&'a ChangePage, &'a Table)>,
 }
 
 impl Session {
@@ -127,6 +131,8 @@ impl Session {
 
     /// Runs `req` as `caller`; the reply's payload goes to `w`.
     pub fn run(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        // Marked from before its first effect to after its last (vfs::changes).
+        let _change = req.changes().then(|| self.fs.changes().begin());
         let cx = caller.creds;
         let fs = &*self.fs;
         match req {
@@ -145,14 +151,31 @@ impl Session {
             Request::Lookup { dir, name } => {
                 w.u64(fs.lookup_ino(cx, dir, name).map_err(e)?.0);
             }
-            Request::Stat { ino } => proto::put_metadata(w, &fs.stat_ino(ino).map_err(e)?),
+            Request::Stat { ino } => {
+                let quiet = caller.cache.and_then(|(page, _)| page.quiet());
+                let m = fs.stat_ino(ino).map_err(e)?;
+                if let (Some(q), Some((_, table))) = (quiet, caller.cache) {
+                    table.fill(Key::Inode(ino), q, &m);
+                }
+                proto::put_metadata(w, &m);
+            }
             Request::StatAt {
                 start,
                 follow,
                 path,
             } => {
+                let quiet = caller.cache.and_then(|(page, _)| page.quiet());
                 let ino = fs.resolve_at(cx, start, path, follow).map_err(e)?;
-                proto::put_metadata(w, &fs.stat_ino(ino).map_err(e)?);
+                let m = fs.stat_ino(ino).map_err(e)?;
+                if let (Some(q), Some((_, table))) = (quiet, caller.cache) {
+                    let key = Key::Path {
+                        start,
+                        path,
+                        follow,
+                    };
+                    table.fill(key, q, &m);
+                }
+                proto::put_metadata(w, &m);
             }
             Request::Access { ino, mask } => fs.access(cx, ino, mask).map_err(e)?,
             Request::Open {

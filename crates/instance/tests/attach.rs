@@ -385,3 +385,97 @@ fn a_hung_client_stalls_no_one() {
     assert!(t.elapsed() < Duration::from_secs(5));
     drop(hung);
 }
+
+#[test]
+fn repeated_stats_need_no_request_until_something_changes() {
+    let s = Setup::new();
+    let inst = s.inst.as_ref().unwrap();
+    let px = s.client();
+    px.mkdir(At::Cwd, b"/d", 0o755).unwrap();
+    let fd = px
+        .open_fd(At::Cwd, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    px.write(fd, b"12345").unwrap();
+    assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 5);
+    let before = inst.requests();
+    for _ in 0..100 {
+        assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 5);
+        assert_eq!(px.fstat(fd).unwrap().size, 5);
+    }
+    assert!(
+        inst.requests() - before <= 1,
+        "{} requests",
+        inst.requests() - before
+    );
+    // A change through the instance: the next stat asks, and sees it.
+    px.write(fd, b"678").unwrap();
+    assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 8);
+    // A change another front end makes (marked, as the FUSE adapter marks its
+    // requests): seen at once too.
+    let ino =
+        s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, b"d/f", true)
+            .unwrap();
+    {
+        let _change = s.fs.changes().begin();
+        s.fs.truncate(ino, 2).unwrap();
+    }
+    assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 2);
+    assert_eq!(px.fstat(fd).unwrap().size, 2);
+    // A name another front end removes.
+    {
+        let _change = s.fs.changes().begin();
+        s.fs.remove(&vfs::Creds::root(), ino_of(&s, b"d"), b"f", false)
+            .unwrap();
+    }
+    assert_eq!(
+        px.stat(At::Cwd, b"/d/f", true, false).unwrap_err(),
+        Errno(libc::ENOENT)
+    );
+}
+
+fn ino_of(s: &Setup, path: &[u8]) -> format::InodeNo {
+    s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, path, true)
+        .unwrap()
+}
+
+/// Run as a child by [`a_stray_store_into_shared_state_faults`].
+#[test]
+fn child_that_stores_into_the_table() {
+    let Some(sock) = std::env::var_os("ATTACH_TEST_STRAY") else {
+        return;
+    };
+    let r = Remote::connect(std::path::Path::new(&sock)).unwrap();
+    let regions = r.shared_regions();
+    assert_eq!(regions.len(), 2, "the instance shares its tables");
+    println!("MAPPED");
+    std::io::stdout().flush().unwrap();
+    for (at, _) in regions {
+        // SAFETY: deliberately not: a store into a region mapped read-only, which the
+        // kernel must refuse with SIGSEGV.
+        unsafe { std::ptr::write_volatile(at as *mut u64, 0xdead) };
+    }
+    println!("STORED");
+}
+
+#[test]
+fn a_stray_store_into_shared_state_faults() {
+    let s = Setup::new();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_that_stores_into_the_table",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ATTACH_TEST_STRAY", &s.sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("MAPPED"), "{text}");
+    assert!(
+        !text.contains("STORED"),
+        "a client wrote the instance's table"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+}

@@ -70,6 +70,8 @@ pub struct FileSystem {
     /// POSIX record locks (fcntl, OFD locks) and flock locks of this instance.
     record_locks: crate::locks::LockTable,
     flocks: crate::locks::LockTable,
+    /// Changes the front ends make, for caches kept outside the vfs.
+    changes: crate::changes::Changes,
     /// The background flusher (stopped by unmount and drop).
     flusher: Mutex<Option<crate::data::Flusher>>,
     /// The background commit, if asked for (stopped by unmount and drop).
@@ -142,6 +144,7 @@ impl FileSystem {
             creds: arc_swap::ArcSwap::from_pointee(Creds::of_process()),
             record_locks: crate::locks::LockTable::default(),
             flocks: crate::locks::LockTable::default(),
+            changes: crate::changes::Changes::default(),
             flusher: Mutex::new(flusher),
             committer: Mutex::new(None),
             root: std::sync::OnceLock::new(),
@@ -268,6 +271,11 @@ impl FileSystem {
     /// flock locks of this instance (whole-file record locks of their own table).
     pub fn flocks(&self) -> &crate::locks::LockTable {
         &self.flocks
+    }
+
+    /// The changes front ends mark ([`crate::changes`]).
+    pub fn changes(&self) -> &crate::changes::Changes {
+        &self.changes
     }
 
     /// Who the path-level API and `File` act as from now on (default: the process that

@@ -48,6 +48,7 @@
 pub mod at;
 mod attr;
 mod caches;
+pub mod changes;
 pub mod commit;
 pub mod creds;
 pub mod data;

@@ -1,0 +1,452 @@
+//! The attribute table: what the instance shares with its attached clients so that a
+//! stat needs no request (docs/DESIGN.md §12.5; kucofs.txt: clients read directly, the
+//! master orders updates).
+//!
+//! Two kinds of shared memory, each a sealed memfd that clients map read-only:
+//! - the change page ([`ChangePage`]): the vfs's change counters (`vfs::changes`),
+//!   copied there as they move, one page for every client;
+//! - a table per identity (user, group, groups) of stat results by (start directory,
+//!   path, follow) or by inode number ([`Table`]), filled by the instance when it
+//!   answers a stat for a client of that identity.
+//!
+//! Invariants:
+//! - Clients cannot write either: the memfd is sealed against new writable mappings
+//!   (F_SEAL_FUTURE_WRITE) before it is sent, so a stray store of a client faults.
+//! - A slot is written under its sequence number (odd while written, one writer at a
+//!   time by compare-and-swap); a reader copies it and retries nothing: a moved
+//!   sequence is a miss.
+//! - A slot is valid only while no change has started since the instance began to
+//!   compute it: its fill count must equal the change page's `started`, and `finished`
+//!   must equal `started` (none in flight). Any change anywhere therefore invalidates
+//!   every slot; a miss costs one request, never a wrong answer.
+//! - A client sees only the table of its own identity: a stat answered for another
+//!   user (whose permissions differ) is never in it.
+
+use format::InodeNo;
+use posix::{Errno, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use vfs::{Kind, Metadata};
+
+const MAGIC: u64 = 0x6175_6765_6673_7431;
+/// Slots of a table (a power of two): about 5 MiB.
+pub const SLOTS: usize = 16 * 1024;
+/// Longest path a slot keeps (longer ones are always asked).
+pub const PATH_BYTES_MAX: usize = 128;
+const META_WORDS: usize = 12;
+const PATH_WORDS: usize = PATH_BYTES_MAX / 8;
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    slots: AtomicU64,
+    started: AtomicU64,
+    finished: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Slot {
+    seq: AtomicU64,
+    /// The change count it was computed at.
+    fill: AtomicU64,
+    start: AtomicU64,
+    /// Path length, and bit 63: follow a final symlink.
+    len_follow: AtomicU64,
+    meta: [AtomicU64; META_WORDS],
+    path: [AtomicU64; PATH_WORDS],
+}
+
+const PAGE: usize = 4096;
+const TABLE_BYTES: usize = PAGE + SLOTS * std::mem::size_of::<Slot>();
+const _: () = assert!(std::mem::size_of::<Header>() <= PAGE);
+const _: () = assert!(SLOTS.is_power_of_two());
+const _: () = assert!(PATH_BYTES_MAX % 8 == 0);
+
+fn os_err() -> Errno {
+    Errno(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    )
+}
+
+/// A shared mapping: the instance's (read-write) or a client's (read-only).
+#[derive(Debug)]
+struct Mapping {
+    at: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory, touched only through atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made, unmapped once.
+        unsafe { libc::munmap(self.at.cast(), self.len) };
+    }
+}
+
+impl Mapping {
+    fn map(fd: RawFd, len: usize, writable: bool) -> Result<Mapping> {
+        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+        // SAFETY: a fresh shared mapping of `len` bytes of `fd`.
+        let at = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+        if at == libc::MAP_FAILED {
+            return Err(os_err());
+        }
+        Ok(Mapping { at: at.cast(), len })
+    }
+
+    /// A new memfd of `len` bytes, mapped read-write, then sealed so that no one can
+    /// map it writable again or change its size.
+    fn create(name: &std::ffi::CStr, len: usize) -> Result<(OwnedFd, Mapping)> {
+        // SAFETY: a NUL-terminated name; the descriptor is ours.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(os_err());
+        }
+        // SAFETY: a descriptor just returned to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain calls on our descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(os_err());
+        }
+        let map = Mapping::map(fd.as_raw_fd(), len, true)?;
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(os_err());
+        }
+        Ok((fd, map))
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: every mapping starts with a page holding a Header (zeroed memory is a
+        // valid one), aligned as mmap aligns.
+        unsafe { &*self.at.cast::<Header>() }
+    }
+}
+
+/// The change page.
+#[derive(Debug)]
+pub struct ChangePage {
+    map: Mapping,
+    fd: Option<OwnedFd>,
+}
+
+impl ChangePage {
+    /// The instance's page.
+    pub fn create() -> Result<ChangePage> {
+        let (fd, map) = Mapping::create(c"augefs-changes", PAGE)?;
+        map.header().magic.store(MAGIC, Ordering::Release);
+        Ok(ChangePage { map, fd: Some(fd) })
+    }
+
+    /// A client's view of the page the instance sent.
+    pub fn attach(fd: OwnedFd) -> Result<ChangePage> {
+        let map = Mapping::map(fd.as_raw_fd(), PAGE, false)?;
+        if map.header().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(Errno(libc::EPROTO));
+        }
+        Ok(ChangePage { map, fd: None })
+    }
+
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Where the mapping starts, and its length.
+    pub fn region(&self) -> (usize, usize) {
+        (self.map.at as usize, self.map.len)
+    }
+
+    /// The instance: a change started (true) or finished (false).
+    pub fn changed(&self, started: bool) {
+        let h = self.map.header();
+        let c = if started { &h.started } else { &h.finished };
+        c.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The count of changes started, if none is in flight.
+    pub fn quiet(&self) -> Option<u64> {
+        let h = self.map.header();
+        let s = h.started.load(Ordering::SeqCst);
+        (h.finished.load(Ordering::SeqCst) == s).then_some(s)
+    }
+
+    fn started(&self) -> u64 {
+        self.map.header().started.load(Ordering::SeqCst)
+    }
+}
+
+/// What a slot answers: a path from a start directory, or an inode by number.
+#[derive(Debug, Clone, Copy)]
+pub enum Key<'a> {
+    Path {
+        start: InodeNo,
+        path: &'a [u8],
+        follow: bool,
+    },
+    Inode(InodeNo),
+}
+
+impl Key<'_> {
+    fn parts(&self) -> (u64, &[u8], u64) {
+        match *self {
+            Key::Path {
+                start,
+                path,
+                follow,
+            } => (start.0, path, path.len() as u64 | u64::from(follow) << 63),
+            // An inode by number: an empty path and a length no path has.
+            Key::Inode(ino) => (ino.0, &[], 1 << 62),
+        }
+    }
+
+    fn slot(&self) -> usize {
+        let (start, path, lf) = self.parts();
+        let mut h = 0xcbf2_9ce4_8422_2325u64 ^ start.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lf;
+        for &b in path {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        (h as usize) & (SLOTS - 1)
+    }
+
+    fn cacheable(&self) -> bool {
+        self.parts().1.len() <= PATH_BYTES_MAX
+    }
+}
+
+fn path_words(path: &[u8]) -> [u64; PATH_WORDS] {
+    let mut w = [0u64; PATH_WORDS];
+    for (i, chunk) in path.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        w[i] = u64::from_le_bytes(b);
+    }
+    w
+}
+
+fn kind_code(k: Kind) -> u64 {
+    k as u64
+}
+
+fn kind_of(c: u64) -> Option<Kind> {
+    Kind::ALL.iter().copied().find(|&k| k as u64 == c)
+}
+
+fn meta_words(m: &Metadata) -> [u64; META_WORDS] {
+    let pair = |a: u32, b: u32| u64::from(a) | u64::from(b) << 32;
+    [
+        m.ino,
+        kind_code(m.kind),
+        pair(m.mode, m.nlink),
+        pair(m.uid, m.gid),
+        m.size,
+        m.blocks,
+        m.atime_ns as u64,
+        m.mtime_ns as u64,
+        m.ctime_ns as u64,
+        m.btime_ns as u64,
+        u64::from(m.blksize),
+        m.rdev,
+    ]
+}
+
+fn metadata(w: &[u64; META_WORDS]) -> Option<Metadata> {
+    let lo = |v: u64| v as u32;
+    let hi = |v: u64| (v >> 32) as u32;
+    Some(Metadata {
+        ino: w[0],
+        kind: kind_of(w[1])?,
+        mode: lo(w[2]),
+        nlink: hi(w[2]),
+        uid: lo(w[3]),
+        gid: hi(w[3]),
+        size: w[4],
+        blocks: w[5],
+        atime_ns: w[6] as i64,
+        mtime_ns: w[7] as i64,
+        ctime_ns: w[8] as i64,
+        btime_ns: w[9] as i64,
+        blksize: w[10] as u32,
+        rdev: w[11],
+    })
+}
+
+/// One identity's table of stat results.
+#[derive(Debug)]
+pub struct Table {
+    map: Mapping,
+    fd: Option<OwnedFd>,
+}
+
+impl Table {
+    pub fn create() -> Result<Table> {
+        let (fd, map) = Mapping::create(c"augefs-attrs", TABLE_BYTES)?;
+        map.header().magic.store(MAGIC, Ordering::Release);
+        map.header().slots.store(SLOTS as u64, Ordering::Release);
+        Ok(Table { map, fd: Some(fd) })
+    }
+
+    pub fn attach(fd: OwnedFd) -> Result<Table> {
+        let map = Mapping::map(fd.as_raw_fd(), TABLE_BYTES, false)?;
+        let h = map.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.slots.load(Ordering::Acquire) != SLOTS as u64
+        {
+            return Err(Errno(libc::EPROTO));
+        }
+        Ok(Table { map, fd: None })
+    }
+
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Where the mapping starts, and its length.
+    pub fn region(&self) -> (usize, usize) {
+        (self.map.at as usize, self.map.len)
+    }
+
+    fn slot(&self, i: usize) -> &Slot {
+        assert!(i < SLOTS);
+        // SAFETY: slot `i` lies inside the mapping (TABLE_BYTES), after the header page;
+        // zeroed memory is a valid Slot of atomics.
+        unsafe { &*self.map.at.add(PAGE).cast::<Slot>().add(i) }
+    }
+
+    /// The instance: `meta` answers `key`, computed when the change count was `fill`
+    /// (with none in flight). Skipped if another writer holds the slot.
+    pub fn fill(&self, key: Key<'_>, fill: u64, meta: &Metadata) {
+        if !key.cacheable() {
+            return;
+        }
+        let (start, path, lf) = key.parts();
+        let s = self.slot(key.slot());
+        let seq = s.seq.load(Ordering::Acquire);
+        if seq & 1 == 1
+            || s.seq
+                .compare_exchange(seq, seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        s.fill.store(fill, Ordering::Relaxed);
+        s.start.store(start, Ordering::Relaxed);
+        s.len_follow.store(lf, Ordering::Relaxed);
+        for (slot, v) in s.meta.iter().zip(meta_words(meta)) {
+            slot.store(v, Ordering::Relaxed);
+        }
+        for (slot, v) in s.path.iter().zip(path_words(path)) {
+            slot.store(v, Ordering::Relaxed);
+        }
+        s.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// A client: the attributes `key` names if a slot answers it and nothing changed
+    /// since (see the module's invariants).
+    pub fn get(&self, changes: &ChangePage, key: Key<'_>) -> Option<Metadata> {
+        if !key.cacheable() {
+            return None;
+        }
+        let now = changes.quiet()?;
+        let (start, path, lf) = key.parts();
+        let s = self.slot(key.slot());
+        let seq = s.seq.load(Ordering::Acquire);
+        if seq & 1 == 1 || seq == 0 {
+            return None;
+        }
+        let same = s.fill.load(Ordering::Relaxed) == now
+            && s.start.load(Ordering::Relaxed) == start
+            && s.len_follow.load(Ordering::Relaxed) == lf
+            && s.path
+                .iter()
+                .zip(path_words(path))
+                .all(|(a, b)| a.load(Ordering::Relaxed) == b);
+        let mut words = [0u64; META_WORDS];
+        for (w, slot) in words.iter_mut().zip(&s.meta) {
+            *w = slot.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        if !same || s.seq.load(Ordering::Relaxed) != seq || changes.started() != now {
+            return None;
+        }
+        metadata(&words)
+    }
+}
+
+/// Sends `bytes` and the descriptors `fds` on the Unix socket `sock`.
+pub fn send_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<()> {
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((fds.len() * 4) as u32) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data, filled below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: the control buffer has room for one header and `fds`.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
+    }
+    // SAFETY: a valid message on our socket.
+    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+    if n != bytes.len() as isize {
+        return Err(os_err());
+    }
+    Ok(())
+}
+
+/// Receives exactly `buf.len()` bytes and up to `max` descriptors from `sock`.
+pub fn recv_fds(sock: RawFd, buf: &mut [u8], max: usize) -> Result<Vec<OwnedFd>> {
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((max * 4) as u32) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data, filled below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: a valid message on our socket; MSG_WAITALL fills the buffer.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC) };
+    if n != buf.len() as isize {
+        return Err(Errno(libc::ENOTCONN));
+    }
+    let mut out = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    out.push(OwnedFd::from_raw_fd(*data.add(i)));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(out)
+}
