@@ -29,8 +29,12 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use vfs::{Kind, Metadata};
 
 const MAGIC: u64 = 0x6175_6765_6673_7431;
-/// Slots of a table (a power of two): about 5 MiB.
-pub const SLOTS: usize = 16 * 1024;
+/// Slots of a table (a power of two): 16 MiB of address space, of which only the
+/// slots ever filled take memory.
+pub const SLOTS: usize = 64 * 1024;
+/// Slots a key may live in (adjacent, a power of two): a set-associative table, so
+/// that two keys of one set do not evict each other.
+const WAYS: usize = 4;
 /// Longest path a slot keeps (longer ones are always asked).
 pub const PATH_BYTES_MAX: usize = 128;
 const META_WORDS: usize = 12;
@@ -59,7 +63,7 @@ struct Slot {
 const PAGE: usize = 4096;
 const TABLE_BYTES: usize = PAGE + SLOTS * std::mem::size_of::<Slot>();
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE);
-const _: () = assert!(SLOTS.is_power_of_two());
+const _: () = assert!(SLOTS.is_power_of_two() && WAYS.is_power_of_two() && WAYS <= SLOTS);
 const _: () = assert!(PATH_BYTES_MAX % 8 == 0);
 
 fn os_err() -> Errno {
@@ -215,7 +219,12 @@ impl Key<'_> {
         for &b in path {
             h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
-        (h as usize) & (SLOTS - 1)
+        // FNV's low bits hardly depend on the last bytes (names that differ at the
+        // end); mix the high bits down before taking the slot.
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        (h as usize) & (SLOTS - 1) & !(WAYS - 1)
     }
 
     fn cacheable(&self) -> bool {
@@ -329,7 +338,25 @@ impl Table {
             return;
         }
         let (start, path, lf) = key.parts();
-        let s = self.slot(key.slot());
+        let words = path_words(path);
+        let set = key.slot();
+        // The key's own slot, else a stale or empty one, else the one the count picks.
+        let holds = |i: usize| {
+            let s = self.slot(set + i);
+            s.start.load(Ordering::Relaxed) == start
+                && s.len_follow.load(Ordering::Relaxed) == lf
+                && s.path
+                    .iter()
+                    .zip(words)
+                    .all(|(a, b)| a.load(Ordering::Relaxed) == b)
+        };
+        let way = (0..WAYS)
+            .find(|&i| holds(i))
+            .or_else(|| {
+                (0..WAYS).find(|&i| self.slot(set + i).fill.load(Ordering::Relaxed) != fill)
+            })
+            .unwrap_or(fill as usize % WAYS);
+        let s = self.slot(set + way);
         let seq = s.seq.load(Ordering::Acquire);
         if seq & 1 == 1
             || s.seq
@@ -344,7 +371,7 @@ impl Table {
         for (slot, v) in s.meta.iter().zip(meta_words(meta)) {
             slot.store(v, Ordering::Relaxed);
         }
-        for (slot, v) in s.path.iter().zip(path_words(path)) {
+        for (slot, v) in s.path.iter().zip(words) {
             slot.store(v, Ordering::Relaxed);
         }
         s.seq.store(seq + 2, Ordering::Release);
@@ -357,8 +384,13 @@ impl Table {
             return None;
         }
         let now = changes.quiet()?;
+        let set = key.slot();
+        (0..WAYS).find_map(|i| self.get_in(changes, set + i, now, key))
+    }
+
+    fn get_in(&self, changes: &ChangePage, i: usize, now: u64, key: Key<'_>) -> Option<Metadata> {
         let (start, path, lf) = key.parts();
-        let s = self.slot(key.slot());
+        let s = self.slot(i);
         let seq = s.seq.load(Ordering::Acquire);
         if seq & 1 == 1 || seq == 0 {
             return None;
