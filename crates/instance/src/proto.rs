@@ -46,6 +46,11 @@ pub enum Request<'a> {
     Stat {
         ino: InodeNo,
     },
+    /// Close, with no reply: the client goes on at once (a close has nothing to
+    /// report; the next request on the connection runs after it).
+    CloseQuiet {
+        handle: u64,
+    },
     /// The shared change page and this identity's attribute table ([`crate::table`]),
     /// sent as descriptors with the reply.
     Tables,
@@ -232,6 +237,7 @@ mod op {
     pub const LOCK_RELEASE: u8 = 34;
     pub const STAT_AT: u8 = 35;
     pub const TABLES: u8 = 36;
+    pub const CLOSE_QUIET: u8 = 37;
 }
 
 fn inval() -> Errno {
@@ -395,6 +401,7 @@ impl<'a> Request<'a> {
             },
             op::STAT => Request::Stat { ino: ino(r)? },
             op::TABLES => Request::Tables,
+            op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -589,6 +596,7 @@ impl<'a> Request<'a> {
             Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
             Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
             Request::Tables => w.u8(op::TABLES),
+            Request::CloseQuiet { handle } => w.u8(op::CLOSE_QUIET).u64(handle),
             Request::StatAt {
                 start,
                 follow,

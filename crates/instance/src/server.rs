@@ -256,10 +256,14 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
             }
             continue;
         }
+        let quiet = matches!(req, Ok(Request::CloseQuiet { .. }));
         let r = req.and_then(|req| match req {
             Request::Tables => Err(Errno(libc::EOPNOTSUPP)),
             req => session.run(&caller, req, &mut w),
         });
+        if quiet {
+            continue;
+        }
         if let Err(Errno(e)) = r {
             w.clear();
             w.i32(e);

@@ -184,7 +184,7 @@ impl Session {
                 mode,
                 path,
             } => self.open(cx, start, flags, mode, path, w)?,
-            Request::Close { handle } => {
+            Request::Close { handle } | Request::CloseQuiet { handle } => {
                 let gone = self.handles.lock().expect("handles lock").remove(&handle);
                 gone.ok_or(Errno(libc::EBADF))?;
             }
