@@ -203,3 +203,21 @@ fn killed_clients_lose_no_acknowledged_fsync() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+#[test]
+fn git_works_attached() {
+    let fx = Fixture::new();
+    fx.mount();
+    let repo = fx.mnt.join("repo").display().to_string();
+    // git's own fopen fstats fileno(fp): a stream the interposer makes must have one.
+    let script = format!(
+        "set -e; git init -q {repo}; cd {repo}; for i in 1 2 3; do echo $i > f$i; done; \
+         git add -A; git -c user.name=t -c user.email=t@t commit -qm one; \
+         git config core.bare false; git fsck --full --strict 2>&1; git status --short; \
+         git log --oneline | wc -l"
+    );
+    let out = run_attached(&fx, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+    assert_eq!(stdout("git", &out).trim(), "1");
+    fx.unmount();
+    fx.fsck_clean();
+}

@@ -15,7 +15,7 @@ use crate::table::{ChangePage, Key, Table};
 use crate::wire::Writer;
 use crate::{Change, Notify};
 use format::InodeNo;
-use posix::backend::{close_in, open_in, LockSpace, OpenFile};
+use posix::backend::{close_in, local, open_in, LockSpace, OpenFile};
 use posix::{Errno, Result};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -344,7 +344,7 @@ impl Session {
                 let h = self.readable(handle)?;
                 let at = w.reserve(len as usize);
                 let n = fs
-                    .read_at(h.file().ino, offset, w.reserved(at))
+                    .read_open(local(h.file())?, offset, w.reserved(at))
                     .map_err(e)?;
                 w.truncate_reserved(at, n);
             }
@@ -354,7 +354,7 @@ impl Session {
                 data,
             } => {
                 let h = self.writable(handle)?;
-                let n = fs.write_at(h.file().ino, offset, data).map_err(e)?;
+                let n = fs.write_open(local(h.file())?, offset, data).map_err(e)?;
                 self.tell(Change::Data {
                     ino: h.file().ino.0,
                 });
@@ -362,7 +362,7 @@ impl Session {
             }
             Request::Append { handle, data } => {
                 let h = self.writable(handle)?;
-                let (at, n) = fs.append_ino(h.file().ino, data).map_err(e)?;
+                let (at, n) = fs.append_open(local(h.file())?, data).map_err(e)?;
                 self.tell(Change::Data {
                     ino: h.file().ino.0,
                 });

@@ -183,6 +183,14 @@ fn e(v: VfsError) -> Errno {
     Errno::from(v)
 }
 
+/// The vfs open reference of a file this backend opened.
+pub fn local(f: &OpenFile) -> Result<&OpenInode> {
+    match &f.reference {
+        Reference::Local(open) => Ok(open),
+        Reference::Remote(_) => Err(err(libc::EBADF)),
+    }
+}
+
 fn table(fs: &FileSystem, space: LockSpace) -> &vfs::locks::LockTable {
     match space {
         LockSpace::Record => fs.record_locks(),
@@ -443,15 +451,15 @@ impl Backend for FileSystem {
     }
 
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_at(f.ino, offset, buf).map_err(e)
+        self.read_open(local(f)?, offset, buf).map_err(e)
     }
 
     fn write(&self, f: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
-        self.write_at(f.ino, offset, data).map_err(e)
+        self.write_open(local(f)?, offset, data).map_err(e)
     }
 
     fn append(&self, f: &OpenFile, data: &[u8]) -> Result<(u64, usize)> {
-        self.append_ino(f.ino, data).map_err(e)
+        self.append_open(local(f)?, data).map_err(e)
     }
 
     fn truncate(&self, f: &OpenFile, size: u64) -> Result<()> {

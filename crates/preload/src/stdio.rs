@@ -47,7 +47,11 @@ unsafe extern "C" fn c_seek(c: *mut c_void, off: *mut i64, whence: c_int) -> c_i
 }
 
 unsafe extern "C" fn c_close(c: *mut c_void) -> c_int {
-    unsafe { fds::close(fd_of(c)) }
+    let fd = fd_of(c);
+    if let Ok(mut s) = STREAMS.lock() {
+        s.retain(|&(_, d)| d != fd);
+    }
+    unsafe { fds::close(fd) }
 }
 
 /// open(2) flags of an fopen mode string; None if it is not one.
@@ -81,6 +85,34 @@ unsafe fn mode_flags(mode: *const c_char) -> Option<c_int> {
     f
 }
 
+/// The streams made here over augefs descriptors, with their descriptors: fileno of a
+/// fopencookie stream is -1 to glibc, and programs (git's fopen, which fstats
+/// `fileno(fp)`) need the number.
+static STREAMS: std::sync::Mutex<Vec<(usize, c_int)>> = std::sync::Mutex::new(Vec::new());
+
+fn stream_fd(f: *mut FILE) -> Option<c_int> {
+    let s = STREAMS.lock().ok()?;
+    s.iter().find(|&&(p, _)| p == f as usize).map(|&(_, fd)| fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fileno(f: *mut FILE) -> c_int {
+    if let Some(fd) = stream_fd(f) {
+        return fd;
+    }
+    let real = real!(fileno: fn(*mut FILE) -> c_int);
+    unsafe { real(f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fileno_unlocked(f: *mut FILE) -> c_int {
+    if let Some(fd) = stream_fd(f) {
+        return fd;
+    }
+    let real = real!(fileno_unlocked: fn(*mut FILE) -> c_int);
+    unsafe { real(f) }
+}
+
 fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     let io = CookieIo {
         read: Some(c_read),
@@ -91,6 +123,8 @@ fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
     if f.is_null() {
         unsafe { fds::close(fd) };
+    } else if let Ok(mut s) = STREAMS.lock() {
+        s.push((f as usize, fd));
     }
     f
 }

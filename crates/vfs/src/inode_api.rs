@@ -3,6 +3,8 @@
 //! file's data alive. (Attribute changes are `FileSystem::set_attr`.)
 //!
 //! Invariants:
+//! - Data calls on an [`OpenInode`] (`read_open`, `write_open`, `append_open`) use the
+//!   handle it holds: a front end that holds one never looks the inode up again.
 //! - An [`OpenInode`] counts as one open handle of its inode (as a [`crate::File`]
 //!   does) from [`FileSystem::open_ino`] until [`FileSystem::close_ino`] consumes it;
 //!   an inode whose last name is removed meanwhile keeps its blocks until then.
@@ -67,6 +69,34 @@ impl FileSystem {
         let handle = self.handle(ino)?;
         self.opened(&handle)?;
         Ok(OpenInode { handle })
+    }
+
+    /// Reads from an open file at `offset` (as [`FileSystem::read_at`], without
+    /// looking the inode up again).
+    pub fn read_open(
+        &self,
+        open: &OpenInode,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, VfsError> {
+        self.read_data(&open.handle, offset, buf)
+    }
+
+    /// Writes to an open file at `offset` (as [`FileSystem::write_at`]).
+    pub fn write_open(
+        &self,
+        open: &OpenInode,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, VfsError> {
+        Ok(self
+            .write_data(&open.handle, crate::data::At::Offset(offset), data)?
+            .1)
+    }
+
+    /// Writes at an open file's end (as [`FileSystem::append_ino`]).
+    pub fn append_open(&self, open: &OpenInode, data: &[u8]) -> Result<(u64, usize), VfsError> {
+        self.write_data(&open.handle, crate::data::At::End, data)
     }
 
     /// Closes an [`OpenInode`]: the last close of an unlinked inode frees its blocks.
