@@ -91,6 +91,33 @@ pub struct Remote {
     cache_off: AtomicBool,
     /// Who this process was when its connections were made.
     identity: std::sync::Mutex<Creds>,
+    /// Inodes on which this process set record locks: a close of another file asks the
+    /// instance to release nothing.
+    locked: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+/// Reads one reply frame's body: usually one read (the instance writes a reply at
+/// once), the rest of a large one directly into its buffer.
+fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>> {
+    let mut head = [0u8; 512];
+    let mut got = 0;
+    while got < 4 {
+        match s.read(&mut head[got..]) {
+            Ok(0) | Err(_) => return Err(notconn()),
+            Ok(n) => got += n,
+        }
+    }
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    // One request is in flight per connection: nothing follows its reply.
+    if got - 4 > len {
+        return Err(Errno(libc::EPROTO));
+    }
+    let mut body = Vec::with_capacity(len);
+    body.extend_from_slice(&head[4..got]);
+    let have = body.len();
+    body.resize(len, 0);
+    s.read_exact(&mut body[have..]).map_err(|_| notconn())?;
+    Ok(body)
 }
 
 impl Remote {
@@ -106,6 +133,7 @@ impl Remote {
             cache: OnceLock::new(),
             cache_off: AtomicBool::new(false),
             identity: std::sync::Mutex::new(Creds::of_process()),
+            locked: std::sync::Mutex::new(std::collections::HashSet::new()),
         };
         r.anchor()?;
         // AUGEFS_NO_SHARED_TABLE: every stat asks (for comparisons and diagnosis).
@@ -248,11 +276,8 @@ impl Remote {
         if !data.is_empty() {
             s.write_all(data).map_err(|_| notconn())?;
         }
-        crate::spin::wait_readable(s.as_fd(), crate::SPIN);
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).map_err(|_| notconn())?;
-        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
-        s.read_exact(&mut body).map_err(|_| notconn())?;
+        crate::spin::wait_on_thread(s.as_fd());
+        let body = read_reply(s)?;
         let mut r = Reader::new(&body);
         match r.i32()? {
             0 => reply(&mut r),
@@ -668,6 +693,10 @@ impl Backend for Remote {
         wait: bool,
     ) -> Result<()> {
         let description = matches!(owner, LockOwner::Description(_));
+        if !description && space == LockSpace::Record && kind.is_some() {
+            // Noted before the request: a close racing with it must not skip it.
+            self.locked.lock().expect("locked lock").insert(f.ino.0);
+        }
         self.unit(&Request::LockSet {
             handle: Self::handle(f)?,
             space,
@@ -712,6 +741,10 @@ impl Backend for Remote {
     }
 
     fn lock_release(&self, ino: InodeNo, space: LockSpace, _owner: LockOwner) {
+        // Nothing to release where this process never set a record lock.
+        if space == LockSpace::Record && !self.locked.lock().expect("locked lock").remove(&ino.0) {
+            return;
+        }
         // Only the process's own locks: the instance knows the process.
         let _ = self.unit(&Request::LockRelease { ino, space });
     }

@@ -203,35 +203,53 @@ fn new_token() -> u64 {
     u64::from_le_bytes(t) | 1
 }
 
+/// The first request, Hello: the caller's session (joined or new), or None after
+/// answering with an errno.
+fn handshake(
+    shared: &Arc<Shared>,
+    peer: &Peer,
+    stream: &UnixStream,
+    frames: &mut Frames,
+) -> Option<Arc<Session>> {
+    let session = match frames.next(stream).ok()?.map(Request::decode) {
+        Some(Ok(Request::Hello { token })) => join(shared, peer, token),
+        _ => Err(Errno(libc::EPROTO)),
+    };
+    let mut w = Writer::new();
+    match session {
+        Ok(s) => {
+            w.i32(0).u64(s.token);
+            stream.write_all_ok(w.finish(0)).then_some(s)
+        }
+        Err(Errno(e)) => {
+            w.i32(e);
+            stream.write_all_ok(w.finish(0));
+            None
+        }
+    }
+}
+
+trait WriteAllOk {
+    fn write_all_ok(&self, bytes: &[u8]) -> bool;
+}
+
+impl WriteAllOk for UnixStream {
+    fn write_all_ok(&self, bytes: &[u8]) -> bool {
+        let mut s = self;
+        s.write_all(bytes).is_ok()
+    }
+}
+
 fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(peer) = peer::of(stream.as_fd()) else {
         return;
     };
-    let mut buf = Vec::new();
+    let mut frames = Frames::default();
+    let Some(session) = handshake(shared, &peer, &stream, &mut frames) else {
+        return;
+    };
     let mut w = Writer::new();
-    let Ok(Some(())) = read_frame(&stream, &mut buf) else {
-        return;
-    };
-    let session = match Request::decode(&buf) {
-        Ok(Request::Hello { token }) => join(shared, &peer, token),
-        Ok(_) | Err(_) => Err(Errno(libc::EPROTO)),
-    };
-    w.i32(0);
-    let session = match session {
-        Ok(s) => {
-            w.u64(s.token);
-            s
-        }
-        Err(Errno(e)) => {
-            w.clear();
-            w.i32(e);
-            let _ = (&stream).write_all(w.finish(0));
-            return;
-        }
-    };
-    if (&stream).write_all(w.finish(0)).is_err() {
-        return;
-    }
+    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
     let table = shared.table(&peer.creds);
     let cache = shared.page.as_deref().zip(table.as_deref());
     let caller = Caller {
@@ -240,15 +258,17 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         cache,
     };
     loop {
-        crate::spin::wait_readable(stream.as_fd(), crate::SPIN);
-        match read_frame(&stream, &mut buf) {
-            Ok(Some(())) => {}
-            Ok(None) | Err(_) => return,
+        if !frames.has_frame() {
+            spinner.wait(stream.as_fd());
         }
+        let buf = match frames.next(&stream) {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(_) => return,
+        };
         w.clear();
         w.i32(0);
         shared.requests.fetch_add(1, Ordering::Relaxed);
-        let req = Request::decode(&buf);
+        let req = Request::decode(buf);
         if let (Ok(Request::Tables), Some((page, table))) = (&req, cache) {
             let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
             if crate::table::send_fds(stream.as_raw_fd(), w.finish(0), &fds).is_err() {
@@ -268,7 +288,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
             w.clear();
             w.i32(e);
         }
-        if (&stream).write_all(w.finish(0)).is_err() {
+        if !stream.write_all_ok(w.finish(0)) {
             return;
         }
     }
@@ -295,19 +315,66 @@ fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, E
     Ok(s)
 }
 
-/// Reads one frame into `buf`: None at a clean end of the stream.
-fn read_frame(mut stream: &UnixStream, buf: &mut Vec<u8>) -> std::io::Result<Option<()>> {
-    let mut len = [0u8; 4];
-    match stream.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+/// Frames read from a connection, buffered: a client may send a request right after
+/// a close that has no reply, so one read can hold more than a frame.
+#[derive(Debug, Default)]
+struct Frames {
+    buf: Vec<u8>,
+    /// The buffered bytes are `buf[at..end]`.
+    at: usize,
+    end: usize,
+}
+
+/// Bytes asked of one read.
+const READ_BYTES: usize = 64 * 1024;
+
+impl Frames {
+    /// Buffers at least `n` bytes: false at a clean end of the stream before any.
+    fn fill(&mut self, mut stream: &UnixStream, n: usize) -> std::io::Result<bool> {
+        if self.end - self.at >= n {
+            return Ok(true);
+        }
+        if self.at > 0 {
+            self.buf.copy_within(self.at..self.end, 0);
+            self.end -= self.at;
+            self.at = 0;
+        }
+        if self.buf.len() < n.max(READ_BYTES) {
+            self.buf.resize(n.max(READ_BYTES), 0);
+        }
+        while self.end < n {
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(0) if self.end == 0 => return Ok(false),
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
     }
-    let len = u32::from_le_bytes(len) as usize;
-    if len > FRAME_BYTES_MAX {
-        return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+
+    /// Whether a whole frame is buffered already.
+    fn has_frame(&self) -> bool {
+        let b = &self.buf[self.at..self.end];
+        b.len() >= 4 && b.len() - 4 >= u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
     }
-    buf.resize(len, 0);
-    stream.read_exact(buf)?;
-    Ok(Some(()))
+
+    /// The next frame's body: None at a clean end of the stream.
+    fn next(&mut self, stream: &UnixStream) -> std::io::Result<Option<&[u8]>> {
+        if !self.fill(stream, 4)? {
+            return Ok(None);
+        }
+        let h = &self.buf[self.at..self.at + 4];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        if len > FRAME_BYTES_MAX {
+            return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+        }
+        if !self.fill(stream, 4 + len)? {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let body = self.at + 4..self.at + 4 + len;
+        self.at = body.end;
+        Ok(Some(&self.buf[body]))
+    }
 }

@@ -1,22 +1,55 @@
-//! Waiting for a socket to become readable by spinning a little before sleeping.
+//! Waiting for a socket to become readable by spinning a little before sleeping, when
+//! spinning pays.
 //!
 //! A request and its reply each wake a sleeping thread on another CPU; on a virtual
 //! machine such a wake-up costs tens of microseconds (the idle CPU must be woken by
 //! the host), several times the request's own work. A thread that expects its peer's
 //! answer soon polls for it for a short while first: the client after sending a
 //! request, the instance after answering one (a client's next request usually follows
-//! at once). Both are bounded ([`crate::SPIN`]), so an idle connection sleeps, and each
-//! turn of the poll yields the CPU to any other runnable thread.
+//! at once). Each turn of the poll yields the CPU to any other runnable thread.
+//!
+//! Spinning pays only while the peer runs on another CPU at once; on a machine whose
+//! CPUs are all busy it takes time from the very thread waited for. So a [`Spinner`]
+//! adapts: a spin that ends without the message turns spinning off for the next
+//! [`PAUSE_WAITS`] waits, after which it tries again. An idle connection sleeps.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-/// Polls `fd` for input without sleeping for up to `spin`; returns once input is
-/// there or the time is up (the caller's read then sleeps as usual).
-pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) {
-    if spin.is_zero() {
-        return;
+/// Waits without spinning after a spin that found nothing.
+pub const PAUSE_WAITS: u32 = 64;
+
+/// One connection's side of the waiting.
+#[derive(Debug)]
+pub struct Spinner {
+    spin: Duration,
+    /// Waits left before spinning again.
+    paused: u32,
+}
+
+impl Spinner {
+    pub fn new(spin: Duration) -> Spinner {
+        Spinner { spin, paused: 0 }
     }
+
+    /// Returns once `fd` has input, or once spinning should stop (the caller's read
+    /// then sleeps as usual).
+    pub fn wait(&mut self, fd: BorrowedFd<'_>) {
+        if self.spin.is_zero() {
+            return;
+        }
+        if self.paused > 0 {
+            self.paused -= 1;
+            return;
+        }
+        if !wait_readable(fd, self.spin) {
+            self.paused = PAUSE_WAITS;
+        }
+    }
+}
+
+/// Polls `fd` for input without sleeping for up to `spin`; true if input came.
+pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) -> bool {
     let start = Instant::now();
     loop {
         let mut p = libc::pollfd {
@@ -25,12 +58,25 @@ pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) {
             revents: 0,
         };
         // SAFETY: one valid pollfd; a zero timeout never sleeps.
-        if unsafe { libc::poll(&mut p, 1, 0) } != 0 || start.elapsed() >= spin {
-            return;
+        if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
+            return true;
+        }
+        if start.elapsed() >= spin {
+            return false;
         }
         // Let a runnable thread of this CPU go first: on a busy machine it may be the
         // very peer this one waits for.
         // SAFETY: sched_yield has no arguments and cannot fail.
         unsafe { libc::sched_yield() };
     }
+}
+
+thread_local! {
+    static THREAD: std::cell::RefCell<Spinner> = std::cell::RefCell::new(Spinner::new(crate::SPIN));
+}
+
+/// [`Spinner::wait`] with this thread's spinner (a client thread waits for one reply at
+/// a time, on whichever pooled connection it took).
+pub fn wait_on_thread(fd: BorrowedFd<'_>) {
+    THREAD.with(|s| s.borrow_mut().wait(fd));
 }

@@ -204,7 +204,7 @@ fn amplification(amplify: Option<&Value>) -> Goal {
     }
 }
 
-/// Every goal of issue 7, judged. `pmr_label` names the emulated PMR ("emulated, 900
+/// Every goal of issues 7 and 30, judged. `pmr_label` names the emulated PMR ("emulated, 900
 /// ns/line").
 pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
     let namespace = [
@@ -254,6 +254,23 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
             "x",
         ),
         amplification(inputs.amplify),
+        // Issue 30: processes attached to a mount's instance.
+        versus_kernel(inputs, &["stat"], &["attached"], 3.0).verdict(
+            "stat >= 3x the best kernel fs from an attached client".to_string(),
+            "x",
+        ),
+        versus_kernel(inputs, &["randread"], &["attached"], 1.3).verdict(
+            "warm 4 KiB random read >= 1.3x the best kernel fs from an attached client".to_string(),
+            "x",
+        ),
+        versus_kernel(inputs, &["create"], &["attached"], 1.5).verdict(
+            "create >= 1.5x the best kernel fs from an attached client".to_string(),
+            "x",
+        ),
+        versus_kernel(inputs, &["create+fsync"], &["attached"], 2.0).verdict(
+            "create + fsync >= 2x the best kernel fs from an attached client (ssd)".to_string(),
+            "x",
+        ),
     ]
 }
 
