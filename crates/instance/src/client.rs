@@ -96,6 +96,21 @@ pub struct Remote {
     locked: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
+/// Sends a frame and the data that follows it, in one system call when the socket
+/// takes it all.
+fn send(s: &mut UnixStream, frame: &[u8], data: &[u8]) -> Result<()> {
+    let mut parts = [std::io::IoSlice::new(frame), std::io::IoSlice::new(data)];
+    let mut bufs = &mut parts[..];
+    while !bufs.is_empty() {
+        match s.write_vectored(bufs) {
+            Ok(n) if n > 0 => std::io::IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(_) | Err(_) => return Err(notconn()),
+        }
+    }
+    Ok(())
+}
+
 /// Reads one reply frame's body: usually one read (the instance writes a reply at
 /// once), the rest of a large one directly into its buffer.
 fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>> {
@@ -103,8 +118,9 @@ fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>> {
     let mut got = 0;
     while got < 4 {
         match s.read(&mut head[got..]) {
-            Ok(0) | Err(_) => return Err(notconn()),
-            Ok(n) => got += n,
+            Ok(n) if n > 0 => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(_) | Err(_) => return Err(notconn()),
         }
     }
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -272,10 +288,7 @@ impl Remote {
         let mut w = Writer::new();
         req.encode(&mut w);
         let data = req.data();
-        s.write_all(w.finish(data.len())).map_err(|_| notconn())?;
-        if !data.is_empty() {
-            s.write_all(data).map_err(|_| notconn())?;
-        }
+        send(s, w.finish(data.len()), data)?;
         crate::spin::wait_on_thread(s.as_fd());
         let body = read_reply(s)?;
         let mut r = Reader::new(&body);
