@@ -4,36 +4,15 @@
 use device::BackendChoice;
 use std::path::PathBuf;
 
-/// The IO backend of an image, named as `augefs mount --backend` names it (this binary
-/// takes the same words for the same choice; the product's argument types stay in the
-/// product).
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum BackendArg {
-    Auto,
-    #[value(name = "io_uring")]
-    IoUring,
-    Pread,
-}
-
-impl From<BackendArg> for BackendChoice {
-    fn from(b: BackendArg) -> BackendChoice {
-        match b {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::IoUring => BackendChoice::IoUring,
-            BackendArg::Pread => BackendChoice::Pread,
-        }
-    }
-}
-
 /// The options every such benchmark has (flattened into its arguments).
 #[derive(clap::Args, Debug)]
 pub struct Common {
     /// Runs (rounds) of each figure.
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
-    /// IO backend of the augefs image.
+    /// IO backend of the augefs image (named as `augefs mount --backend` names it).
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: BackendChoice,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -8,6 +8,7 @@ use common::{images, BenchScratch as Scratch};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
+use testsupport::process::check;
 
 const WORKLOADS: [&str; 7] = [
     "overwrite",
@@ -26,7 +27,7 @@ fn amplify(dir: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .expect("run augefs-bench");
-    common::check("amplify", &out);
+    check("amplify", &out);
     out
 }
 

@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[test]
 fn bench_device_prints_figures_and_ratios() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir");
+    let dir = testsupport::scratch!();
     let file = dir.path().join("bench.img");
     let out = Command::new(env!("CARGO_BIN_EXE_augefs-bench"))
         .args([

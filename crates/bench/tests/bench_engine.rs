@@ -1,51 +1,13 @@
 //! `augefs bench engine` with tiny settings: its figures, a real crash and its recovery,
 //! and its usage errors; no bench file is left behind.
 
+mod common;
+
+use common::augefs_bench;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn augefs_bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_augefs-bench"))
-        .args(args)
-        .output()
-        .expect("augefs-bench runs")
-}
-
-/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may not).
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "failed: {}\n{}", stdout(&o), stderr(&o));
-    o
-}
-
-fn fails_with(o: Output, needle: &str) {
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "exit code; stderr: {}",
-        stderr(&o)
-    );
-    assert!(
-        stderr(&o).contains(needle),
-        "stderr lacks {needle:?}: {}",
-        stderr(&o)
-    );
-}
+use std::process::Output;
+use testsupport::process::{fails_with, ok, s, stderr, stdout};
+use testsupport::scratch;
 
 /// `augefs-bench engine` with tiny settings in `dir` (no ext4: the test may not be root).
 fn bench_engine(dir: &Path, extra: &[&str]) -> Output {
@@ -67,7 +29,7 @@ fn bench_engine(dir: &Path, extra: &[&str]) -> Output {
 
 #[test]
 fn bench_engine_quick_run_prints_its_figures_and_cleans_up() {
-    let root = scratch();
+    let root = scratch!();
     let dir = root.path().join("bench");
     let out = bench_engine(
         &dir,
@@ -135,7 +97,7 @@ fn bench_engine_quick_run_prints_its_figures_and_cleans_up() {
 
 #[test]
 fn bench_engine_recovery_checks_a_real_crash() {
-    let root = scratch();
+    let root = scratch!();
     let dir = root.path().join("bench");
     let out = bench_engine(
         &dir,
@@ -161,7 +123,7 @@ fn bench_engine_recovery_checks_a_real_crash() {
 
 #[test]
 fn bench_engine_bad_flags_are_usage_errors() {
-    let root = scratch();
+    let root = scratch!();
     let dir = root.path().join("bench");
     let o = augefs_bench(&["engine", "--figures", "fsync,speed"]);
     assert_eq!(o.status.code(), Some(2));

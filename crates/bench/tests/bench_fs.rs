@@ -6,10 +6,12 @@
 
 mod common;
 
-use common::BenchScratch;
+use common::{loop_devices_in, BenchScratch};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
+use testsupport::fuse::mounts_in;
+use testsupport::process::{check, wait_until};
 
 fn bench(dir: &Path, extra: &[&str]) -> Output {
     Command::new(common::BIN)
@@ -41,7 +43,7 @@ fn bench_json(scratch: &BenchScratch, targets: &str, workloads: &str) -> Value {
             json.to_str().unwrap(),
         ],
     );
-    common::check("bench fs", &out);
+    check("bench fs", &out);
     json_file(&json)
 }
 
@@ -102,7 +104,7 @@ fn api_and_dir_table_json_and_plots_have_every_cell() {
             plots.to_str().unwrap(),
         ],
     );
-    common::check("bench fs", &out);
+    check("bench fs", &out);
     let table = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("[24/24] run 1/1"), "{stderr}");
@@ -191,7 +193,7 @@ fn api_pmr_runs_create_fsync_and_is_labelled_emulated() {
             json.to_str().unwrap(),
         ],
     );
-    common::check("bench fs", &out);
+    check("bench fs", &out);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("api-pmr: augefs through the vfs API, MetaDB's WAL on the EMULATED PMR")
@@ -281,24 +283,7 @@ fn fuse_and_interposer_where_available() {
             assert!(c["median"]["dev_write_bytes_per_op"].is_null(), "{c}");
         }
     }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let dir = scratch.path().to_string_lossy().into_owned();
-    assert!(
-        !mounts.contains(&dir),
-        "no mount left under the scratch directory"
-    );
     scratch.assert_cleaned_up();
-}
-
-/// Loop devices whose backing file is in `dir` (`losetup -a`; a deleted image too).
-fn loop_devices_in(dir: &Path) -> Vec<String> {
-    let out = Command::new("losetup").arg("-a").output().expect("losetup");
-    let dir = dir.to_string_lossy().into_owned();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(&dir))
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]
@@ -324,18 +309,16 @@ fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run augefs-bench");
-    common::wait_until("the ext4 mount", || {
-        !common::mounts_in(scratch.path()).is_empty()
-    });
+    wait_until("the ext4 mount", || !mounts_in(scratch.path()).is_empty());
     // SAFETY: kill(2) of our own child, not yet reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let out = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(common::mounts_in(scratch.path()).is_empty(), "unmounted");
+    assert!(mounts_in(scratch.path()).is_empty(), "unmounted");
     // A lazily unmounted file system lets its loop device go once released.
-    common::wait_until("the loop device detached", || {
+    wait_until("the loop device detached", || {
         loop_devices_in(scratch.path()).is_empty()
     });
     let left: Vec<_> = std::fs::read_dir(scratch.path())

@@ -1,13 +1,13 @@
 //! `augefs bench metadb` in quick mode: it runs every figure against MetaDB and fjall,
 //! prints the table with its ratio column (or JSON), and leaves no bench files behind.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may not).
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
+use common::augefs_bench;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use testsupport::process::ok;
+use testsupport::scratch;
 
 /// tmpfs for the emulated PMR when the machine has one, else the scratch directory.
 fn pmr_dir(scratch: &Path) -> PathBuf {
@@ -44,17 +44,7 @@ fn bench(dir: &Path, pmr_dir: &Path, extra: &[&str]) -> Output {
         "1,2",
     ];
     args.extend_from_slice(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_augefs-bench"))
-        .args(&args)
-        .output()
-        .expect("augefs-bench runs");
-    assert!(
-        out.status.success(),
-        "bench failed\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    ok(augefs_bench(&args))
 }
 
 /// Whether `cell` reads like "12.34x".
@@ -65,7 +55,7 @@ fn is_ratio(cell: &str) -> bool {
 
 #[test]
 fn quick_run_prints_the_table_with_ratios_and_cleans_up() {
-    let root = scratch();
+    let root = scratch!();
     let dir = root.path().join("bench");
     let out = bench(&dir, &pmr_dir(root.path()), &[]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -117,7 +107,7 @@ fn quick_run_prints_the_table_with_ratios_and_cleans_up() {
 
 #[test]
 fn json_output_has_rows_with_ratios() {
-    let root = scratch();
+    let root = scratch!();
     let dir = root.path().join("bench");
     let out = bench(
         &dir,

@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::BenchScratch;
+use common::{loop_devices_in, BenchScratch};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testsupport::process::check;
 
 /// The report directories under `out` (one per invocation).
 fn reports(out: &Path) -> Vec<PathBuf> {
@@ -41,7 +42,7 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         .arg(&out_dir)
         .output()
         .expect("run augefs-bench");
-    common::check("bench report --quick", &out);
+    check("bench report --quick", &out);
     let made = reports(&out_dir);
     assert_eq!(made.len(), 1, "one report directory: {made:?}");
     let report_dir = &made[0];
@@ -122,14 +123,8 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
     // Nothing left behind: images, loop devices, mounts, PMR files, the directory.
     assert!(!dir.exists(), "the scratch directory it made is removed");
     scratch.assert_cleaned_up();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let root = scratch.path().to_string_lossy().into_owned();
-    assert!(!mounts.contains(&root), "a mount left under {root}");
-    let losetup = Command::new("losetup").arg("-a").output();
-    if let Ok(l) = losetup {
-        let listed = String::from_utf8_lossy(&l.stdout);
-        assert!(!listed.contains(&root), "a loop device left: {listed}");
-    }
+    let loops = loop_devices_in(scratch.path());
+    assert!(loops.is_empty(), "loop devices left: {loops:?}");
     let left: Vec<String> = pmr_files()
         .into_iter()
         .filter(|f| !pmr_before.contains(f))

@@ -8,10 +8,12 @@
 
 mod common;
 
-use common::{check, preload_built, stdout, Fixture, BIN};
+use common::{fixture, preload_built, BIN};
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use testsupport::fuse::{alive, daemons, Fixture};
+use testsupport::process::{check, checked_stdout, wait_until};
 
 fn script(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/attach/{name}"))
@@ -46,17 +48,17 @@ fn attached_pids(fx: &Fixture) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn unrelated_processes_share_files_and_locks() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let (mnt, host) = (fx.mnt.as_os_str(), fx.host.as_os_str());
     let locker = script("locker.py");
     let mut a = attached(&fx, &["python3".as_ref(), locker.as_os_str(), mnt, host])
         .spawn()
         .expect("start A");
-    common::wait_until("A holds its locks", || fx.host.join("a-locked").exists());
+    wait_until("A holds its locks", || fx.host.join("a-locked").exists());
     let waiter = script("waiter.py");
     let b = run_attached(&fx, &["python3".as_ref(), waiter.as_os_str(), mnt, host]);
-    assert_eq!(stdout("B", &b).trim(), "B ok");
+    assert_eq!(checked_stdout("B", &b).trim(), "B ok");
     assert!(a.wait().expect("A").success(), "A failed");
     assert_eq!(attached_pids(&fx).len(), 2, "A and B attached directly");
     fx.unmount();
@@ -65,14 +67,14 @@ fn unrelated_processes_share_files_and_locks() {
 
 #[test]
 fn children_of_every_kind_attach() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let family = script("family.py");
     let out = run_attached(
         &fx,
         &["python3".as_ref(), family.as_os_str(), fx.mnt.as_os_str()],
     );
-    assert_eq!(stdout("family", &out).trim(), "family ok");
+    assert_eq!(checked_stdout("family", &out).trim(), "family ok");
     // The parent, and each exec'd program (sh, cat, cp), attached.
     assert!(attached_pids(&fx).len() >= 4, "{:?}", attached_pids(&fx));
     fx.unmount();
@@ -81,7 +83,7 @@ fn children_of_every_kind_attach() {
 
 #[test]
 fn the_kernel_view_sees_attached_changes_at_once() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let m = fx.mnt.display().to_string();
     // The kernel caches these: the file's data and attributes, and that `new` is absent.
@@ -131,14 +133,14 @@ fn the_kernel_view_sees_attached_changes_at_once() {
     std::fs::write(fx.mnt.join("f"), "from the kernel\n").unwrap();
     std::fs::write(fx.host.join("changed"), "").unwrap();
     let out = child.wait_with_output().expect("the watcher");
-    assert_eq!(stdout("watcher", &out), "9\n16\nfrom the kernel\n");
+    assert_eq!(checked_stdout("watcher", &out), "9\n16\nfrom the kernel\n");
     fx.unmount();
     fx.fsck_clean();
 }
 
 #[test]
 fn killed_clients_lose_no_acknowledged_fsync() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let acker = script("acker.py");
     let mut acked = Vec::new();
@@ -171,10 +173,10 @@ fn killed_clients_lose_no_acknowledged_fsync() {
         acked.push((dir, last.expect("the acker acknowledged something")));
     }
     // The instance dies too, without a sync: what survives is what the device has.
-    for pid in common::daemons(&fx.mnt) {
+    for pid in daemons(&fx.mnt) {
         // SAFETY: kill with the pid of the mount's daemon.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        common::wait_until("the daemon is gone", || !common::alive(pid));
+        wait_until("the daemon is gone", || !alive(pid));
     }
     check(
         "fusermount3 -u -z",

@@ -4,33 +4,23 @@
 
 mod common;
 
-use common::{augefs, is_mounted, BIN};
+use common::{augefs, mkfs, BIN};
+use engine::log::EngineConfig;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use testsupport::fuse::is_mounted;
+use testsupport::mount::{open_file, unmount};
+use testsupport::process::{check, describe};
+use testsupport::scratch;
 
 const FS_BYTES: u64 = 256 << 20;
 const CUT_BYTES: u64 = 128 << 20;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// A fresh 64 MiB image at `image`.
 fn mkfs_64m(image: &Path) {
-    let o = augefs(&[
-        OsStr::new("mkfs"),
-        image.as_os_str(),
-        OsStr::new("--size"),
-        OsStr::new("64M"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    check("mkfs", &mkfs(image, "64M", &[]));
 }
 
 /// Cuts or grows the image file to `len` bytes.
@@ -41,22 +31,8 @@ fn set_len(image: &Path, len: u64) {
 
 /// A 256 MiB image with a file in it (so recovery has a WAL to replay), cut to half.
 fn truncated_image(path: &Path) {
-    let o = augefs(&[
-        OsStr::new("mkfs"),
-        path.as_os_str(),
-        OsStr::new("--size"),
-        OsStr::new("256M"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let dev = device::open(path, &device::OpenOptions::default()).unwrap();
-    let env = engine::log::EngineEnv {
-        device: std::sync::Arc::new(dev),
-        pmr: None,
-        clock: std::sync::Arc::new(platform::ManualClock::new(1)),
-    };
-    let fs = std::sync::Arc::new(
-        vfs::FileSystem::mount(env, engine::log::EngineConfig::default()).unwrap(),
-    );
+    check("mkfs", &mkfs(path, "256M", &[]));
+    let fs = open_file(path, EngineConfig::default());
     let f = vfs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -64,27 +40,31 @@ fn truncated_image(path: &Path) {
         .unwrap();
     f.write_at(&[7u8; 100_000], 0).unwrap();
     drop(f);
-    std::sync::Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    unmount(fs);
     set_len(path, CUT_BYTES);
 }
 
 /// The refusal every command must print: the reason and both sizes, and no panic.
 fn assert_refused(what: &str, o: &Output, exit: i32) {
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(exit), "{what}: {}", text(o));
+    assert_eq!(o.status.code(), Some(exit), "{what}: {}", describe(o));
     assert!(
         stderr.contains("shorter than its file system")
             && stderr.contains(&CUT_BYTES.to_string())
             && stderr.contains(&FS_BYTES.to_string()),
         "{what} does not say the image is shorter than its file system, with both sizes: {}",
-        text(o)
+        describe(o)
     );
-    assert!(!stderr.contains("panicked"), "{what} panicked: {}", text(o));
+    assert!(
+        !stderr.contains("panicked"),
+        "{what} panicked: {}",
+        describe(o)
+    );
 }
 
 #[test]
 fn a_truncated_image_is_refused_by_every_command() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     truncated_image(&image);
     let img = image.as_os_str();
@@ -141,16 +121,20 @@ fn a_truncated_image_is_refused_by_every_command() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "run: {}", text(&o));
+        assert!(!o.status.success(), "run: {}", describe(&o));
         assert!(
             stderr.contains("shorter than its file system")
                 && stderr.contains(&CUT_BYTES.to_string())
                 && stderr.contains(&FS_BYTES.to_string())
                 && stderr.contains("Structure needs cleaning"),
             "run: {}",
-            text(&o)
+            describe(&o)
         );
-        assert!(!stderr.contains("panicked"), "run panicked: {}", text(&o));
+        assert!(
+            !stderr.contains("panicked"),
+            "run panicked: {}",
+            describe(&o)
+        );
     } else {
         eprintln!(
             "note: {} not built; `augefs run` not checked here",
@@ -163,40 +147,40 @@ fn a_truncated_image_is_refused_by_every_command() {
 /// image, not a foreign file.
 #[test]
 fn an_image_cut_inside_its_superblocks_is_recognised() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     mkfs_64m(&image);
     set_len(&image, 4608);
     let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(8), "{}", describe(&o));
     assert!(
         stderr.contains("shorter than its file system")
             && stderr.contains("4608")
             && stderr.contains(&(64u64 << 20).to_string()),
         "{}",
-        text(&o)
+        describe(&o)
     );
 }
 
 /// A larger device than the superblock says is fine (docs/FORMAT.md §3).
 #[test]
 fn a_grown_image_still_opens() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     mkfs_64m(&image);
     set_len(&image, 80 << 20);
     let o = augefs(&[OsStr::new("fsck"), OsStr::new("-n"), image.as_os_str()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
     let o = augefs(&[OsStr::new("inspect"), image.as_os_str()]);
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", describe(&o));
 }
 
 /// `augefs inspect img | head -1`: the reader goes away before the command writes; the
 /// command ends by SIGPIPE (what a shell reports as 141) or exit 0, never a panic.
 #[test]
 fn a_closed_pipe_ends_the_command_quietly() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     mkfs_64m(&image);
     for args in [

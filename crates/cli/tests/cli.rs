@@ -1,65 +1,21 @@
 //! The `augefs` command as a user meets it: every documented error gets a clear message
 //! and a non-zero exit, and nothing is lost.
 
+mod common;
+
+use common::{augefs, mkfs};
 use format::checksum::crc32c;
 use format::superblock::{F_CHECKSUM, F_FORMAT_VERSION};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn augefs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_augefs"))
-        .args(args)
-        .output()
-        .expect("augefs runs")
-}
-
-/// A scratch directory on the target's file system (which supports O_DIRECT; /tmp may not).
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn mkfs(image: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["mkfs", s(image), "--size", "64M"];
-    args.extend_from_slice(extra);
-    augefs(&args)
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "failed: {}\n{}", stdout(&o), stderr(&o));
-    o
-}
-
-fn fails_with(o: Output, needle: &str) {
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "exit code; stderr: {}",
-        stderr(&o)
-    );
-    assert!(
-        stderr(&o).contains(needle),
-        "stderr lacks {needle:?}: {}",
-        stderr(&o)
-    );
-}
+use std::process::Command;
+use testsupport::process::{fails_with, ok, s, stderr, stdout};
+use testsupport::scratch;
 
 #[test]
 fn mkfs_then_inspect_text_and_json() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    let out = ok(mkfs(&image, &["--domains", "4"]));
+    let out = ok(mkfs(&image, "64M", &["--domains", "4"]));
     assert!(stdout(&out).contains("4 domains"), "{}", stdout(&out));
     let text = stdout(&ok(augefs(&["inspect", s(&image)])));
     assert!(text.contains("format version    1"), "{text}");
@@ -85,16 +41,16 @@ fn mkfs_then_inspect_text_and_json() {
 
 #[test]
 fn pread_backend_is_selectable() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    ok(mkfs(&image, &["--backend", "pread"]));
+    ok(mkfs(&image, "64M", &["--backend", "pread"]));
     let text = stdout(&ok(augefs(&["inspect", s(&image), "--backend", "pread"])));
     assert!(text.contains("pread backend"), "{text}");
 }
 
 #[test]
 fn image_too_small_leaves_no_file() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("small.img");
     fails_with(
         augefs(&["mkfs", s(&image), "--size", "1M"]),
@@ -105,15 +61,16 @@ fn image_too_small_leaves_no_file() {
 
 #[test]
 fn pmr_too_small_and_pmr_checks() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
     let pmr = dir.path().join("a.pmr");
     fails_with(
-        mkfs(&image, &["--pmr", s(&pmr), "--pmr-size", "1M"]),
+        mkfs(&image, "64M", &["--pmr", s(&pmr), "--pmr-size", "1M"]),
         "PMR too small",
     );
     ok(mkfs(
         &image,
+        "64M",
         &["--force", "--pmr", s(&pmr), "--pmr-size", "4M"],
     ));
     let text = stdout(&ok(augefs(&["inspect", s(&image), "--pmr", s(&pmr)])));
@@ -124,7 +81,11 @@ fn pmr_too_small_and_pmr_checks() {
     // A PMR formatted for another image.
     let other = dir.path().join("b.img");
     let other_pmr = dir.path().join("b.pmr");
-    ok(mkfs(&other, &["--pmr", s(&other_pmr), "--pmr-size", "4M"]));
+    ok(mkfs(
+        &other,
+        "64M",
+        &["--pmr", s(&other_pmr), "--pmr-size", "4M"],
+    ));
     fails_with(
         augefs(&["inspect", s(&image), "--pmr", s(&other_pmr)]),
         "belongs to another file system",
@@ -133,7 +94,7 @@ fn pmr_too_small_and_pmr_checks() {
 
 #[test]
 fn foreign_images_are_not_augefs() {
-    let dir = scratch();
+    let dir = scratch!();
     let zeros = dir.path().join("zeros.img");
     std::fs::write(&zeros, vec![0u8; 1 << 20]).expect("write");
     fails_with(augefs(&["inspect", s(&zeros)]), "not an augefs image");
@@ -160,9 +121,9 @@ fn patch_superblocks(image: &Path, patch: impl Fn(&mut [u8])) {
 
 #[test]
 fn wrong_format_version() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    ok(mkfs(&image, &[]));
+    ok(mkfs(&image, "64M", &[]));
     patch_superblocks(&image, |b| {
         F_FORMAT_VERSION.put_u32(b, 9);
         let crc = crc32c(&b[..F_CHECKSUM.offset]);
@@ -176,9 +137,9 @@ fn wrong_format_version() {
 
 #[test]
 fn corrupted_superblocks() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    ok(mkfs(&image, &[]));
+    ok(mkfs(&image, "64M", &[]));
     // One copy damaged: inspect works and names the bad copy.
     let mut bytes = std::fs::read(&image).expect("read");
     bytes[100] ^= 0xff;
@@ -192,14 +153,14 @@ fn corrupted_superblocks() {
     patch_superblocks(&image, |b| b[100] ^= 0x0f);
     fails_with(augefs(&["inspect", s(&image)]), "corrupted superblock");
     // mkfs sees a damaged augefs and wants --force.
-    fails_with(mkfs(&image, &[]), "--force");
+    fails_with(mkfs(&image, "64M", &[]), "--force");
 }
 
 #[test]
 fn existing_file_system_needs_force() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    ok(mkfs(&image, &[]));
+    ok(mkfs(&image, "64M", &[]));
     let uuid = |img: &PathBuf| {
         let j: serde_json::Value =
             serde_json::from_str(&stdout(&ok(augefs(&["inspect", s(img), "--json"]))))
@@ -210,7 +171,10 @@ fn existing_file_system_needs_force() {
             .to_string()
     };
     let before = uuid(&image);
-    fails_with(mkfs(&image, &[]), "already holds an augefs file system");
+    fails_with(
+        mkfs(&image, "64M", &[]),
+        "already holds an augefs file system",
+    );
     fails_with(augefs(&["mkfs", s(&image), "--size", "128M"]), "--force");
     assert_eq!(uuid(&image), before, "refused mkfs changed nothing");
     assert_eq!(std::fs::metadata(&image).expect("stat").len(), 64 << 20);
@@ -221,12 +185,12 @@ fn existing_file_system_needs_force() {
 
 #[test]
 fn image_in_use_is_refused() {
-    let dir = scratch();
+    let dir = scratch!();
     let image = dir.path().join("a.img");
-    ok(mkfs(&image, &[]));
+    ok(mkfs(&image, "64M", &[]));
     let held = device::open(&image, &device::OpenOptions::default()).expect("open");
     fails_with(augefs(&["inspect", s(&image)]), "in use");
-    fails_with(mkfs(&image, &["--force"]), "in use");
+    fails_with(mkfs(&image, "64M", &["--force"]), "in use");
     drop(held);
     ok(augefs(&["inspect", s(&image)]));
     // A shared (inspect) holder does not stop another inspect, but stops mkfs.
@@ -240,7 +204,7 @@ fn image_in_use_is_refused() {
     )
     .expect("open");
     ok(augefs(&["inspect", s(&image)]));
-    fails_with(mkfs(&image, &["--force"]), "in use");
+    fails_with(mkfs(&image, "64M", &["--force"]), "in use");
     drop(shared);
 }
 
@@ -262,7 +226,7 @@ fn bad_flags_are_usage_errors() {
 /// not there.
 #[test]
 fn bench_and_amplify_run_the_bench_program_beside() {
-    let root = scratch();
+    let root = scratch!();
     let alone = root.path().join("augefs");
     if std::fs::hard_link(env!("CARGO_BIN_EXE_augefs"), &alone).is_err() {
         std::fs::copy(env!("CARGO_BIN_EXE_augefs"), &alone).expect("copy augefs");

@@ -4,44 +4,21 @@
 //! `fsck -y` must salvage it and name the file that lost acknowledged changes, and the
 //! salvaged image must check clean.
 
-use engine::log::{EngineConfig, EngineEnv};
-use platform::ManualClock;
+mod common;
+
+use common::{augefs, mkfs};
+use engine::log::EngineConfig;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::Arc;
-
-fn augefs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_augefs"))
-        .args(args)
-        .output()
-        .expect("augefs runs")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use testsupport::mount::{open_file, unmount};
+use testsupport::process::{check, describe, s};
+use testsupport::scratch;
 
 /// mkfs, an 8 MiB file written in 1 MiB buffered writes, a clean unmount; returns the
 /// WAL region's non-zero blocks.
 fn image_with_file(path: &Path) -> Vec<u64> {
-    let o = augefs(&["mkfs", s(path), "--size", "256M"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let dev = Arc::new(device::open(path, &device::OpenOptions::default()).unwrap());
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    let fs = Arc::new(vfs::FileSystem::mount(env, EngineConfig::default()).unwrap());
+    check("mkfs", &mkfs(path, "256M", &[]));
+    let fs = open_file(path, EngineConfig::default());
     let f = vfs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -51,7 +28,8 @@ fn image_with_file(path: &Path) -> Vec<u64> {
         f.write_at(&[i + 1; 1 << 20], u64::from(i) << 20).unwrap();
     }
     drop(f);
-    Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    unmount(fs);
+    let dev = device::open(path, &device::OpenOptions::default()).unwrap();
     let wal = engine::image::read_superblock(&dev)
         .unwrap()
         .superblock
@@ -66,7 +44,7 @@ fn image_with_file(path: &Path) -> Vec<u64> {
 
 #[test]
 fn a_damaged_wal_block_is_refused_reported_and_salvaged() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     let used = image_with_file(&image);
     // The next-to-last block the log uses: in the middle of the file's lane, with
@@ -91,12 +69,12 @@ fn a_damaged_wal_block_is_refused_reported_and_salvaged() {
     assert!(
         !o.status.success(),
         "mount accepted a damaged log: {}",
-        text(&o)
+        describe(&o)
     );
     assert!(
-        text(&o).contains("damaged MetaDB WAL record"),
+        describe(&o).contains("damaged MetaDB WAL record"),
         "{}",
-        text(&o)
+        describe(&o)
     );
     assert!(
         std::fs::read(&image).unwrap() == before,
@@ -104,20 +82,20 @@ fn a_damaged_wal_block_is_refused_reported_and_salvaged() {
     );
 
     let o = augefs(&["fsck", s(&image), "-n"]);
-    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
-    assert!(text(&o).contains("metadb_damaged"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    assert!(describe(&o).contains("metadb_damaged"), "{}", describe(&o));
     assert!(
         std::fs::read(&image).unwrap() == before,
         "-n changed the image"
     );
 
     let o = augefs(&["fsck", s(&image), "-y"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    let out = describe(&o);
     assert!(
         out.contains("acknowledged_changes_lost") && out.contains("/f8"),
         "{out}"
     );
     let o = augefs(&["fsck", s(&image), "-n", "--verify-data"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
 }

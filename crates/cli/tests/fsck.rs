@@ -1,22 +1,15 @@
 //! `augefs fsck` through the real binary: e2fsck's exit codes (0, 1, 4, 8, 16), `-n`
 //! leaving the image untouched, and the `--json` report.
 
-use engine::log::{EngineConfig, EngineEnv};
-use platform::ManualClock;
+mod common;
+
+use common::{augefs, mkfs};
+use engine::log::EngineConfig;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::Arc;
-
-fn augefs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_augefs"))
-        .args(args)
-        .output()
-        .expect("augefs runs")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+use std::process::Output;
+use testsupport::mount::{open_file, unmount};
+use testsupport::process::{check, s};
+use testsupport::scratch;
 
 fn code(o: &Output) -> i32 {
     o.status.code().expect("exited")
@@ -24,15 +17,8 @@ fn code(o: &Output) -> i32 {
 
 /// An image with a few files, and a directory entry naming a missing inode.
 fn corrupted_image(path: &Path) {
-    let o = augefs(&["mkfs", s(path), "--size", "128M"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let dev = device::open(path, &device::OpenOptions::default()).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    let fs = Arc::new(vfs::FileSystem::mount(env, EngineConfig::default()).unwrap());
+    check("mkfs", &mkfs(path, "128M", &[]));
+    let fs = open_file(path, EngineConfig::default());
     fs.create_dir("/d", 0o755).unwrap();
     let f = vfs::OpenOptions::new()
         .write(true)
@@ -53,12 +39,12 @@ fn corrupted_image(path: &Path) {
             metadb::Durability::Sync,
         )
         .unwrap();
-    Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    unmount(fs);
 }
 
 #[test]
 fn exit_codes_and_json() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let image = dir.path().join("img");
     corrupted_image(&image);
     let before = std::fs::read(&image).unwrap();
@@ -97,7 +83,7 @@ fn exit_codes_and_json() {
 
 #[test]
 fn operational_and_usage_errors() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = scratch!();
     let zeros = dir.path().join("zeros");
     std::fs::write(&zeros, vec![0u8; 4 << 20]).unwrap();
     let o = augefs(&["fsck", s(&zeros)]);

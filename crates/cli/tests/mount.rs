@@ -13,6 +13,9 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
+use testsupport::bytes::bytes;
+use testsupport::fuse::{alive, daemons, is_mounted, mount_line};
+use testsupport::process::{check, sh, wait_until};
 
 /// A tree of files of many sizes (holes and block edges included), nested directories,
 /// symlinks (relative, absolute, dangling, to a directory), hard links and odd modes.
@@ -52,7 +55,7 @@ fn make_tree(root: &Path) {
 
 #[test]
 fn real_programs_on_a_mount_and_the_copy_survives_a_remount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let src = fx.host.join("src");
     fs::create_dir(&src).expect("src");
     make_tree(&src);
@@ -189,7 +192,7 @@ os.unlink(b)
 
 #[test]
 fn a_file_removed_while_open_is_still_read_until_closed() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let v = fx.vars();
     let data = bytes(7, 300_000);
@@ -229,7 +232,7 @@ fn a_file_removed_while_open_is_still_read_until_closed() {
 
 #[test]
 fn sigterm_unmounts_cleanly_and_the_image_remounts() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let v = fx.vars();
     sh(
@@ -274,7 +277,7 @@ fn sigterm_unmounts_cleanly_and_the_image_remounts() {
 
 #[test]
 fn bad_input_gives_clear_errors() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let fails = |args: &[&std::ffi::OsStr], says: &str| {
         let out = augefs(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -326,7 +329,7 @@ fn bad_input_gives_clear_errors() {
 
 #[test]
 fn writeback_cache_mount_keeps_data_intact() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let src = fx.host.join("src");
     fs::create_dir(&src).expect("src");
     make_tree(&src);
@@ -348,7 +351,7 @@ fn writeback_cache_mount_keeps_data_intact() {
 
 #[test]
 fn a_background_mount_reports_to_its_log() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let log = fx.host.join("daemon.log");
     fx.mount_with(
         BIN,
@@ -365,7 +368,7 @@ fn a_background_mount_reports_to_its_log() {
 fn the_mount_helper_takes_mount8_arguments() {
     // mount(8) runs /sbin/mount.fuse.augefs IMAGE DIR [-n] [-s] [-v] -o OPTS; a symlink
     // to the binary under that name is the helper (not installed here: a private one).
-    let fx = Fixture::new();
+    let fx = fixture();
     let helper = fx.host.join("mount.fuse.augefs");
     symlink(BIN, &helper).expect("symlink the helper");
     fx.mount_with(
@@ -373,19 +376,14 @@ fn the_mount_helper_takes_mount8_arguments() {
         &[],
         &["-n", "-o", "rw,nosuid,noexec,noauto,_netdev"],
     );
-    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let dir = fx.mnt.to_string_lossy();
-    let line = info
-        .lines()
-        .find(|l| l.split(' ').nth(4) == Some(dir.as_ref()))
-        .expect("the mount is listed");
+    let line = mount_line(&fx.mnt).expect("the mount is listed");
     assert!(line.contains("noexec"), "{line}");
     fx.unmount_with(&["umount"]);
 }
 
 #[test]
 fn foreground_mount_exits_zero_on_sigterm() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let mut child = Command::new(BIN)
         .arg("mount")
         .arg(&fx.image)
@@ -409,7 +407,7 @@ fn foreground_mount_exits_zero_on_sigterm() {
 
 #[test]
 fn fallocate_and_seek_data_hole_work_through_the_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let v = fx.vars();
     // util-linux's fallocate, and python's os.lseek with SEEK_DATA / SEEK_HOLE. Allocation
@@ -445,7 +443,7 @@ os.lseek(fd, 4096, os.SEEK_DATA), os.lseek(fd, 12288, os.SEEK_HOLE))' \"$f\"",
 /// refused at once, naming where it is mounted.
 #[test]
 fn commands_right_after_umount_wait_for_the_finishing_daemon() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let v = fx.vars();
     let out = augefs(&["fsck".as_ref(), fx.image.as_os_str(), "-n".as_ref()]);
@@ -501,7 +499,7 @@ fn commands_right_after_umount_wait_for_the_finishing_daemon() {
 /// write keeps them.
 #[test]
 fn a_non_owner_write_drops_set_id_bits_through_the_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "allow_other"]);
     let v = fx.vars();
     sh("chmod 1777 \"$MNT\"", &v);
@@ -554,7 +552,7 @@ fn a_non_owner_write_drops_set_id_bits_through_the_mount() {
 /// reads the groups from /proc only when a decision depends on them.
 #[test]
 fn supplementary_groups_grant_access_through_the_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "allow_other"]);
     let v = fx.vars();
     sh(

@@ -14,6 +14,7 @@ use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testsupport::process::{check, sh};
 
 /// git with a fixed identity and no user or system configuration.
 const GIT: &str = "git -c user.name=augefs -c user.email=augefs@example.com \
@@ -21,7 +22,7 @@ const GIT: &str = "git -c user.name=augefs -c user.email=augefs@example.com \
 
 #[test]
 fn git_commits_fsck_and_log_survive_a_remount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let mut v = fx.vars();
     v.push(("GIT_CONFIG_NOSYSTEM", Path::new("1")));
@@ -116,7 +117,7 @@ fn sqlite_script(path: &Path, wal: bool) {
 /// The inserts, checked; with `rolled_back`, one more transaction rolled back; then an
 /// unmount, fsck and a remount, checked again.
 fn sqlite_inserts_survive_a_remount(wal: bool, rolled_back: bool) {
-    let fx = Fixture::new();
+    let fx = fixture();
     let script = fx.host.join("inserts.sql");
     sqlite_script(&script, wal);
     fx.mount();
@@ -222,7 +223,7 @@ fn db_bench_then_fsck(verify: bool) {
         println!("SKIPPED: no db_bench (install rocksdb-tools; scripts/test does)");
         return;
     };
-    let fx = Fixture::new();
+    let fx = fixture();
     // It must run at all (on the host file system) before the mount is blamed.
     let probe = Command::new(&db_bench)
         .arg("--benchmarks=fillseq")

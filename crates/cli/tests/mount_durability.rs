@@ -13,6 +13,9 @@ use common::*;
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use testsupport::bytes::bytes;
+use testsupport::fuse::{alive, daemons, Fixture};
+use testsupport::process::{check, sh, wait_until};
 
 /// 200 small files in `d/` and three large buffered writes (several MiB each) at the top.
 fn write_workload(mnt: &Path) {
@@ -56,7 +59,7 @@ fn kill_and_remount(fx: &Fixture) {
 /// server, so this is the call that reaches one).
 #[test]
 fn an_fsync_of_the_mount_root_makes_everything_durable() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "commit=0"]);
     write_workload(&fx.mnt);
     sh("sync \"$MNT\"", &fx.vars());
@@ -68,7 +71,7 @@ fn an_fsync_of_the_mount_root_makes_everything_durable() {
 
 #[test]
 fn background_commit_makes_writes_durable_without_sync() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "commit=1"]);
     write_workload(&fx.mnt);
     // Past the interval (and the commit it starts): no fsync, no sync, no unmount.
@@ -86,7 +89,7 @@ fn image_mtime(fx: &Fixture) -> String {
 
 #[test]
 fn an_idle_mount_commits_nothing() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "commit=1"]);
     fs::write(fx.mnt.join("f"), b"once").expect("write");
     // The write is committed within a second or two; after that nothing changes, so
@@ -112,7 +115,7 @@ fn an_idle_mount_commits_nothing() {
 
 #[test]
 fn syncfs_with_writeback_cache_after_removing_and_replacing_files() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount_with(BIN, &["mount"], &["-o", "writeback_cache,commit=0"]);
     let v = fx.vars();
     // The kernel writes the times of f (and of the replaced g) after their last name is
@@ -134,7 +137,7 @@ fn syncfs_with_writeback_cache_after_removing_and_replacing_files() {
 
 #[test]
 fn a_read_only_mount_reads_and_refuses_changes() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     fs::write(fx.mnt.join("f"), b"kept").expect("write");
     fx.unmount();
@@ -201,7 +204,7 @@ impl Drop for Tmpfs {
 #[test]
 fn a_device_failure_turns_the_mount_read_only_and_says_so() {
     let host = Tmpfs::new("300m");
-    let fx = Fixture::new();
+    let fx = fixture();
     let image = host.path().join("img");
     let log = fx.host.join("daemon.log");
     sh(

@@ -11,6 +11,8 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testsupport::fuse::Fixture;
+use testsupport::process::{check, sh};
 
 /// Compiles `mount_handles/handles.c` into the fixture's host directory.
 fn compile(fx: &Fixture) -> PathBuf {
@@ -28,7 +30,7 @@ fn compile(fx: &Fixture) -> PathBuf {
 
 #[test]
 fn file_handles_open_in_the_same_and_a_later_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile(&fx);
     fx.mount();
     let mut v = fx.vars();

@@ -15,6 +15,8 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use testsupport::fuse::Fixture;
+use testsupport::process::{check, sh};
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,7 +31,7 @@ fn sqlite_secs() -> String {
 
 #[test]
 fn processes_contend_for_locks_on_a_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let out = sh(
         &format!("python3 {} \"$MNT\" main", script("locks.py").display()),
@@ -41,7 +43,7 @@ fn processes_contend_for_locks_on_a_mount() {
 
 #[test]
 fn two_sqlite_writers_on_a_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let out = sh(
         &format!(
@@ -80,7 +82,7 @@ fn run_sh(fx: &Fixture, script: &str) -> String {
 
 #[test]
 fn the_owner_and_its_children_contend_for_locks_under_augefs_run() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let out = run_sh(
         &fx,
         &format!(
@@ -95,7 +97,7 @@ fn the_owner_and_its_children_contend_for_locks_under_augefs_run() {
 
 #[test]
 fn two_sqlite_writers_under_augefs_run() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let out = run_sh(
         &fx,
         &format!(

@@ -16,6 +16,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
+use testsupport::fuse::{daemons, Fixture};
+use testsupport::process::sh;
 
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -91,7 +93,7 @@ fn each_transport_serves_the_same_work() {
     ];
     for (on, opts, transport) in cases {
         let _param = UringParam::set(on);
-        let fx = Fixture::new();
+        let fx = fixture();
         let log = mount_logged(&fx, opts);
         work(&fx);
         fx.unmount_with(&["umount"]);
@@ -146,7 +148,7 @@ fn an_idle_mount_uses_no_cpu() {
     let _turn = PARAM.lock().unwrap_or_else(|e| e.into_inner());
     for (on, transport) in [(true, "io_uring"), (false, "/dev/fuse")] {
         let _param = UringParam::set(on);
-        let fx = Fixture::new();
+        let fx = fixture();
         let log = mount_logged(&fx, "uring");
         // The copy's write-back and commit are over when `sync DIR` (an fsync of the
         // root) returns, however slow a loaded machine makes them.

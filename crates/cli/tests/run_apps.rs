@@ -10,9 +10,11 @@
 
 mod common;
 
-use common::{log_of, preload_built, run, stdout, Fixture, BIN};
+use common::{fixture, log_of, preload_built, run, BIN};
 use std::path::Path;
 use std::process::Command;
+use testsupport::fuse::Fixture;
+use testsupport::process::checked_stdout;
 
 /// Compiles tests/run_apps/`name`.c.
 fn compile(fx: &Fixture, name: &str) -> std::path::PathBuf {
@@ -33,7 +35,7 @@ fn no_bridge_left(fx: &Fixture) {
 
 #[test]
 fn sqlite3_transactions_and_integrity() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let mut sql = String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n");
     for _ in 0..10 {
         sql.push_str(
@@ -45,7 +47,7 @@ fn sqlite3_transactions_and_integrity() {
     let script = fx.host.join("load.sql");
     std::fs::write(&script, sql).unwrap();
     let read = format!(".read {}", script.display());
-    let out = stdout("sqlite3 load", &run(&fx, &["sqlite3", "/augefs/db", &read]));
+    let out = checked_stdout("sqlite3 load", &run(&fx, &["sqlite3", "/augefs/db", &read]));
     assert_eq!(out.trim(), "100000\nok");
     fx.fsck_clean();
     let again = run(
@@ -56,13 +58,16 @@ fn sqlite3_transactions_and_integrity() {
             "SELECT count(*) FROM t; PRAGMA integrity_check;",
         ],
     );
-    assert_eq!(stdout("sqlite3 reopen", &again).trim(), "100000\nok");
+    assert_eq!(
+        checked_stdout("sqlite3 reopen", &again).trim(),
+        "100000\nok"
+    );
     no_bridge_left(&fx);
 }
 
 #[test]
 fn db_bench_workloads() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let out = run(
         &fx,
         &[
@@ -73,7 +78,7 @@ fn db_bench_workloads() {
             "--compression_type=none",
         ],
     );
-    let text = stdout("db_bench", &out);
+    let text = checked_stdout("db_bench", &out);
     for b in [
         "fillseq",
         "fillrandom",
@@ -94,7 +99,7 @@ fn db_bench_workloads() {
             "--num=2000",
         ],
     );
-    assert!(stdout("db_bench readseq", &check_db).contains("readseq"));
+    assert!(checked_stdout("db_bench readseq", &check_db).contains("readseq"));
     no_bridge_left(&fx);
 }
 
@@ -124,11 +129,11 @@ print("python ok")
 
 #[test]
 fn python_open_stdio_listdir_rename_stat() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let script = fx.host.join("t.py");
     std::fs::write(&script, PYTHON).unwrap();
     let out = run(&fx, &["python3", script.to_str().unwrap()]);
-    assert_eq!(stdout("python", &out).trim(), "python ok");
+    assert_eq!(checked_stdout("python", &out).trim(), "python ok");
     fx.fsck_clean();
     let back = run(
         &fx,
@@ -138,13 +143,13 @@ fn python_open_stdio_listdir_rename_stat() {
             "print(open('/augefs/py/b.txt').read().count('\\n'))",
         ],
     );
-    assert_eq!(stdout("python reopen", &back).trim(), "1000");
+    assert_eq!(checked_stdout("python reopen", &back).trim(), "1000");
     no_bridge_left(&fx);
 }
 
 #[test]
 fn bash_redirections_fork_and_exec() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let host = fx.host.join("in.txt");
     std::fs::write(&host, "l1\nl2\nl3\n").unwrap();
     let script = format!(
@@ -166,14 +171,14 @@ fn bash_redirections_fork_and_exec() {
          echo done",
         h = host.display()
     );
-    let out = stdout("bash", &run(&fx, &["bash", "-c", &script]));
+    let out = checked_stdout("bash", &run(&fx, &["bash", "-c", &script]));
     assert_eq!(
         out,
         "3\nL1\nL2\nL3\nFOUR\n6\nread built-in\n/augefs/d\nhere\ndone\n"
     );
     fx.fsck_clean();
     let back = run(&fx, &["bash", "-c", "cat /augefs/log; cat /augefs/b"]);
-    let text = stdout("bash reopen", &back);
+    let text = checked_stdout("bash reopen", &back);
     assert!(
         text.starts_with("first\n") && text.contains("last\nl1\n"),
         "{text}"
@@ -183,10 +188,10 @@ fn bash_redirections_fork_and_exec() {
 
 #[test]
 fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile(&fx, "calls");
     let out = run(&fx, &[exe.to_str().unwrap()]);
-    assert_eq!(stdout("calls", &out).trim(), "calls ok");
+    assert_eq!(checked_stdout("calls", &out).trim(), "calls ok");
     let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
     assert_eq!(lines.len(), 1, "one log line names ioctl: {log}");
@@ -198,11 +203,11 @@ fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
 /// Compiles `tests/run_apps/NAME.c` into the fixture's host directory.
 #[test]
 fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile(&fx, "spawn");
     let out = run(&fx, &[exe.to_str().unwrap()]);
     assert_eq!(
-        stdout("spawn", &out),
+        checked_stdout("spawn", &out),
         "from execle\nthrough popen\nvforked\nspawn ok\n"
     );
     fx.fsck_clean();
@@ -216,7 +221,7 @@ fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
         ],
     );
     assert_eq!(
-        stdout("spawn reopen", &back),
+        checked_stdout("spawn reopen", &back),
         "parent\nspawned\nafter\nsys\ninherited\nexeclp\n"
     );
     no_bridge_left(&fx);
@@ -224,17 +229,20 @@ fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
 
 #[test]
 fn python_subprocess_and_os_system() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run_apps/spawn.py");
     let out = run(&fx, &["python3", script.to_str().unwrap()]);
-    assert_eq!(stdout("python spawn", &out).trim(), "python spawn ok");
+    assert_eq!(
+        checked_stdout("python spawn", &out).trim(),
+        "python spawn ok"
+    );
     fx.fsck_clean();
     no_bridge_left(&fx);
 }
 
 #[test]
 fn run_reports_usage_errors() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let missing = Command::new(BIN)
         .args(["run", "--image", "/nonexistent/img", "--", "true"])
         .output()
@@ -257,7 +265,7 @@ fn run_reports_usage_errors() {
 #[test]
 fn an_attached_image_is_refused_at_once_naming_its_holder() {
     preload_built();
-    let fx = Fixture::new();
+    let fx = fixture();
     let mut held = Command::new(BIN)
         .arg("run")
         .arg("--image")
@@ -300,10 +308,10 @@ fn an_attached_image_is_refused_at_once_naming_its_holder() {
 /// interposer reads paths as the kernel does: crates/preload/src/uaccess.rs).
 #[test]
 fn bad_path_pointers_are_efault() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile(&fx, "badptr");
     let out = run(&fx, &[exe.to_str().unwrap()]);
-    assert_eq!(stdout("badptr", &out).trim(), "badptr ok");
+    assert_eq!(checked_stdout("badptr", &out).trim(), "badptr ok");
     fx.fsck_clean();
 }
 
@@ -314,7 +322,7 @@ fn bad_path_pointers_are_efault() {
 #[test]
 fn an_unreachable_image_fails_closed() {
     preload_built();
-    let fx = Fixture::new();
+    let fx = fixture();
     let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
     let (pfx, cwd) = (fx.host.join("pfx"), fx.host.join("cwd"));
     std::fs::create_dir(&pfx).unwrap();
@@ -389,10 +397,10 @@ fn an_unreachable_image_fails_closed() {
 /// family is followed: crates/preload/src/ident.rs).
 #[test]
 fn a_program_that_drops_root_is_checked_as_its_new_self() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile(&fx, "setuid");
     let out = run(&fx, &[exe.to_str().unwrap()]);
-    assert_eq!(stdout("setuid", &out).trim(), "setuid ok");
+    assert_eq!(checked_stdout("setuid", &out).trim(), "setuid ok");
     fx.fsck_clean();
 }
 
@@ -400,7 +408,7 @@ fn a_program_that_drops_root_is_checked_as_its_new_self() {
 /// of starting a program whose every call under the prefix would fail.
 #[test]
 fn run_refuses_a_mounted_image_naming_the_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let started = std::time::Instant::now();
     let out = run(&fx, &["true"]);

@@ -17,6 +17,7 @@ use common::*;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::process::Command;
+use testsupport::process::{checked_stdout, sh};
 
 /// The nodes special.c leaves: a FIFO and the character device (1, 5).
 fn kept_nodes_are_there(dir: &Path) {
@@ -36,7 +37,7 @@ fn kept_nodes_are_there(dir: &Path) {
 
 #[test]
 fn special_files_on_a_fuse_mount() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile_c(&fx, "special", "special");
     // `dev`: the kernel opens device nodes on this mount (augefs never does).
     fx.mount_with(BIN, &["mount"], &["-o", "dev"]);
@@ -45,7 +46,7 @@ fn special_files_on_a_fuse_mount() {
         .arg("dev")
         .output()
         .expect("run special");
-    assert_eq!(stdout("special", &out).trim(), "special ok");
+    assert_eq!(checked_stdout("special", &out).trim(), "special ok");
     // A shell's FIFO on the mount: a writer and a reader pass bytes.
     let piped = sh(
         "mkfifo \"$MNT/pipe\"; (echo through the mount > \"$MNT/pipe\") & \
@@ -69,14 +70,14 @@ fn special_files_on_a_fuse_mount() {
 
 #[test]
 fn special_files_through_the_interposer() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile_c(&fx, "special", "special");
     // The bridge is mounted nodev: a device node opens with EACCES there.
     let out = run(
         &fx,
         &[exe.to_str().expect("utf-8 path"), "/augefs", "nodev"],
     );
-    assert_eq!(stdout("special", &out).trim(), "special ok");
+    assert_eq!(checked_stdout("special", &out).trim(), "special ok");
     fx.fsck_clean();
     let again = run(
         &fx,
@@ -89,7 +90,7 @@ fn special_files_through_the_interposer() {
         ],
     );
     assert_eq!(
-        stdout("stat", &again),
+        checked_stdout("stat", &again),
         "character special file 1:5 644 0\nfifo 0:0 600 0\n"
     );
     let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
@@ -104,7 +105,7 @@ fn special_files_through_the_interposer() {
 /// in the image), opening the FIFO fails with ENXIO and one log line.
 #[test]
 fn without_a_bridge_a_fifo_does_not_open() {
-    let fx = Fixture::new();
+    let fx = fixture();
     preload_built();
     let lib = Path::new(BIN).with_file_name("libaugefs_preload.so");
     let script = "import os, stat\n\
@@ -126,7 +127,7 @@ fn without_a_bridge_a_fifo_does_not_open() {
         .env_remove("AUGEFS_BRIDGE")
         .output()
         .expect("python3");
-    assert_eq!(stdout("python3", &out).trim(), "refused");
+    assert_eq!(checked_stdout("python3", &out).trim(), "refused");
     let log = std::fs::read_to_string(log_of(&fx)).unwrap_or_default();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("ENXIO")).collect();
     assert_eq!(lines.len(), 1, "one log line: {log}");
@@ -136,10 +137,10 @@ fn without_a_bridge_a_fifo_does_not_open() {
 
 #[test]
 fn a_bridged_child_maps_an_augefs_file_shared() {
-    let fx = Fixture::new();
+    let fx = fixture();
     let exe = compile_c(&fx, "special", "bridged_mmap");
     let out = run(&fx, &[exe.to_str().expect("utf-8 path")]);
-    assert_eq!(stdout("bridged_mmap", &out).trim(), "mmap ok");
+    assert_eq!(checked_stdout("bridged_mmap", &out).trim(), "mmap ok");
     fx.fsck_clean();
     let back = run(
         &fx,
@@ -152,5 +153,5 @@ fn a_bridged_child_maps_an_augefs_file_shared() {
             "status=none",
         ],
     );
-    assert_eq!(stdout("dd", &back), "stored by a bridged child");
+    assert_eq!(checked_stdout("dd", &back), "stored by a bridged child");
 }

@@ -28,16 +28,33 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Once;
 
-/// Which backend serves an opened device.
+/// Which backend serves an opened device. With the `clap` feature it is also the
+/// `--backend` argument of the commands, by the names of [`BackendChoice::name`]; the
+/// variants' first doc lines are then its help, so they speak to users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum BackendChoice {
     /// io_uring when it can be set up, else pread with a notice.
     #[default]
     Auto,
-    /// io_uring or an error ([`DeviceError::UringUnavailable`]).
+    /// io_uring, or an error where it cannot be set up.
+    ///
+    /// The error is [`DeviceError::UringUnavailable`].
+    #[cfg_attr(feature = "clap", value(name = "io_uring"))]
     IoUring,
     /// pread/pwrite/fdatasync.
     Pread,
+}
+
+impl BackendChoice {
+    /// Its name on a command line (`--backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::IoUring => "io_uring",
+            BackendChoice::Pread => "pread",
+        }
+    }
 }
 
 /// The lock an open takes on the image.
@@ -387,6 +404,16 @@ mod tests {
         assert!(!o.read_only);
         assert_eq!(o.lock, LockMode::Exclusive);
         assert_eq!(o.queue_depth, 128);
+    }
+
+    /// `name` is what `--backend` takes back (`augefs mount` hands it to its daemon).
+    #[cfg(feature = "clap")]
+    #[test]
+    fn names_are_the_argument_values() {
+        use clap::ValueEnum;
+        for &b in BackendChoice::value_variants() {
+            assert_eq!(BackendChoice::from_str(b.name(), false), Ok(b));
+        }
     }
 
     #[test]

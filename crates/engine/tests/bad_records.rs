@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{memory_image, small_config, try_mount};
+use common::{small_config, try_mount};
 use engine::log::keys::{mapping_key, FileBlock, Mapping};
 use engine::log::FsyncPath;
 use engine::EngineError;
@@ -12,6 +12,7 @@ use format::{BlockAddr, InodeNo};
 use metadb::{Durability, WriteBatch};
 use platform::ManualClock;
 use std::sync::Arc;
+use testsupport::image::memory_image;
 
 const MIB: u64 = 1 << 20;
 
@@ -25,7 +26,7 @@ fn far_addresses(device_blocks: u64) -> [BlockAddr; 3] {
 
 #[test]
 fn a_mapping_past_the_device_reads_as_corruption() {
-    let dev = memory_image(96 * MIB, 1, None);
+    let dev = memory_image(96 * MIB, 1);
     let config = small_config(FsyncPath::Async, 1 << 20, false);
     let engine = try_mount(&dev, None, &config, Arc::new(ManualClock::new(1))).unwrap();
     for (i, addr) in far_addresses(dev.size_bytes() / 4096)
@@ -58,7 +59,7 @@ fn a_mapping_past_the_device_reads_as_corruption() {
 #[test]
 fn recovery_of_a_mapping_past_the_device_is_corruption() {
     for addr in far_addresses(96 * MIB / 4096) {
-        let dev = memory_image(96 * MIB, 1, None);
+        let dev = memory_image(96 * MIB, 1);
         let config = small_config(FsyncPath::Async, 1 << 20, false);
         let engine = try_mount(&dev, None, &config, Arc::new(ManualClock::new(1))).unwrap();
         // In the domain's own lane, numbered above any watermark: recovery checks its data.

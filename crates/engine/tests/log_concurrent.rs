@@ -7,9 +7,7 @@
 
 mod common;
 
-use common::{
-    memory_image, punch_from, read_values, small_config, try_mount, write_block, RandomWrite, BLOCK,
-};
+use common::{punch_from, read_values, small_config, try_mount, write_block, RandomWrite, BLOCK};
 use device::Device;
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
@@ -21,6 +19,7 @@ use platform::{Rng, SystemClock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use testsupport::image::memory_image;
 
 const BLOCKS: u64 = 64;
 
@@ -45,7 +44,7 @@ fn check(engine: &Engine, model: &Model) {
 }
 
 fn run(path: FsyncPath, writers: u64, domains: u32) {
-    let dev = memory_image(256 * MIB, domains, None);
+    let dev = memory_image(256 * MIB, domains);
     let config = config(path);
     let engine = Arc::new(mount(&dev, &config));
     let stop = Arc::new(AtomicBool::new(false));
@@ -157,7 +156,7 @@ fn many_writers_in_one_domain() {
 /// and the cleaner did clean.
 #[test]
 fn background_cleaner_runs_beside_writers() {
-    let dev = memory_image(192 * MIB, 2, None);
+    let dev = memory_image(192 * MIB, 2);
     let config = config(FsyncPath::Async);
     let engine = Arc::new(mount(&dev, &config));
     let files = engine.space_report().capacity_blocks * 7 / 10 / BLOCKS;

@@ -11,8 +11,7 @@
 
 mod common;
 
-use common::{memory_image, punch_from, read_values, small_config, try_mount, RandomWrite, BLOCK};
-use device::memory::MemoryBackend;
+use common::{punch_from, read_values, small_config, try_mount, RandomWrite, BLOCK};
 use device::recording::{CrashPolicy, RecordingBackend, RecordingHandle};
 use device::Device;
 use engine::log::keys::FileBlock;
@@ -24,6 +23,7 @@ use metadb::WriteBatch;
 use platform::{ManualClock, Rng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use testsupport::image::{formatted, from_bytes, image_bytes, memory_device};
 
 const IMAGE_BYTES: u64 = 96 * MIB;
 const FILES: u64 = 4;
@@ -37,14 +37,7 @@ fn config(path: FsyncPath) -> EngineConfig {
 
 /// A freshly formatted image's bytes (to start a recording device from).
 fn formatted_image(domains: u32, pmr: Option<&pmr::Pmr>) -> Vec<u8> {
-    let dev = memory_image(IMAGE_BYTES, domains, pmr);
-    dev.read(
-        0,
-        device::AlignedBuf::zeroed(IMAGE_BYTES as usize),
-        device::IoCause::Tool,
-    )
-    .unwrap()
-    .to_vec()
+    image_bytes(&formatted(memory_device(IMAGE_BYTES), domains, pmr))
 }
 
 fn mount(
@@ -155,7 +148,7 @@ fn check_states(seed: u64, ops: usize, path: FsyncPath, domains: u32, states_max
     for state in &states.states {
         let durable = state.durable_writes();
         let image = recording.image(state);
-        let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+        let crashed = from_bytes(image);
         let engine = mount(crashed.clone(), None, &config)
             .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
         dropped += engine.mount_report().replay.records_dropped;
@@ -297,10 +290,7 @@ fn pmr_mode_async_fsync_recovers_a_prefix_with_every_acknowledged_write() {
             pmr.crash_image_all_kept(),
         ));
         for (state, pmr_image) in &current {
-            let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-                recording.image(state),
-                512,
-            ))));
+            let crashed = from_bytes(recording.image(state));
             let crashed_pmr = Arc::new(
                 pmr::Pmr::memory_from_image(pmr_image, pmr::PmrOptions::default()).unwrap(),
             );

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{memory_image, mount, read_values, small_config, write_block, BLOCK};
+use common::{mount, read_values, small_config, write_block, BLOCK};
 use engine::log::keys::{self, FileBlock};
 use engine::log::{Durability, Engine, FsyncPath, WriteOptions};
 use engine::space::victim::Policy;
@@ -13,6 +13,7 @@ use format::constants::MIB;
 use format::InodeNo;
 use metadb::WriteBatch;
 use std::collections::BTreeMap;
+use testsupport::image::memory_image;
 
 const INO: u64 = 5;
 
@@ -61,7 +62,7 @@ fn check(engine: &Engine, model: &BTreeMap<u64, u8>, blocks: u64) {
 
 #[test]
 fn extents_map_long_runs_and_survive_overwrites_punches_gc_and_remounts() {
-    let dev = memory_image(64 * MIB, 1, None);
+    let dev = memory_image(64 * MIB, 1);
     let config = small_config(FsyncPath::Async, 64 << 10, false);
     let mut engine = mount(&dev, None, &config);
     let mut model = BTreeMap::new();
@@ -175,7 +176,7 @@ fn extents_map_long_runs_and_survive_overwrites_punches_gc_and_remounts() {
 /// so the next read sees it.
 #[test]
 fn reads_through_the_map_cache_see_every_change_made_before_them() {
-    let dev = memory_image(64 * MIB, 1, None);
+    let dev = memory_image(64 * MIB, 1);
     let config = small_config(FsyncPath::Async, 64 << 10, false);
     let engine = mount(&dev, None, &config);
     let ino = InodeNo(INO);
@@ -266,7 +267,7 @@ fn reads_through_the_map_cache_see_every_change_made_before_them() {
 #[test]
 fn concurrent_readers_never_see_a_block_older_than_its_last_returned_write() {
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-    let dev = memory_image(64 * MIB, 1, None);
+    let dev = memory_image(64 * MIB, 1);
     let config = small_config(FsyncPath::Async, 64 << 10, false);
     let engine = mount(&dev, None, &config);
     const BLOCKS: u64 = 64;

@@ -11,17 +11,10 @@ use device::Device;
 use engine::log::{Durability, FsyncPath};
 use format::constants::MIB;
 use std::sync::Arc;
+use testsupport::image::{image_bytes, memory_image};
 
 fn formatted_recording() -> (Arc<Device>, device::recording::RecordingHandle) {
-    let image = common::memory_image(96 * MIB, 1, None);
-    let bytes = image
-        .read(
-            0,
-            device::AlignedBuf::zeroed(96 * MIB as usize),
-            device::IoCause::Tool,
-        )
-        .unwrap()
-        .to_vec();
+    let bytes = image_bytes(&memory_image(96 * MIB, 1));
     let (backend, handle) = RecordingBackend::new(bytes, 512);
     (Arc::new(Device::new(Box::new(backend))), handle)
 }

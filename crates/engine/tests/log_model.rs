@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{formatted, memory_image, mount, read_values, small_config, RandomWrite, BLOCK};
+use common::{mount, read_values, small_config, RandomWrite, BLOCK};
 use device::Device;
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, FsyncPath, WriteOptions};
@@ -18,6 +18,7 @@ use pmr::{Pmr, PmrOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use testsupport::image::{formatted, memory_device};
 
 /// File -> block -> the byte every byte of the block holds.
 type Model = BTreeMap<u64, BTreeMap<u64, u8>>;
@@ -39,7 +40,7 @@ fn check_all(engine: &Engine, model: &Model, files: u64, blocks: u64) {
 
 fn run_model(seed: u64, path: FsyncPath, domains: u32, with_pmr: bool) {
     let pmr = with_pmr.then(|| Arc::new(Pmr::memory(4 * MIB, PmrOptions::default()).unwrap()));
-    let dev = memory_image(128 * MIB, domains, pmr.as_deref());
+    let dev = formatted(memory_device(128 * MIB), domains, pmr.as_deref());
     run_model_on(seed, path, domains, dev, pmr);
 }
 
@@ -177,7 +178,7 @@ fn pmr_mode_matches_the_model() {
 /// The same model on an image file through io_uring with O_DIRECT (the real backend).
 #[test]
 fn image_file_through_io_uring_matches_the_model() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = testsupport::scratch!();
     let path = dir.path().join("model.img");
     std::fs::File::create(&path)
         .unwrap()

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{memory_image, mount, small_config, write_block, BLOCK};
+use common::{mount, small_config, write_block, BLOCK};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, FsyncPath, WriteOptions};
 use format::constants::MIB;
@@ -17,6 +17,7 @@ use format::InodeNo;
 use metadb::WriteBatch;
 use platform::Rng;
 use std::sync::atomic::Ordering;
+use testsupport::image::memory_image;
 
 const FILE_BLOCKS: u64 = 256;
 
@@ -30,7 +31,7 @@ fn data_capacity(engine: &Engine) -> u64 {
 }
 
 fn fill_then_overwrite(utilization: f64, domains: u32) {
-    let dev = memory_image(192 * MIB, domains, None);
+    let dev = memory_image(192 * MIB, domains);
     let engine = mount(&dev, None, &config());
     // Fill whole files until live data reaches the target share of the capacity (which
     // shrinks as MetaDB's tables grow, so it is read again each time).

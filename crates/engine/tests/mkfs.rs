@@ -1,7 +1,6 @@
 //! mkfs and inspect on in-memory devices and PMRs.
 
-use device::memory::MemoryBackend;
-use device::{AlignedBuf, Device, IoCause};
+use device::{AlignedBuf, IoCause};
 use engine::image::{read_checkpoints, read_superblock, SlotState};
 use engine::mkfs::{detect_existing, format, MkfsOptions};
 use engine::progress::NoProgress;
@@ -11,10 +10,7 @@ use format::geometry::CheckpointOwner;
 use format::geometry::Geometry;
 use format::FormatError;
 use pmr::{Pmr, PmrOptions};
-
-fn memory_device(size: u64) -> Device {
-    Device::new(Box::new(MemoryBackend::new(size, 512)))
-}
+use testsupport::image::memory_device;
 
 fn opts() -> MkfsOptions {
     MkfsOptions {

@@ -7,10 +7,12 @@ use common::*;
 use engine::log::keys::{self, FileBlock, Mapping};
 use format::BlockAddr;
 use fsck::Mode;
+use testsupport::mount::unmount;
+use testsupport::scratch;
 
 #[test]
 fn a_mapping_past_the_device_is_reported_not_read() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     let file = ino(&fs, "/d1/two");

@@ -13,29 +13,19 @@
 //! that way; a completed fsync of a new file keeps its name (the regression test below
 //! reproduced the VFS bug fixed on main in bca6c4f).
 
-use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
-use fsck::{Mode, Options};
-use platform::ManualClock;
+use fsck::Mode;
 use std::sync::Arc;
+use testsupport::check::run_fsck;
+use testsupport::image::{from_bytes, image_bytes, memory_image, SECTOR_BYTES};
+use testsupport::mount::{foreground_config, mount_with};
 use vfs::{FileSystem, OpenOptions};
 
-const IMAGE_BYTES: usize = 64 << 20;
+const IMAGE_BYTES: u64 = 64 << 20;
 
 fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    let mut config = EngineConfig::default();
-    config.metadb.background = false;
-    config.metadb.memtable_bytes = 256 << 10;
-    Arc::new(FileSystem::mount(env, config).unwrap())
+    mount_with(dev, foreground_config())
 }
 
 fn write(fs: &Arc<FileSystem>, path: &str, len: usize, sync: bool) {
@@ -52,23 +42,8 @@ fn write(fs: &Arc<FileSystem>, path: &str, len: usize, sync: bool) {
 
 /// Records the workload; returns the recording handle.
 fn record() -> device::recording::RecordingHandle {
-    let dev = Device::new(Box::new(MemoryBackend::new(IMAGE_BYTES as u64, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [4; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let raw = dev
-        .read(
-            0,
-            device::AlignedBuf::zeroed(IMAGE_BYTES),
-            device::IoCause::Tool,
-        )
-        .unwrap()
-        .to_vec();
-    let (backend, handle) = RecordingBackend::new(raw, 512);
+    let raw = image_bytes(&memory_image(IMAGE_BYTES, 2));
+    let (backend, handle) = RecordingBackend::new(raw, SECTOR_BYTES);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let fs = mount(&dev);
     // Inode numbers: /d 2 (domain 0), then 3, 4, 5 ... alternate domains.
@@ -102,22 +77,13 @@ fn check_states() -> Vec<Checked> {
         ..CrashPolicy::with_seed(5)
     });
     assert!(states.states.len() >= 10);
-    let options = |mode| Options {
-        mode,
-        verify_data: true,
-        now_ns: 0,
-    };
     let mut out = Vec::new();
     for state in &states.states {
-        let dev = Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-            recording.image(state),
-            512,
-        ))));
-        let found = fsck::check(dev.clone(), None, &options(Mode::Check), &NoProgress).unwrap();
+        let dev = from_bytes(recording.image(state));
+        let found = run_fsck(dev.clone(), Mode::Check, true);
         let repaired = (!found.problems.is_empty()).then(|| {
-            let fixed =
-                fsck::check(dev.clone(), None, &options(Mode::Repair), &NoProgress).unwrap();
-            let again = fsck::check(dev, None, &options(Mode::Check), &NoProgress).unwrap();
+            let fixed = run_fsck(dev.clone(), Mode::Repair, true);
+            let again = run_fsck(dev, Mode::Check, true);
             (fixed, again)
         });
         out.push((state.to_string(), found, repaired));
@@ -150,17 +116,7 @@ fn crash_states_check_clean_or_only_leak_a_nameless_inode_that_y_repairs() {
 /// open, and the name was lost.
 #[test]
 fn fsynced_new_file_keeps_its_name_across_a_crash() {
-    let dev = Arc::new(Device::new(Box::new(MemoryBackend::new(
-        IMAGE_BYTES as u64,
-        512,
-    ))));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [4; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
+    let dev = memory_image(IMAGE_BYTES, 2);
     let fs = mount(&dev);
     fs.create_dir("/a", 0o755).unwrap(); // inode 2: the next, 3, is in domain 1
     fs.create_dir("/b", 0o755).unwrap(); // inode 3: the file, 4, is in domain 0

@@ -11,20 +11,20 @@
 //! report's 64 random blocks in the first 350 MiB of 1 GiB, scaled to 96 MiB).
 //! `AUGEFS_DAMAGE_SEED=S` changes the random bytes.
 
-use device::memory::MemoryBackend;
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use engine::space::Owner;
 use format::constants::BLOCK_SIZE_BYTES;
 use format::SegmentNo;
-use fsck::{Mode, Options};
-use platform::{ManualClock, Rng};
+use fsck::Mode;
+use platform::Rng;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use vfs::{FileSystem, Kind, OpenOptions, XattrMode};
+use testsupport::bytes::bytes;
+use testsupport::check::try_fsck;
+use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::mount::{foreground_config, manual_clock, try_mount, unmount};
+use vfs::{CacheConfig, FileSystem, Kind, OpenOptions, XattrMode};
 
 const IMAGE_BYTES: u64 = 96 << 20;
 const BLOCK: usize = BLOCK_SIZE_BYTES as usize;
@@ -38,41 +38,21 @@ enum Obj {
     Link(Vec<u8>),
 }
 
-fn device(image: Vec<u8>) -> Arc<Device> {
-    Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))))
-}
-
-fn mount(dev: Arc<Device>) -> Result<FileSystem, vfs::VfsError> {
-    let env = EngineEnv {
-        device: dev,
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    let mut config = EngineConfig::default();
-    config.metadb.background = false;
-    config.metadb.memtable_bytes = 256 << 10;
-    FileSystem::mount(env, config)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed.wrapping_add((i / 4096) as u8).wrapping_mul(31) ^ (i as u8))
-        .collect()
+fn mount(dev: &Arc<Device>) -> Result<FileSystem, vfs::VfsError> {
+    try_mount(
+        dev,
+        foreground_config(),
+        CacheConfig::default(),
+        manual_clock(),
+    )
 }
 
 /// Files of several sizes written with large buffered writes, directories, a symlink,
 /// hard links, xattrs, some files fsync'd, a clean unmount. Returns the image and the
 /// tree (path -> object) with each file's xattrs.
 fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
-    let dev = device(vec![0; IMAGE_BYTES as usize]);
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let fs = Arc::new(mount(dev.clone()).unwrap());
+    let dev = memory_image(IMAGE_BYTES, 2);
+    let fs = Arc::new(mount(&dev).unwrap());
     let mut tree = BTreeMap::new();
     for d in ["/a", "/a/b", "/c"] {
         fs.create_dir(d, 0o755).unwrap();
@@ -91,7 +71,7 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
             .create(true)
             .open(&fs, path)
             .unwrap();
-        let data = pattern(*len, i as u8 + 1);
+        let data = bytes(i as u64 + 1, *len);
         for (n, chunk) in data.chunks(1 << 20).enumerate() {
             f.write_at(chunk, (n << 20) as u64).unwrap();
         }
@@ -133,27 +113,8 @@ fn build() -> (Vec<u8>, BTreeMap<String, Obj>) {
         names.sort();
         tree.insert(d.to_string(), Obj::Dir(names));
     }
-    Arc::try_unwrap(fs)
-        .expect("no other holder")
-        .unmount()
-        .unwrap();
-    let image = device_image(&dev);
-    (image, tree)
-}
-
-fn device_image(dev: &Device) -> Vec<u8> {
-    let mut image = vec![0u8; IMAGE_BYTES as usize];
-    for (i, chunk) in image.chunks_mut(8 << 20).enumerate() {
-        let buf = dev
-            .read(
-                (i as u64) << 23,
-                device::AlignedBuf::zeroed(chunk.len()),
-                device::IoCause::Tool,
-            )
-            .unwrap();
-        chunk.copy_from_slice(&buf);
-    }
-    image
+    unmount(fs);
+    (image_bytes(&dev), tree)
 }
 
 fn fill(rng: &mut Rng, buf: &mut [u8]) {
@@ -273,19 +234,14 @@ fn run_case(
     let mut out = Outcome::default();
     let mut notes = Vec::new();
     let fsck = catch_unwind(AssertUnwindSafe(|| {
-        let options = Options {
-            mode: Mode::Check,
-            verify_data: true,
-            now_ns: 1,
-        };
-        fsck::check(device(damaged.clone()), None, &options, &NoProgress)
+        try_fsck(from_bytes(damaged.clone()), Mode::Check, true)
     }));
     match fsck {
         Err(_) => out.panicked = true,
         Ok(Ok(report)) => out.detected = !report.problems.is_empty(),
         Ok(Err(_)) => out.detected = true,
     }
-    let mounted = catch_unwind(AssertUnwindSafe(|| match mount(device(damaged)) {
+    let mounted = catch_unwind(AssertUnwindSafe(|| match mount(&from_bytes(damaged)) {
         Ok(fs) => {
             let fs = Arc::new(fs);
             let (wrong, failed) = read_all(&fs, tree);
@@ -313,7 +269,7 @@ fn run_case(
 /// zero ones), every block of MetaDB's table segments up to its last non-zero block, and
 /// every `data_stride`-th non-zero block of the domains' segments.
 fn targets(image: &[u8], data_stride: usize, long: bool) -> Vec<(String, usize)> {
-    let dev = device(image.to_vec());
+    let dev = from_bytes(image.to_vec());
     let recovered = fsck::open::recover(dev, None, fsck::open::Damage::Refuse).unwrap();
     let g = recovered.geometry;
     let nonzero = |b: usize| image[b * BLOCK..(b + 1) * BLOCK].iter().any(|&x| x != 0);

@@ -11,13 +11,17 @@ use engine::log::keys::{self, FileBlock, Reverse};
 use format::InodeNo;
 use fsck::{Kind, Mode};
 use std::path::Path;
+use testsupport::check::run_fsck;
+use testsupport::image::{from_bytes, mkfs_file};
+use testsupport::mount::unmount;
+use testsupport::scratch;
 use vfs::records::{self, Dentry, ROOT};
 use vfs::FileSystem;
 
 #[test]
 fn workload_image_checks_clean() {
     assert!(template_gc_cleaned() > 0, "the workload made GC run");
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let before = hash(&path);
     let r = run(&path, Mode::Check, true);
@@ -33,24 +37,15 @@ fn workload_image_checks_clean() {
 
 #[test]
 fn fresh_image_checks_clean() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = dir.path().join("fresh.img");
-    device::create_image(&path, IMAGE_BYTES).unwrap();
-    let dev = device::open(&path, &device::OpenOptions::default()).unwrap();
-    let opts = engine::mkfs::MkfsOptions {
-        domain_count: Some(DOMAINS),
-        fs_uuid: [3; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    engine::mkfs::format(&dev, None, &opts, &engine::progress::NoProgress).unwrap();
-    drop(dev);
+    mkfs_file(&path, IMAGE_BYTES, DOMAINS);
     assert_eq!(run(&path, Mode::Check, true).exit_code(), 0);
 }
 
 #[test]
 fn not_an_image_is_an_operational_error() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = dir.path().join("zeros.img");
     device::create_image(&path, 8 << 20).unwrap();
     let dev = fsck::open_image(&path, false).unwrap();
@@ -73,7 +68,7 @@ fn case(
     mode: Mode,
     verify_data: bool,
 ) -> (fsck::Report, tempfile::TempDir, std::path::PathBuf) {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     inject(&fs, &path);
@@ -124,7 +119,7 @@ fn deleted_dentry_makes_an_unreachable_inode_linked_into_lost_found() {
 
 #[test]
 fn deleted_directory_entry_moves_the_subtree_to_lost_found() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     let sub = ino(&fs, "/d2/sub");
@@ -160,7 +155,7 @@ fn wrong_link_count_is_preened() {
 
 #[test]
 fn special_files_check_clean_and_their_fields_are_preened() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     fs.make_node("/fifo", libc::S_IFIFO | 0o600, 0).unwrap();
@@ -367,7 +362,7 @@ fn corrupt_data_block_is_found_with_verify_data() {
 
 #[test]
 fn orphans_are_accepted_only_with_a_record() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     // An open unlinked file as the VFS keeps it: no name, no links, an orphan record.
@@ -439,7 +434,7 @@ fn lost_segment_information_is_recreated_without_losing_data() {
 
 #[test]
 fn unclean_image_recovers_in_the_overlay_without_writing() {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     let f = vfs::OpenOptions::new()
@@ -474,8 +469,7 @@ fn unclean_image_recovers_in_the_overlay_without_writing() {
 /// (`metadb_unreadable`).
 #[test]
 fn a_damaged_table_block_is_always_reported() {
-    use device::memory::MemoryBackend;
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     // A mount's recovery flush puts the workload's WAL into a table.
     unmount(mount(&path));
@@ -501,15 +495,7 @@ fn a_damaged_table_block_is_always_reported() {
     for &b in blocks.iter().step_by((blocks.len() / 24).max(1)) {
         let mut damaged = image.clone();
         damaged[b * 4096..(b + 1) * 4096].fill(0);
-        let dev = std::sync::Arc::new(device::Device::new(Box::new(MemoryBackend::from_image(
-            damaged, 512,
-        ))));
-        let options = fsck::Options {
-            mode: Mode::Check,
-            verify_data: false,
-            now_ns: 1,
-        };
-        let r = fsck::check(dev, None, &options, &engine::progress::NoProgress).unwrap();
+        let r = run_fsck(from_bytes(damaged), Mode::Check, false);
         assert!(
             !r.problems.is_empty(),
             "table block {b} zeroed: fsck found nothing"

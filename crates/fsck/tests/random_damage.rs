@@ -10,6 +10,8 @@ mod common;
 use common::*;
 use fsck::{Kind, Mode};
 use platform::Rng;
+use testsupport::mount::unmount;
+use testsupport::scratch;
 
 const SEEDS: u64 = 6;
 const DAMAGES_PER_SEED: u64 = 4;
@@ -22,7 +24,7 @@ const UNREPAIRABLE: [Kind; 3] = [
 ];
 
 fn damage(seed: u64) {
-    let dir = scratch();
+    let dir = scratch!();
     let path = workload_image(dir.path());
     let fs = mount(&path);
     let mut rng = Rng::from_seed(seed);

@@ -5,33 +5,11 @@
 //! after it.
 
 use augefs_fuse::Bridge;
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use format::InodeNo;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use vfs::{Creds, FileSystem, Kind};
-
-fn file_system() -> FileSystem {
-    let dev = Device::new(Box::new(MemoryBackend::new(256 << 20, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(1),
-        fs_uuid: [4; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(platform::ManualClock::new(1_000_000)),
-    };
-    FileSystem::mount(env, EngineConfig::default()).unwrap()
-}
+use testsupport::mount::mounted;
+use vfs::{Creds, Kind};
 
 /// Unmounts (lazily) and joins the bridge, also when the test panics.
 struct Mounted {
@@ -54,7 +32,7 @@ fn changes_beside_the_kernel_are_seen_once_notified() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("mnt");
     std::fs::create_dir(&dir).unwrap();
-    let fs = Arc::new(file_system());
+    let fs = mounted(256 << 20, 1);
     let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-notify-test", 2).unwrap();
     let notifier = bridge.notifier();
     let mounted = Mounted {

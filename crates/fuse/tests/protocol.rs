@@ -9,38 +9,14 @@ use augefs_fuse::adapter::{Admit, AugeFuse};
 use augefs_fuse::channel::Channel;
 use augefs_fuse::proto::abi::{self, bytes_of, opcode};
 use augefs_fuse::session::{Session, SessionOptions};
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::mount;
 use vfs::FileSystem;
 
 const IMAGE_BYTES: u64 = 256 << 20;
-
-fn image() -> Arc<Device> {
-    let dev = Device::new(Box::new(MemoryBackend::new(IMAGE_BYTES, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [3; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
-}
-
-fn mount(dev: &Arc<Device>) -> FileSystem {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(platform::ManualClock::new(1_000_000)),
-    };
-    FileSystem::mount(env, EngineConfig::default()).unwrap()
-}
 
 /// The kernel's end of the session.
 struct Kernel {
@@ -178,17 +154,10 @@ fn write(k: &mut Kernel, node: u64, fh: u64, data: &[u8]) {
     }
 }
 
-/// The device's bytes now: what a crash would leave.
-fn crash_image(dev: &Device) -> Arc<Device> {
-    let buf = device::AlignedBuf::zeroed(IMAGE_BYTES as usize);
-    let bytes = dev.read(0, buf, device::IoCause::Tool).unwrap().to_vec();
-    Arc::new(Device::new(Box::new(MemoryBackend::from_image(bytes, 512))))
-}
-
 #[test]
 fn syncfs_makes_what_was_written_durable() {
-    let dev = image();
-    let fs = Arc::new(mount(&dev));
+    let dev = memory_image(IMAGE_BYTES, 2);
+    let fs = mount(&dev);
     let (mut k, server) = start(fs.clone());
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
     let (node, fh) = create(&mut k, "f");
@@ -196,11 +165,11 @@ fn syncfs_makes_what_was_written_durable() {
     let syncfs = abi::SyncfsIn::default();
     let (error, _) = k.call(opcode::SYNCFS, abi::ROOT_ID, bytes_of(&syncfs));
     assert_eq!(error, 0);
-    let crashed = crash_image(&dev);
+    let crashed = crash_copy(&dev);
     drop(k);
     server.join().unwrap().unwrap();
     drop(fs); // no unmount: dirty pages and unpersisted records are lost
-    let after = Arc::new(mount(&crashed));
+    let after = mount(&crashed);
     let mut back = vec![0u8; data.len() + 1];
     let f = vfs::OpenOptions::new()
         .read(true)
@@ -231,8 +200,8 @@ fn lk(fh: u64, owner: u64, typ: i32, (start, end): (u64, u64)) -> Vec<u8> {
 
 #[test]
 fn flush_releases_locks_and_interrupt_ends_a_waiting_setlkw() {
-    let dev = image();
-    let fs = Arc::new(mount(&dev));
+    let dev = memory_image(IMAGE_BYTES, 2);
+    let fs = mount(&dev);
     let (mut k, server) = start(fs.clone());
     let (node, fh) = create(&mut k, "l");
     let range = (0, 99);
@@ -304,8 +273,8 @@ fn direntplus(buf: &[u8]) -> Vec<(u64, u64, u32, u64, String)> {
 
 #[test]
 fn readdirplus_carries_attributes_and_counts_lookups() {
-    let dev = image();
-    let fs = Arc::new(mount(&dev));
+    let dev = memory_image(IMAGE_BYTES, 2);
+    let fs = mount(&dev);
     let (mut k, server, adapter) = start_adapter(fs);
     let (a, _) = create(&mut k, "a");
     let (b, _) = create(&mut k, "b");

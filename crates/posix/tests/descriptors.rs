@@ -1,14 +1,12 @@
 //! The POSIX layer over a memory image: descriptor sharing, O_APPEND, directory
 //! cursors, *at calls, locks and the errno of each failure class.
 
-#[path = "../../vfs/tests/common/mod.rs"]
-mod common;
-
 use posix::{At, Errno, Posix};
+use testsupport::mount::mounted;
 use vfs::Creds;
 
 fn posix() -> Posix {
-    Posix::new(common::mounted(64 << 20, 2), Creds::root(), 4242)
+    Posix::new(mounted(64 << 20, 2), Creds::root(), 4242)
 }
 
 fn errno<T: std::fmt::Debug>(r: posix::Result<T>) -> i32 {
@@ -296,7 +294,7 @@ fn vectored_calls_gather_and_scatter_with_one_or_many_buffers() {
 
 #[test]
 fn o_sync_and_o_dsync_writes_are_written_back_before_they_return() {
-    let fs = common::mounted(64 << 20, 2);
+    let fs = mounted(64 << 20, 2);
     let p = Posix::new(fs.clone(), Creds::root(), 4242);
     for (flags, synced) in [(0, false), (libc::O_SYNC, true), (libc::O_DSYNC, true)] {
         let path = format!("/f{flags}");

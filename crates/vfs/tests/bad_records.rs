@@ -2,12 +2,11 @@
 //! link counts that cannot go up or down, a directory at inode u64::MAX. Each operation
 //! returns an errno (EMLINK, EUCLEAN) instead of overflowing (docs/TESTING.md §1).
 
-mod common;
-
-use common::{errno, image, mount};
 use format::InodeNo;
 use metadb::Durability;
 use std::sync::Arc;
+use testsupport::image::memory_image;
+use testsupport::mount::{errno, mount};
 use vfs::records::{self, Dentry, Inode, Kind};
 use vfs::{FileSystem, RenameMode};
 
@@ -32,7 +31,7 @@ fn remount(dev: &Arc<device::Device>, fs: Arc<FileSystem>) -> Arc<FileSystem> {
 
 #[test]
 fn link_counts_at_their_limits_are_errors_not_overflows() {
-    let dev = image(96 << 20, 1);
+    let dev = memory_image(96 << 20, 1);
     let fs = mount(&dev);
     fs.create_dir("/full", 0o755).unwrap();
     fs.create_dir("/empty", 0o755).unwrap();
@@ -65,7 +64,7 @@ fn link_counts_at_their_limits_are_errors_not_overflows() {
 
 #[test]
 fn a_directory_at_the_last_inode_number_lists() {
-    let dev = image(96 << 20, 1);
+    let dev = memory_image(96 << 20, 1);
     let fs = mount(&dev);
     let last = InodeNo(u64::MAX);
     let db = fs.engine().metadb();

@@ -5,36 +5,26 @@
 //! inode of its kind, link counts are right, and every thread's last write is there.
 //! Also statfs beside writers that keep taking segments.
 
-use device::memory::MemoryBackend;
 use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
+use engine::log::EngineConfig;
 use format::constants::MIB;
 use platform::{Rng, SystemClock};
 use std::sync::Arc;
-use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
+use testsupport::image::memory_image;
+use testsupport::mount::mount_cached;
+use vfs::{CacheConfig, FileSystem, Kind, OpenOptions, RenameMode};
 
+/// `dev` mounted with the real clock.
+fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
+    let clock = Arc::new(SystemClock::new());
+    mount_cached(dev, EngineConfig::default(), CacheConfig::default(), clock)
+}
+
+/// A fresh image, mounted with the real clock.
 fn mounted(domains: u32) -> (Arc<Device>, Arc<FileSystem>) {
-    let dev = Device::new(Box::new(MemoryBackend::new(256 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [8; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
-    let fs = FileSystem::mount(
-        EngineEnv {
-            device: dev.clone(),
-            pmr: None,
-            clock: Arc::new(SystemClock::new()),
-        },
-        EngineConfig::default(),
-    )
-    .unwrap();
-    (dev, Arc::new(fs))
+    let dev = memory_image(256 * MIB, domains);
+    let fs = mount(&dev);
+    (dev, fs)
 }
 
 /// Every entry under `dir` names a live inode of the entry's kind; directory link
@@ -360,14 +350,6 @@ fn parallel_creates_in_one_directory() {
     };
     check(&fs);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = FileSystem::mount(
-        EngineEnv {
-            device: dev,
-            pmr: None,
-            clock: Arc::new(SystemClock::new()),
-        },
-        EngineConfig::default(),
-    )
-    .unwrap();
+    let fs = mount(&dev);
     check(&fs);
 }

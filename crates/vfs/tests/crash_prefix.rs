@@ -5,12 +5,13 @@
 
 mod common;
 
-use device::memory::MemoryBackend;
 use device::Device;
 use engine::log::EngineConfig;
 use platform::Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::mount::mount_cached;
 use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
 
 /// `dev` mounted with small memtables, no background jobs (a deterministic device write
@@ -23,7 +24,7 @@ fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
     config.metadb.background = false;
     config.metadb.memtable_bytes = 256 << 10;
     let clock = Arc::new(platform::ManualClock::new(1_000_000));
-    common::mount_cached(dev, config, vfs::CacheConfig::write_through(), clock)
+    mount_cached(dev, config, vfs::CacheConfig::write_through(), clock)
 }
 
 /// The whole tree as the file system has it.
@@ -87,7 +88,7 @@ fn tree_of(fs: &FileSystem) -> Tree {
 fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
     use device::recording::{CrashPolicy, RecordingBackend};
     // One domain: every operation in one lane.
-    let raw = common::image_bytes(&common::image(128 << 20, 1));
+    let raw = image_bytes(&memory_image(128 << 20, 1));
     let (backend, handle) = RecordingBackend::new(raw, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let fs = mount(&dev);
@@ -170,10 +171,7 @@ fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
             .iter()
             .rposition(|(ack, writes)| *ack && *writes <= durable)
             .map_or(0, |i| i + 1);
-        let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-            recording.image(state),
-            512,
-        ))));
+        let crashed = from_bytes(recording.image(state));
         let fs = mount(&crashed);
         let got = tree_of(&fs);
         assert!(

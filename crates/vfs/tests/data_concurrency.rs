@@ -9,20 +9,19 @@
 //!   busy flusher), every read sees each write whole or not at all, and the file ends
 //!   as the last writes left it, also after a remount.
 
-mod common;
-
 use device::backend::{Backend, BackendQueue, DeviceInfo};
 use device::error::DeviceError;
 use device::memory::MemoryBackend;
 use device::request::{IoCompletion, IoOp, IoRequest};
 use device::Device;
 use engine::log::EngineConfig;
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use platform::{IoCause, Rng, SystemClock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use testsupport::check::fsck_problems;
+use testsupport::image::{formatted, memory_image, SECTOR_BYTES};
+use testsupport::mount::mount_cached;
 use vfs::{CacheConfig, FileSystem, OpenOptions};
 
 const BLOCK: u64 = 4096;
@@ -143,17 +142,10 @@ impl BackendQueue for GatedQueue<'_> {
 fn gated_image() -> (Arc<Device>, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
     let dev = Device::new(Box::new(GatedBackend {
-        inner: MemoryBackend::new(256 << 20, 512),
+        inner: MemoryBackend::new(256 << 20, SECTOR_BYTES),
         gate: gate.clone(),
     }));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    (Arc::new(dev), gate)
+    (formatted(dev, 2, None), gate)
 }
 
 /// No flusher and no background read-ahead: the gated tests hold the device's data
@@ -164,7 +156,7 @@ fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
         readahead_workers: 0,
         ..CacheConfig::default()
     };
-    common::mount_cached(
+    mount_cached(
         dev,
         EngineConfig::default(),
         cache,
@@ -275,7 +267,7 @@ fn readers_and_writers_pass_a_write_back_stalled_in_a_device_write() {
 #[test]
 fn sixty_four_threads_see_whole_writes_through_truncates_and_write_backs() {
     const RANGE: usize = 24 * 1024 + 100;
-    let dev = common::image(256 << 20, 2);
+    let dev = memory_image(256 << 20, 2);
     // A tiny cache and a flusher that writes back at once: evictions, misses, stale
     // fetches and write-backs under the threads' feet.
     let cache = CacheConfig {
@@ -287,7 +279,7 @@ fn sixty_four_threads_see_whole_writes_through_truncates_and_write_backs() {
         // Background read-ahead races the writers and truncates too.
         readahead_workers: 2,
     };
-    let fs = common::mount_cached(
+    let fs = mount_cached(
         &dev,
         EngineConfig::default(),
         cache,
@@ -404,8 +396,8 @@ fn sixty_four_threads_see_whole_writes_through_truncates_and_write_backs() {
         );
     }
     Arc::try_unwrap(fs).unwrap().unmount().unwrap();
-    assert!(common::fsck_problems(&dev).is_empty());
-    let fs = common::mount(&dev);
+    assert!(fsck_problems(&dev).is_empty());
+    let fs = testsupport::mount::mount(&dev);
     let f = OpenOptions::new().read(true).open(&fs, "/shared").unwrap();
     let mut buf = vec![0u8; RANGE + 10];
     let n = f.read_at(&mut buf, 0).unwrap();

@@ -2,26 +2,15 @@
 //! recovery on a copy-on-write view and never writes the image, refuses every change
 //! with EROFS, shares the image with other readers and never with a writer.
 
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use std::path::Path;
 use std::sync::Arc;
+use testsupport::bytes::bytes;
+use testsupport::image::mkfs_file;
+use testsupport::mount::errno;
 use vfs::image::{open_image, ImageOptions};
 use vfs::{FileSystem, OpenOptions, RenameMode};
 
 const IMAGE_BYTES: u64 = 256 << 20;
-
-fn make_image(path: &Path) {
-    device::create_image(path, IMAGE_BYTES).unwrap();
-    let dev = device::open(path, &device::OpenOptions::default()).unwrap();
-    let opts = MkfsOptions {
-        domain_count: Some(3),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-}
 
 fn open(path: &Path, read_only: bool) -> Result<Arc<FileSystem>, vfs::image::ImageError> {
     let opts = ImageOptions {
@@ -29,12 +18,6 @@ fn open(path: &Path, read_only: bool) -> Result<Arc<FileSystem>, vfs::image::Ima
         ..ImageOptions::default()
     };
     open_image(path, &opts, &mut |_| {}).map(Arc::new)
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect()
 }
 
 fn read_all(fs: &Arc<FileSystem>, path: &str) -> Vec<u8> {
@@ -50,24 +33,20 @@ fn read_all(fs: &Arc<FileSystem>, path: &str) -> Vec<u8> {
     buf
 }
 
-fn errno<T>(r: Result<T, vfs::VfsError>) -> i32 {
-    r.map_or_else(|e| e.errno(), |_| 0)
-}
-
 #[test]
 fn a_read_only_open_recovers_and_never_writes_the_image() {
     let dir = tempfile::tempdir().unwrap();
     let (image, crashed) = (dir.path().join("img"), dir.path().join("crashed"));
-    make_image(&image);
+    mkfs_file(&image, IMAGE_BYTES, 3);
     let fs = open(&image, false).unwrap();
     fs.create_dir("/d", 0o755).unwrap();
-    for (i, len) in [(1u8, 5000usize), (2, 3 << 20)] {
+    for (i, len) in [(1u64, 5000usize), (2, 3 << 20)] {
         let f = OpenOptions::new()
             .write(true)
             .create(true)
             .open(&fs, &format!("/d/f{i}"))
             .unwrap();
-        f.write_at(&pattern(i, len), 0).unwrap();
+        f.write_at(&bytes(i, len), 0).unwrap();
         f.sync_all().unwrap();
     }
     // A copy taken now is the image of a crash: what was fsync'd is in MetaDB's WAL,
@@ -77,8 +56,8 @@ fn a_read_only_open_recovers_and_never_writes_the_image() {
 
     let before = std::fs::read(&crashed).unwrap();
     let ro = open(&crashed, true).unwrap();
-    assert_eq!(read_all(&ro, "/d/f1"), pattern(1, 5000));
-    assert_eq!(read_all(&ro, "/d/f2"), pattern(2, 3 << 20));
+    assert_eq!(read_all(&ro, "/d/f1"), bytes(1, 5000));
+    assert_eq!(read_all(&ro, "/d/f2"), bytes(2, 3 << 20));
     assert_eq!(
         ro.read_only_reason().as_deref(),
         Some(vfs::image::READ_ONLY_REASON)
@@ -113,7 +92,7 @@ fn a_read_only_open_recovers_and_never_writes_the_image() {
 
     // The read-write open recovers the same state.
     let rw = open(&crashed, false).unwrap();
-    assert_eq!(read_all(&rw, "/d/f2"), pattern(2, 3 << 20));
+    assert_eq!(read_all(&rw, "/d/f2"), bytes(2, 3 << 20));
     Arc::into_inner(rw).unwrap().unmount().unwrap();
 }
 
@@ -121,7 +100,7 @@ fn a_read_only_open_recovers_and_never_writes_the_image() {
 fn readers_share_an_image_and_a_writer_has_it_alone() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("img");
-    make_image(&image);
+    mkfs_file(&image, IMAGE_BYTES, 3);
     let a = open(&image, true).unwrap();
     let b = open(&image, true).unwrap();
     let Err(refused) = open(&image, false) else {

@@ -1,17 +1,15 @@
 //! Advisory locks through the Rust API (`File::lock` and friends, flock semantics) and the
 //! record-lock table front ends use: conflicts, conversion, waiting, release on drop.
 
-mod common;
-
-use common::errno;
 use format::constants::MIB;
 use std::time::Duration;
+use testsupport::mount::{errno, mounted};
 use vfs::locks::{range, LockKind, LockOwner};
 use vfs::OpenOptions;
 
 #[test]
 fn flock_like_std() {
-    let fs = common::mounted(96 * MIB, 1);
+    let fs = mounted(96 * MIB, 1);
     let open = || {
         OpenOptions::new()
             .read(true)
@@ -50,7 +48,7 @@ fn flock_like_std() {
 
 #[test]
 fn record_locks_of_one_instance() {
-    let fs = common::mounted(96 * MIB, 1);
+    let fs = mounted(96 * MIB, 1);
     let f = OpenOptions::new()
         .write(true)
         .create(true)

@@ -6,6 +6,8 @@ mod common;
 
 use format::InodeNo;
 use std::sync::Arc;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::mount;
 use vfs::{FileSystem, OpenOptions, RenameMode};
 
 const MIB: u64 = 1 << 20;
@@ -26,8 +28,8 @@ fn big_open_file(fs: &Arc<FileSystem>, path: &str) -> vfs::File {
 
 #[test]
 fn unlinked_open_file_is_readable_and_freed_at_last_close() {
-    let dev = common::image(IMAGE, 3);
-    let fs = common::mount(&dev);
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
     let f = big_open_file(&fs, "/a");
     let ino = f.ino();
     fs.remove_file("/a").unwrap();
@@ -45,8 +47,8 @@ fn unlinked_open_file_is_readable_and_freed_at_last_close() {
 
 #[test]
 fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
-    let dev = common::image(IMAGE, 3);
-    let fs = common::mount(&dev);
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
     let before = fs.engine().space_report().live_blocks;
     let f = big_open_file(&fs, "/a");
     let g = big_open_file(&fs, "/b");
@@ -58,11 +60,11 @@ fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
     fs.rename_path("/b", "/d/c", RenameMode::Replace).unwrap();
     fs.sync().unwrap();
     assert_eq!(common::orphan_records(&fs), 2);
-    let crashed = common::crash_copy(&dev);
+    let crashed = crash_copy(&dev);
     drop((f, g, replacing));
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 
-    let fs = common::mount(&crashed);
+    let fs = mount(&crashed);
     assert_eq!(common::orphan_records(&fs), 0);
     assert_eq!(common::mapped_blocks(&fs, fi), 0);
     assert_eq!(common::mapped_blocks(&fs, ri), 0);

@@ -2,10 +2,6 @@
 //! read-ahead, eviction, st_blocks of dirty data, and the atomicity of a file's
 //! write-back at every crash point.
 
-mod common;
-
-use common::{image, mount};
-use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
 use engine::log::EngineConfig;
@@ -13,6 +9,8 @@ use platform::{ManualClock, SystemClock};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::mount::{mount, mount_cached, mounted};
 use vfs::{CacheConfig, FileSystem, OpenOptions};
 
 const MIB: u64 = 1 << 20;
@@ -23,7 +21,7 @@ fn mount_with(dev: &Arc<Device>, cache: CacheConfig, real_clock: bool) -> Arc<Fi
     } else {
         Arc::new(ManualClock::new(1_000_000))
     };
-    common::mount_cached(dev, EngineConfig::default(), cache, clock)
+    mount_cached(dev, EngineConfig::default(), cache, clock)
 }
 
 /// `path` opened for reading and writing, created if missing.
@@ -42,7 +40,7 @@ fn unmount(fs: Arc<FileSystem>) {
 
 #[test]
 fn small_appends_are_written_back_together_and_survive_fsync_and_remount() {
-    let dev = image(64 * MIB, 1);
+    let dev = memory_image(64 * MIB, 1);
     let fs = mount(&dev);
     let mut f = OpenOptions::new()
         .create(true)
@@ -96,7 +94,7 @@ fn small_appends_are_written_back_together_and_survive_fsync_and_remount() {
 
 #[test]
 fn unsynced_writes_are_lost_by_a_crash_and_kept_by_unmount() {
-    let dev = image(64 * MIB, 1);
+    let dev = memory_image(64 * MIB, 1);
     let fs = mount(&dev);
     let f = OpenOptions::new()
         .create(true)
@@ -119,7 +117,7 @@ fn unsynced_writes_are_lost_by_a_crash_and_kept_by_unmount() {
 
 #[test]
 fn st_blocks_counts_dirty_pages_as_allocated() {
-    let fs = common::mounted(64 * MIB, 1);
+    let fs = mounted(64 * MIB, 1);
     let f = OpenOptions::new()
         .create(true)
         .write(true)
@@ -140,7 +138,7 @@ fn st_blocks_counts_dirty_pages_as_allocated() {
 #[test]
 fn the_dirty_limit_makes_writers_write_back() {
     let fs = mount_with(
-        &image(128 * MIB, 1),
+        &memory_image(128 * MIB, 1),
         CacheConfig {
             max_bytes: 4 * MIB,
             dirty_bytes: MIB,
@@ -173,8 +171,8 @@ fn the_flusher_writes_back_old_dirty_pages() {
     // The flusher wakes every 20 ms of real time; the pages' age is the injected clock's,
     // so they stay dirty, however the threads are scheduled, until the clock moves.
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let fs = common::mount_cached(
-        &image(64 * MIB, 1),
+    let fs = mount_cached(
+        &memory_image(64 * MIB, 1),
         EngineConfig::default(),
         CacheConfig {
             flush_interval: Some(Duration::from_millis(20)),
@@ -208,7 +206,7 @@ fn the_flusher_writes_back_old_dirty_pages() {
 
 #[test]
 fn sequential_reads_read_ahead_and_a_small_cache_evicts() {
-    let dev = image(128 * MIB, 1);
+    let dev = memory_image(128 * MIB, 1);
     let fs = mount(&dev);
     let f = OpenOptions::new()
         .create(true)
@@ -250,7 +248,7 @@ fn sequential_reads_read_ahead_and_a_small_cache_evicts() {
 
 #[test]
 fn growth_after_truncate_reads_zeros_through_the_cache() {
-    let fs = common::mounted(64 * MIB, 1);
+    let fs = mounted(64 * MIB, 1);
     let f = open_rw(&fs, "/t");
     f.write_at(&[9; 8192], 0).unwrap();
     f.sync_all().unwrap();
@@ -272,7 +270,7 @@ fn growth_after_truncate_reads_zeros_through_the_cache() {
 /// still reads from the cache (RocksDB truncates each table it finishes, then reads it).
 #[test]
 fn truncate_and_punch_keep_the_other_pages_cached() {
-    let fs = common::mounted(64 * MIB, 1);
+    let fs = mounted(64 * MIB, 1);
     let f = open_rw(&fs, "/t");
     let data: Vec<u8> = (0..64 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
     f.write_at(&data, 0).unwrap();
@@ -298,7 +296,7 @@ fn truncate_and_punch_keep_the_other_pages_cached() {
 /// point the file has all of them or none.
 #[test]
 fn a_file_write_back_is_atomic_at_every_crash_point() {
-    let raw = common::image_bytes(&image(64 * MIB, 1));
+    let raw = image_bytes(&memory_image(64 * MIB, 1));
     let (backend, handle) = RecordingBackend::new(raw, 512);
     let dev = Arc::new(Device::new(Box::new(backend)));
     let fs = mount(&dev);
@@ -328,10 +326,7 @@ fn a_file_write_back_is_atomic_at_every_crash_point() {
         if state.durable_writes() < before {
             continue;
         }
-        let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(
-            recording.image(state),
-            512,
-        ))));
+        let crashed = from_bytes(recording.image(state));
         let fs = mount(&crashed);
         let r = OpenOptions::new().read(true).open(&fs, "/f").unwrap();
         let size = fs.metadata("/f").unwrap().size;
@@ -370,7 +365,7 @@ fn a_file_write_back_is_atomic_at_every_crash_point() {
 /// space succeeds.
 #[test]
 fn a_full_device_fails_the_write_not_the_write_back() {
-    let dev = image(96 * MIB, 2);
+    let dev = memory_image(96 * MIB, 2);
     let cache = CacheConfig {
         max_bytes: 1 << 30,
         dirty_bytes: 1 << 30,

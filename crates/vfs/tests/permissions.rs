@@ -2,16 +2,14 @@
 //! supplementary groups, the sticky bit, set-group-ID directories, and who may chmod,
 //! chown and set times. Each case is what Linux does for the same calls.
 
-mod common;
-
-use common::errno;
 use format::constants::MIB;
 use std::sync::Arc;
+use testsupport::mount::errno;
 use vfs::creds::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use vfs::{AttrChanges, Creds, FileSystem, OpenOptions, RenameMode, TimeChange, XattrMode};
 
 fn mounted() -> Arc<FileSystem> {
-    let fs = common::mounted(128 * MIB, 2);
+    let fs = testsupport::mount::mounted(128 * MIB, 2);
     fs.set_creds(Creds::root());
     fs
 }

@@ -5,11 +5,10 @@
 //! after a remount with its blocks reused. Found by sqlite's rollback journal and
 //! RocksDB's WAL on a FUSE mount.)
 
-mod common;
-
-use device::memory::MemoryBackend;
 use device::Device;
 use std::sync::Arc;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::mount;
 use vfs::{FileSystem, OpenOptions};
 
 fn names(fs: &FileSystem) -> Vec<String> {
@@ -23,8 +22,8 @@ fn names(fs: &FileSystem) -> Vec<String> {
 /// A 5.5 MB database and a 2.8 MB journal written in unaligned 4100-byte pieces (more than
 /// a segment), the journal closed and removed; returns the image and the mounted fs.
 fn workload(domains: u32) -> (Arc<Device>, Arc<FileSystem>) {
-    let dev = common::image(512 << 20, domains);
-    let fs = common::mount(&dev);
+    let dev = memory_image(512 << 20, domains);
+    let fs = mount(&dev);
     fs.create_dir("/d", 0o755).unwrap();
     let open = |p: &str| {
         OpenOptions::new()
@@ -58,7 +57,7 @@ fn a_removed_file_stays_removed_after_unmount() {
     for domains in [1, 4] {
         let (dev, fs) = workload(domains);
         Arc::into_inner(fs).unwrap().unmount().unwrap();
-        assert_eq!(names(&common::mount(&dev)), ["t.db"], "{domains} domains");
+        assert_eq!(names(&mount(&dev)), ["t.db"], "{domains} domains");
     }
 }
 
@@ -67,15 +66,7 @@ fn a_removed_file_stays_removed_after_a_crash_after_sync() {
     let (dev, fs) = workload(2);
     fs.sync().unwrap();
     // A crash: the memory device keeps everything written; nothing more is written.
-    let image = dev
-        .read(
-            0,
-            device::AlignedBuf::zeroed(512 << 20),
-            device::IoCause::Tool,
-        )
-        .unwrap()
-        .to_vec();
+    let crashed = crash_copy(&dev);
     drop(fs);
-    let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
-    assert_eq!(names(&common::mount(&crashed)), ["t.db"]);
+    assert_eq!(names(&mount(&crashed)), ["t.db"]);
 }

@@ -1,11 +1,10 @@
 //! Sparse files: SEEK_DATA/SEEK_HOLE, fallocate's modes, exact st_blocks (across a
 //! remount), ENOSPC before an allocation writes, and a 1 TiB sparse file.
 
-mod common;
-
-use common::errno;
 use format::constants::MIB;
 use std::sync::Arc;
+use testsupport::image::memory_image;
+use testsupport::mount::{errno, mount};
 use vfs::{Fallocate, File, FileSystem, OpenOptions};
 
 const B: u64 = 4096;
@@ -28,8 +27,8 @@ fn content(f: &File, len: usize) -> Vec<u8> {
 
 #[test]
 fn seek_data_and_hole_walk_a_sparse_file() {
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let mut f = open(&fs, "/s");
     f.write_at(&[1u8; 4096], 0).unwrap();
     f.write_at(&[2u8; 8192], MIB).unwrap();
@@ -56,8 +55,8 @@ fn seek_data_and_hole_walk_a_sparse_file() {
 
 #[test]
 fn punch_hole_zeroes_the_range_and_frees_whole_blocks() {
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let f = open(&fs, "/p");
     f.write_at(&[7u8; 3 * 4096], 0).unwrap();
     f.fallocate(Fallocate::PunchHole, 1000, 8000).unwrap();
@@ -79,8 +78,8 @@ fn punch_hole_zeroes_the_range_and_frees_whole_blocks() {
 
 #[test]
 fn allocate_grows_the_size_and_maps_nothing() {
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let f = open(&fs, "/a");
     f.write_at(b"hello", 0).unwrap();
     f.sync_all().unwrap();
@@ -105,15 +104,15 @@ fn allocate_grows_the_size_and_maps_nothing() {
     assert!(cost < 16 * B, "fallocate wrote {cost} bytes");
     drop(f);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = common::mount(&dev);
+    let fs = mount(&dev);
     let m = fs.metadata("/a").unwrap();
     assert_eq!((m.size, m.blocks), (16 * B, 8));
 }
 
 #[test]
 fn zero_range_can_grow_the_file() {
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let f = open(&fs, "/z");
     f.write_at(&[5u8; 8192], 0).unwrap();
     f.fallocate(Fallocate::ZeroRange { keep_size: false }, 4000, 10_000)
@@ -154,8 +153,8 @@ fn fallocate_modes_map_to_errnos_like_linux() {
         EOPNOTSUPP
     );
     assert_eq!(errno(Fallocate::from_mode(0x4000)), EINVAL);
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let f = open(&fs, "/e");
     let alloc = Fallocate::Allocate { keep_size: false };
     assert_eq!(errno(f.fallocate(alloc, 0, 0)), EINVAL);
@@ -167,8 +166,8 @@ fn fallocate_modes_map_to_errnos_like_linux() {
 
 #[test]
 fn allocation_beyond_free_space_fails_before_writing() {
-    let dev = common::image(96 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(96 * MIB, 2);
+    let fs = mount(&dev);
     let f = open(&fs, "/big");
     let free = fs.statfs().blocks_free;
     assert_eq!(
@@ -180,8 +179,8 @@ fn allocation_beyond_free_space_fails_before_writing() {
 
 #[test]
 fn one_tebibyte_sparse_file() {
-    let dev = common::image(128 * MIB, 2);
-    let fs = common::mount(&dev);
+    let dev = memory_image(128 * MIB, 2);
+    let fs = mount(&dev);
     let mut f = open(&fs, "/huge");
     let tib = 1u64 << 40;
     f.write_at(b"end", tib - 3).unwrap();

@@ -4,10 +4,9 @@
 //! after a sync, and an open through the vfs refuses them (ENXIO: the pipe, socket or
 //! device is a kernel front end's, docs/SEMANTICS.md §4).
 
-mod common;
-
-use common::{crash_copy, errno, image, mount};
 use std::sync::Arc;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::{errno, mount};
 use vfs::records::{dev_of, rdev_of};
 use vfs::{AttrChanges, Creds, FileSystem, Kind, OpenOptions, RenameMode, TimeChange};
 
@@ -36,7 +35,7 @@ fn check_all(fs: &FileSystem) {
 
 #[test]
 fn mknod_records_kind_and_device_number() {
-    let dev = image(64 << 20, 2);
+    let dev = memory_image(64 << 20, 2);
     let fs = mount(&dev);
     make_all(&fs);
     check_all(&fs);
@@ -91,7 +90,7 @@ fn mknod_records_kind_and_device_number() {
 
 #[test]
 fn names_and_attributes_of_special_files() {
-    let dev = image(64 << 20, 2);
+    let dev = memory_image(64 << 20, 2);
     let fs = mount(&dev);
     make_all(&fs);
     fs.create_dir("/d", 0o755).unwrap();
@@ -144,7 +143,7 @@ fn names_and_attributes_of_special_files() {
 
 #[test]
 fn the_vfs_opens_no_special_file() {
-    let fs = mount(&image(64 << 20, 1));
+    let fs = mount(&memory_image(64 << 20, 1));
     make_all(&fs);
     for (path, ..) in NODES {
         for write in [false, true] {
@@ -163,7 +162,7 @@ fn the_vfs_opens_no_special_file() {
 
 #[test]
 fn special_files_survive_a_crash_after_sync() {
-    let dev = image(64 << 20, 2);
+    let dev = memory_image(64 << 20, 2);
     let fs = mount(&dev);
     make_all(&fs);
     fs.sync().unwrap();

@@ -4,15 +4,14 @@
 use engine::log::{EngineConfig, EngineEnv};
 use platform::ManualClock;
 use std::sync::Arc;
+use testsupport::image::memory_image;
 use vfs::{FileSystem, Metadata, OpenOptions};
-
-mod common;
 
 #[test]
 fn statx_fields_follow_the_operations() {
     let clock = Arc::new(ManualClock::new(1_000));
     let env = EngineEnv {
-        device: common::image(64 << 20, 1),
+        device: memory_image(64 << 20, 1),
         pmr: None,
         clock: clock.clone(),
     };

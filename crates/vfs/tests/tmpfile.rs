@@ -5,6 +5,9 @@ mod common;
 
 use format::InodeNo;
 use std::sync::Arc;
+use testsupport::check::fsck_problems;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::{mount, mounted};
 use vfs::{FileSystem, OpenOptions};
 
 const IMAGE: u64 = 128 << 20;
@@ -19,8 +22,8 @@ fn tmpfile(fs: &Arc<FileSystem>, dir: &str) -> vfs::File {
 
 #[test]
 fn a_tmpfile_has_no_name_until_linked() {
-    let dev = common::image(IMAGE, 3);
-    let fs = common::mount(&dev);
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
     fs.create_dir("/d", 0o755).unwrap();
     let f = tmpfile(&fs, "/d");
     let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
@@ -38,8 +41,8 @@ fn a_tmpfile_has_no_name_until_linked() {
     fs.remove_file("/d/x").unwrap();
     drop(f);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    assert_eq!(common::fsck_problems(&dev), Vec::<String>::new());
-    let fs = common::mount(&dev);
+    assert_eq!(fsck_problems(&dev), Vec::<String>::new());
+    let fs = mount(&dev);
     let mut buf = vec![0u8; 20_000];
     let ino = fs.resolve("/y", false).unwrap();
     assert_eq!(fs.read_at(ino, 0, &mut buf).unwrap(), data.len());
@@ -49,8 +52,8 @@ fn a_tmpfile_has_no_name_until_linked() {
 
 #[test]
 fn an_unlinked_tmpfile_is_freed_at_close() {
-    let dev = common::image(IMAGE, 3);
-    let fs = common::mount(&dev);
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
     let live = || fs.engine().space_report().live_blocks;
     let before = live();
     let f = tmpfile(&fs, "/");
@@ -65,13 +68,13 @@ fn an_unlinked_tmpfile_is_freed_at_close() {
     assert_eq!(common::mapped_blocks(&fs, ino), 0);
     assert_eq!(fs.stat_ino(InodeNo(ino)).unwrap_err().errno(), libc::ENOENT);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    assert_eq!(common::fsck_problems(&dev), Vec::<String>::new());
+    assert_eq!(fsck_problems(&dev), Vec::<String>::new());
 }
 
 #[test]
 fn a_crash_with_an_open_tmpfile_leaks_no_inode() {
-    let dev = common::image(IMAGE, 3);
-    let fs = common::mount(&dev);
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
     fs.create_dir("/d", 0o755).unwrap();
     let before = fs.engine().space_report().live_blocks;
     let open = tmpfile(&fs, "/d");
@@ -81,26 +84,26 @@ fn a_crash_with_an_open_tmpfile_leaks_no_inode() {
     linked.write_at(&vec![2u8; 8192], 0).unwrap();
     linked.link("/d/kept").unwrap();
     linked.sync_all().unwrap();
-    let crashed = common::crash_copy(&dev);
+    let crashed = crash_copy(&dev);
     let (oi, li) = (open.ino(), linked.ino());
     drop((open, linked));
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 
     // fsck of the crash image sees the nameless inode kept by its orphan record.
-    assert_eq!(common::fsck_problems(&crashed), Vec::<String>::new());
-    let fs = common::mount(&crashed);
+    assert_eq!(fsck_problems(&crashed), Vec::<String>::new());
+    let fs = mount(&crashed);
     assert_eq!(common::orphan_records(&fs), 0);
     assert_eq!(common::mapped_blocks(&fs, oi), 0);
     assert!(fs.stat_ino(InodeNo(oi)).is_err());
     assert_eq!(fs.metadata("/d/kept").unwrap().ino, li);
     assert_eq!(fs.engine().space_report().live_blocks - before, 2);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
-    assert_eq!(common::fsck_problems(&crashed), Vec::<String>::new());
+    assert_eq!(fsck_problems(&crashed), Vec::<String>::new());
 }
 
 #[test]
 fn tmpfile_errors() {
-    let fs = common::mounted(IMAGE, 1);
+    let fs = mounted(IMAGE, 1);
     OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -2,36 +2,15 @@
 //! supported namespaces and size limits, persistence across a remount, and removal
 //! with the inode.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use format::constants::MIB;
-use platform::ManualClock;
 use std::sync::Arc;
-use vfs::{FileSystem, OpenOptions, XattrMode};
-
-fn mount(dev: &Arc<Device>) -> Arc<FileSystem> {
-    let env = EngineEnv {
-        device: dev.clone(),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1)),
-    };
-    Arc::new(FileSystem::mount(env, EngineConfig::default()).unwrap())
-}
+use testsupport::image::memory_image;
+use testsupport::mount::mount;
+use vfs::{OpenOptions, XattrMode};
 
 #[test]
 fn attributes_behave_like_linux_and_persist() {
-    let dev = Device::new(Box::new(MemoryBackend::new(128 * MIB, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(2),
-        fs_uuid: [6; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let dev = Arc::new(dev);
+    let dev = memory_image(128 * MIB, 2);
     let fs = mount(&dev);
     drop(
         OpenOptions::new()

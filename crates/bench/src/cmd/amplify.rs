@@ -185,7 +185,7 @@ fn measure(
 ) -> Result<Report, String> {
     let sizes = sizes(args);
     let runs = args.common.runs;
-    let backend: BackendChoice = args.common.backend.into();
+    let backend = args.common.backend;
     let mut report = Report::default();
     report.header.push(format!(
         "augefs amplify: {runs} run(s); {} of 4 KiB writes + fsync per data workload, {} ops per namespace workload and warm reads, {} cold reads; overwrite file {}, read file {}; images in {} ({})",

@@ -17,7 +17,6 @@
 mod loops;
 
 use crate::fio;
-use crate::options::BackendArg;
 use crate::stats::{spread, Spread};
 use device::{Device, IoCause, OpenOptions};
 use loops::{BenchConfig, BenchLimit, BenchResult};
@@ -48,7 +47,7 @@ pub struct Args {
     pub queue_depth: u32,
     /// IO backend of our side.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: device::BackendChoice,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -177,7 +176,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let clock = SystemClock::new();
     device::create_image(&args.file, args.size).map_err(|e| e.to_string())?;
     let opts = OpenOptions {
-        backend: args.backend.into(),
+        backend: args.backend,
         queue_depth: args.queue_depth,
         ..OpenOptions::default()
     };

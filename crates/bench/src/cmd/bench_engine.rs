@@ -187,7 +187,7 @@ fn measure(args: &Args, paths: &Paths) -> Result<(Report, Environment), String> 
     let setup = Setup {
         image: paths.image.clone(),
         image_bytes: args.image_size,
-        backend: args.common.backend.into(),
+        backend: args.common.backend,
         clock: Arc::new(SystemClock::new()),
     };
     let mut env = Environment {

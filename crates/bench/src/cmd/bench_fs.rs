@@ -324,7 +324,7 @@ fn execute(args: &Args) -> Result<Report, String> {
         augefs: &augefs_image,
         kernel: &kernel_image,
         pmr: &pmr,
-        backend: args.common.backend.into(),
+        backend: args.common.backend,
     };
     let measured = measure(args, &plan, &scratch, &images);
     if !args.common.keep {

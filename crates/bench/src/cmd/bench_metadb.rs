@@ -318,7 +318,7 @@ fn measure(
         image: paths.image.clone(),
         image_bytes: args.image_size,
         pmr: paths.pmr.clone(),
-        backend: args.common.backend.into(),
+        backend: args.common.backend,
         clock,
     };
     setup.prepare_image()?;

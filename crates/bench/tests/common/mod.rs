@@ -1,33 +1,18 @@
-//! Shared by the benchmark tests: the `augefs-bench` binary, and the benchmarks' scratch
-//! directory, whose guard undoes loop devices and mounts.
+//! What the benchmark tests share beside testsupport: the `augefs-bench` binary, and the
+//! benchmarks' scratch directory, whose guard undoes loop devices and mounts.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use testsupport::fuse::mounts_in;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_augefs-bench");
 
-pub fn check(what: &str, out: &Output) {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// `augefs-bench args...`.
+pub fn augefs_bench<A: AsRef<OsStr>>(args: &[A]) -> Output {
+    testsupport::process::run(BIN, args)
 }
 
 /// Benchmarks' scratch: a directory on the target's file system (which supports O_DIRECT;
@@ -38,7 +23,8 @@ pub struct BenchScratch {
 }
 
 impl BenchScratch {
-    /// Asserts that the benchmark left no image file and no loop device behind.
+    /// Asserts that the benchmark left no image file, no loop device on one, and no mount
+    /// behind.
     pub fn assert_cleaned_up(&self) {
         for image in images(self.path()) {
             assert!(
@@ -48,11 +34,13 @@ impl BenchScratch {
             );
         }
         assert!(images(self.path()).is_empty(), "image files removed");
+        let mounts = mounts_in(self.path());
+        assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     }
 
     pub fn new() -> BenchScratch {
         BenchScratch {
-            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir"),
+            dir: testsupport::scratch!(),
         }
     }
 
@@ -65,7 +53,7 @@ impl Drop for BenchScratch {
     fn drop(&mut self) {
         let dir = self.path().to_path_buf();
         for target in mounts_in(&dir) {
-            let _ = Command::new("umount").args(["-l", &target]).status();
+            let _ = Command::new("umount").arg("-l").arg(&target).status();
         }
         for image in images(&dir) {
             for device in loop_devices(&image) {
@@ -73,17 +61,6 @@ impl Drop for BenchScratch {
             }
         }
     }
-}
-
-/// The mount points at or under `dir` (`/proc/self/mountinfo`).
-pub fn mounts_in(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|t| Path::new(t).starts_with(dir))
-        .map(str::to_string)
-        .collect()
 }
 
 pub fn images(dir: &Path) -> Vec<PathBuf> {
@@ -129,5 +106,18 @@ pub fn loop_devices(image: &Path) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split(':').next().map(str::to_string))
+        .collect()
+}
+
+/// Loop devices whose backing file is in `dir` (`losetup -a`; a deleted image too).
+pub fn loop_devices_in(dir: &Path) -> Vec<String> {
+    let Ok(out) = Command::new("losetup").arg("-a").output() else {
+        return Vec::new();
+    };
+    let dir = dir.to_string_lossy().into_owned();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&dir))
+        .map(str::to_string)
         .collect()
 }

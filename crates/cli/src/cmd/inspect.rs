@@ -8,24 +8,6 @@ use platform::units::human;
 use platform::units::utc;
 use std::path::PathBuf;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum BackendArg {
-    Auto,
-    #[value(name = "io_uring")]
-    IoUring,
-    Pread,
-}
-
-impl From<BackendArg> for BackendChoice {
-    fn from(b: BackendArg) -> BackendChoice {
-        match b {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::IoUring => BackendChoice::IoUring,
-            BackendArg::Pread => BackendChoice::Pread,
-        }
-    }
-}
-
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Image file or block device.
@@ -38,7 +20,7 @@ pub struct Args {
     pub json: bool,
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: BackendChoice,
     /// Every domain's checkpoint slots, a line each (otherwise one line sums up the
     /// domains whose checkpoints are in order, and only the others are listed).
     #[arg(short, long)]
@@ -50,7 +32,7 @@ pub fn run(args: Args) -> Result<(), String> {
         return Err(format!("{}: no such file or device", args.image.display()));
     }
     let opts = OpenOptions {
-        backend: args.backend.into(),
+        backend: args.backend,
         read_only: true,
         lock: LockMode::Shared,
         ..OpenOptions::default()

@@ -32,7 +32,7 @@ pub struct Args {
     pub force: bool,
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: crate::cmd::inspect::BackendArg,
+    pub backend: device::BackendChoice,
 }
 
 fn fs_uuid() -> Result<[u8; 16], String> {
@@ -54,7 +54,7 @@ fn is_block_device(path: &Path) -> bool {
 
 pub fn run(args: Args) -> Result<(), String> {
     let open_opts = OpenOptions {
-        backend: args.backend.into(),
+        backend: args.backend,
         lock: LockMode::Exclusive,
         ..OpenOptions::default()
     };

@@ -11,7 +11,6 @@
 //! Invoked as `mount.fuse.augefs IMAGE DIR [-o OPTS]` (a symlink to the binary, the
 //! helper `mount -t fuse.augefs` and /etc/fstab run), it behaves as `augefs mount`.
 
-use crate::cmd::inspect::BackendArg;
 use augefs_fuse::{serve, MountOptions};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -47,7 +46,7 @@ pub struct Args {
     pub pmr: Option<PathBuf>,
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: device::BackendChoice,
     /// Where a background mount's daemon reports, once the mount is up: its start, its
     /// unmount and anything that goes wrong (appended; default: nowhere).
     #[arg(long, value_name = "FILE")]
@@ -74,7 +73,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let image_opts = vfs::image::ImageOptions {
         pmr: opts.pmr.clone(),
         read_only: opts.read_only,
-        backend: args.backend.into(),
+        backend: args.backend,
         wait_for_holder: crate::ui::HOLDER_WAIT,
         ..vfs::image::ImageOptions::default()
     };
@@ -233,7 +232,7 @@ fn start_daemon(args: &Args) -> Result<(), String> {
         .arg(abs(&args.dir)?)
         .arg("--daemon-child")
         .arg("--backend")
-        .arg(backend_name(args.backend));
+        .arg(args.backend.name());
     for o in &args.options {
         cmd.arg("-o").arg(o);
     }
@@ -282,12 +281,4 @@ fn start_daemon(args: &Args) -> Result<(), String> {
     } else {
         err.to_string()
     })
-}
-
-fn backend_name(b: BackendArg) -> &'static str {
-    match b {
-        BackendArg::Auto => "auto",
-        BackendArg::IoUring => "io_uring",
-        BackendArg::Pread => "pread",
-    }
 }

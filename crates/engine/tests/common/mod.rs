@@ -1,14 +1,12 @@
-//! What the data-log tests share: a small engine configuration, formatting and mounting,
-//! and random block writes whose contents a model can follow (every byte of a block is
-//! one value, so a block read back names the write it came from).
+//! What the data-log tests share (images come from testsupport): a small engine
+//! configuration, mounting the engine alone, and random block writes whose contents a
+//! model can follow (every byte of a block is one value, so a block read back names the
+//! write it came from).
 #![allow(dead_code)] // each test file uses its own subset
 
-use device::memory::MemoryBackend;
 use device::Device;
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv, FsyncPath, WriteOptions};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use engine::EngineError;
 use format::InodeNo;
 use metadb::compaction::policy::CompactionConfig;
@@ -40,27 +38,6 @@ pub fn small_config(path: FsyncPath, memtable_bytes: usize, background: bool) ->
         },
         ..EngineConfig::default()
     }
-}
-
-/// A formatted memory device of `size` bytes.
-pub fn memory_image(size: u64, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
-    formatted(
-        Device::new(Box::new(MemoryBackend::new(size, 512))),
-        domains,
-        pmr,
-    )
-}
-
-/// `dev`, formatted with `domains` domains (and `pmr`).
-pub fn formatted(dev: Device, domains: u32, pmr: Option<&Pmr>) -> Arc<Device> {
-    let opts = MkfsOptions {
-        domain_count: Some(domains),
-        fs_uuid: [7; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, pmr, &opts, &NoProgress).unwrap();
-    Arc::new(dev)
 }
 
 pub fn try_mount(

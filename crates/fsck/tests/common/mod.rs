@@ -1,45 +1,24 @@
-//! What the fsck tests share: an image file made by a real VFS workload (built once per
-//! test binary and copied for each test), mounting, raw MetaDB edits, and running fsck.
+//! What the fsck tests share beside testsupport: an image file made by a real VFS
+//! workload (built once per test binary and copied for each test), raw MetaDB edits,
+//! and running fsck on an image file.
 #![allow(dead_code)] // each test file uses its own subset
 
-use device::OpenOptions as DeviceOptions;
 use engine::log::keys::{self, FileBlock, Mapping};
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use format::InodeNo;
-use fsck::{Mode, Options, Report};
-use platform::ManualClock;
+use fsck::{Mode, Report};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use testsupport::check::run_fsck;
+use testsupport::image::mkfs_file;
+use testsupport::mount::{foreground_config, open_file, unmount};
 use vfs::{FileSystem, OpenOptions, RenameMode, XattrMode};
 
 pub const IMAGE_BYTES: u64 = 128 << 20;
 pub const DOMAINS: u32 = 2;
 
-/// A scratch directory on the target's file system (O_DIRECT works there).
-pub fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
-
+/// The image file at `path`, mounted without background jobs.
 pub fn mount(path: &Path) -> Arc<FileSystem> {
-    let dev = device::open(path, &DeviceOptions::default()).expect("open image");
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(ManualClock::new(1_000_000)),
-    };
-    let mut config = EngineConfig::default();
-    config.metadb.background = false;
-    config.metadb.memtable_bytes = 256 << 10;
-    Arc::new(FileSystem::mount(env, config).expect("mount"))
-}
-
-pub fn unmount(fs: Arc<FileSystem>) {
-    Arc::try_unwrap(fs)
-        .expect("no other holder")
-        .unmount()
-        .expect("unmount");
+    open_file(path, foreground_config())
 }
 
 fn write_file(fs: &Arc<FileSystem>, path: &str, len: usize, seed: u8) {
@@ -128,19 +107,9 @@ static TEMPLATE: OnceLock<(tempfile::TempDir, PathBuf, u64)> = OnceLock::new();
 
 fn template() -> &'static (tempfile::TempDir, PathBuf, u64) {
     TEMPLATE.get_or_init(|| {
-        let dir = scratch();
+        let dir = testsupport::scratch!();
         let path = dir.path().join("template.img");
-        device::create_image(&path, IMAGE_BYTES).unwrap();
-        {
-            let dev = device::open(&path, &DeviceOptions::default()).unwrap();
-            let opts = MkfsOptions {
-                domain_count: Some(DOMAINS),
-                fs_uuid: [5; 16],
-                created_unix_ns: 1,
-                force: false,
-            };
-            format(&dev, None, &opts, &NoProgress).unwrap();
-        }
+        mkfs_file(&path, IMAGE_BYTES, DOMAINS);
         let fs = mount(&path);
         workload(&fs);
         let cleaned = fs
@@ -165,14 +134,10 @@ pub fn template_gc_cleaned() -> u64 {
     template().2
 }
 
+/// fsck of the image file at `path` (opened writable to repair).
 pub fn run(path: &Path, mode: Mode, verify_data: bool) -> Report {
     let dev = fsck::open_image(path, mode != Mode::Check).expect("open");
-    let options = Options {
-        mode,
-        verify_data,
-        now_ns: 1_700_000_000_000_000_000,
-    };
-    fsck::check(dev, None, &options, &NoProgress).expect("fsck runs")
+    run_fsck(dev, mode, verify_data)
 }
 
 pub fn kinds(r: &Report) -> Vec<fsck::Kind> {

@@ -15,14 +15,15 @@
 
 mod actor;
 mod check;
-#[path = "../common/mod.rs"]
-mod common;
 mod model;
 
 use actor::{private_dir, Actor, SHARED};
 use engine::log::EngineConfig;
 use std::sync::Arc;
 use std::time::Instant;
+use testsupport::check::fsck_problems;
+use testsupport::image::{crash_copy, memory_image};
+use testsupport::mount::mount_with;
 use vfs::{Creds, FileSystem};
 
 /// Operations per actor between quiescent checks.
@@ -66,14 +67,14 @@ fn mount(dev: &Arc<device::Device>) -> Arc<FileSystem> {
     let mut config = EngineConfig::default();
     // Small memtables: flushes and compactions happen often.
     config.metadb.memtable_bytes = 256 << 10;
-    let fs = common::mount_with(dev, config);
+    let fs = mount_with(dev, config);
     fs.set_creds(Creds::root());
     fs
 }
 
 /// fsck (check only, data verified) of the unmounted image finds nothing.
 fn fsck_clean(dev: &Arc<device::Device>) -> Result<(), String> {
-    let problems = common::fsck_problems(dev);
+    let problems = fsck_problems(dev);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -83,7 +84,7 @@ fn fsck_clean(dev: &Arc<device::Device>) -> Result<(), String> {
 
 /// One seed: returns the operations run and the remounts done.
 fn run(seed: u64, config: &Config) -> (u64, u64) {
-    let dev = common::image(256 << 20, config.domains);
+    let dev = memory_image(256 << 20, config.domains);
     let mut fs = mount(&dev);
     fs.create_dir(SHARED, 0o777).unwrap();
     for i in 0..config.actors {
@@ -110,7 +111,7 @@ fn run(seed: u64, config: &Config) -> (u64, u64) {
         let at = format!("seed {seed} after epoch {epoch} ({done} operations per actor)");
         let crashed = crash.then(|| {
             fs.sync().unwrap_or_else(|e| panic!("{at}: sync: {e}"));
-            common::crash_copy(&dev)
+            crash_copy(&dev)
         });
         actors.iter_mut().for_each(Actor::close_all);
         let models: Vec<&model::Model> = actors.iter().map(|a| &a.model).collect();
@@ -176,7 +177,7 @@ fn simulator_matches_the_model() {
 #[test]
 fn exchange_of_a_file_and_a_directory_moves_one_link_between_parents() {
     for src_is_dir in [false, true] {
-        let fs = mount(&common::image(128 << 20, 3));
+        let fs = mount(&memory_image(128 << 20, 3));
         fs.create_dir("/a", 0o755).unwrap();
         fs.create_dir("/a/dd", 0o755).unwrap();
         let (file, dir) = if src_is_dir {

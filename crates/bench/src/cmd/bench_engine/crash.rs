@@ -23,8 +23,6 @@ use super::subject::{Mounted, Setup};
 use super::workload::{self, BLOCK};
 use super::{Args, Environment};
 use crate::image;
-use crate::options::BackendArg;
-use clap::ValueEnum;
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, Engine, EngineConfig, EngineEnv, MountReport, WriteOptions};
 use format::InodeNo;
@@ -56,7 +54,7 @@ pub struct ChildArgs {
     #[arg(long)]
     pub image: PathBuf,
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: device::BackendChoice,
     #[arg(long, default_value_t = CRASH_THREADS)]
     pub threads: usize,
     /// Bytes per append (whole 4 KiB blocks).
@@ -72,7 +70,7 @@ pub fn child(args: ChildArgs) -> Result<(), String> {
     if args.threads == 0 || args.write_size == 0 || args.write_size % BLOCK as u64 != 0 {
         return Err("--threads must be positive and --write-size whole 4 KiB blocks".into());
     }
-    let device = image::open_device(&args.image, args.backend.into())?;
+    let device = image::open_device(&args.image, args.backend)?;
     let env = EngineEnv {
         device,
         pmr: None,
@@ -176,16 +174,11 @@ impl Crash {
 /// then kills it.
 fn crash(args: &Args, setup: &Setup, run: u32) -> Result<Crash, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-    let backend = args
-        .common
-        .backend
-        .to_possible_value()
-        .expect("every backend has a name");
     let limit = args.crash_size + args.crash_size / 4;
     let image = setup.image.to_string_lossy().into_owned();
     let spawned = Command::new(exe)
         .args(["engine-crash-child", "--image", &image, "--backend"])
-        .arg(backend.get_name())
+        .arg(args.common.backend.name())
         .args(["--threads", &CRASH_THREADS.to_string()])
         .args(["--write-size", &CRASH_WRITE_BYTES.to_string()])
         .args(["--limit", &limit.to_string()])

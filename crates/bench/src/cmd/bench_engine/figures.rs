@@ -101,7 +101,7 @@ fn ext4_baseline(args: &Args, scratch: &Scratch, env: &mut Environment) -> Optio
         "augefs: setting up the ext4 baseline ({})",
         platform::units::human(bytes)
     );
-    match Ext4::setup(scratch, bytes, args.common.backend.into()) {
+    match Ext4::setup(scratch, bytes, args.common.backend) {
         Ok(ext4) => {
             env.ext4 = Some(format!(
                 "{} image on {} (direct IO {}), mkfs.ext4 -E lazy_itable_init=0,lazy_journal_init=0, default mount options (data=ordered); each append is pwrite + fdatasync; bytes and flushes from the loop device's stat",

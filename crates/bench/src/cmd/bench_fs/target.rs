@@ -418,14 +418,6 @@ pub struct Fuse {
     _mount_point: MountPoint,
 }
 
-fn backend_arg(backend: BackendChoice) -> &'static str {
-    match backend {
-        BackendChoice::IoUring => "io_uring",
-        BackendChoice::Pread => "pread",
-        BackendChoice::Auto => "auto",
-    }
-}
-
 impl Fuse {
     /// Mounts on `mnt` (created now, removed on drop).
     pub fn new(image: &Path, backend: BackendChoice, mnt: &Path) -> Result<Fuse, String> {
@@ -450,7 +442,7 @@ impl Fuse {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        let daemon = FuseDaemon::start(&self.image, &self.fs.root, backend_arg(self.backend))?;
+        let daemon = FuseDaemon::start(&self.image, &self.fs.root, self.backend.name())?;
         self.daemon = Some(daemon);
         Ok(())
     }
