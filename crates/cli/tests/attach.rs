@@ -208,7 +208,7 @@ fn killed_clients_lose_no_acknowledged_fsync() {
 
 #[test]
 fn git_works_attached() {
-    let fx = Fixture::new();
+    let fx = fixture();
     fx.mount();
     let repo = fx.mnt.join("repo").display().to_string();
     // git's own fopen fstats fileno(fp): a stream the interposer makes must have one.
@@ -219,7 +219,7 @@ fn git_works_attached() {
          git log --oneline | wc -l"
     );
     let out = run_attached(&fx, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
-    assert_eq!(stdout("git", &out).trim(), "1");
+    assert_eq!(checked_stdout("git", &out).trim(), "1");
     fx.unmount();
     fx.fsck_clean();
 }
