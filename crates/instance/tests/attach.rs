@@ -2,11 +2,6 @@
 //! `Remote` sees what the vfs has, requests are checked, malformed ones answered with
 //! an errno, and a session's locks and files go with its last connection.
 
-use device::memory::MemoryBackend;
-use device::Device;
-use engine::log::{EngineConfig, EngineEnv};
-use engine::mkfs::{format, MkfsOptions};
-use engine::progress::NoProgress;
 use instance::client::Remote;
 use instance::server::Instance;
 use instance::wire::Writer;
@@ -17,25 +12,6 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vfs::FileSystem;
-
-fn mounted() -> Arc<FileSystem> {
-    let dev = Device::new(Box::new(MemoryBackend::new(64 << 20, 512)));
-    let opts = MkfsOptions {
-        domain_count: Some(1),
-        fs_uuid: [9; 16],
-        created_unix_ns: 1,
-        force: false,
-    };
-    format(&dev, None, &opts, &NoProgress).unwrap();
-    let env = EngineEnv {
-        device: Arc::new(dev),
-        pmr: None,
-        clock: Arc::new(platform::ManualClock::new(1_000_000)),
-    };
-    Arc::new(
-        FileSystem::mount_with(env, EngineConfig::default(), vfs::CacheConfig::default()).unwrap(),
-    )
-}
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -48,7 +24,7 @@ impl Setup {
     fn new() -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("i.sock");
-        let fs = mounted();
+        let fs = testsupport::mount::mounted(64 << 20, 1);
         let inst = Instance::start(fs.clone(), &sock, None).unwrap();
         Setup {
             _dir: dir,
