@@ -244,96 +244,54 @@ fn inval() -> Errno {
     Errno(libc::EINVAL)
 }
 
-fn kind_code(k: Kind) -> u8 {
-    match k {
-        Kind::File => 1,
-        Kind::Dir => 2,
-        Kind::Symlink => 3,
-        Kind::Fifo => 4,
-        Kind::Socket => 5,
-        Kind::CharDev => 6,
-        Kind::BlockDev => 7,
-    }
+/// The wire codes of an enum: `$code` encodes, `$of` decodes (EINVAL for a code that
+/// names nothing). Codes are forever, like on-disk numbers.
+macro_rules! codes {
+    ($vis:vis $code:ident, $of:ident, $t:ty { $($v:expr => $n:literal),+ $(,)? }) => {
+        $vis fn $code(v: $t) -> u8 {
+            $(if v == $v {
+                return $n;
+            })+
+            unreachable!("every value has a code")
+        }
+
+        $vis fn $of(c: u8) -> Result<$t> {
+            $(if c == $n {
+                return Ok($v);
+            })+
+            Err(inval())
+        }
+    };
 }
 
-fn kind_of(c: u8) -> Result<Kind> {
-    Ok(match c {
-        1 => Kind::File,
-        2 => Kind::Dir,
-        3 => Kind::Symlink,
-        4 => Kind::Fifo,
-        5 => Kind::Socket,
-        6 => Kind::CharDev,
-        7 => Kind::BlockDev,
-        _ => return Err(inval()),
-    })
-}
-
-fn space_code(s: LockSpace) -> u8 {
-    match s {
-        LockSpace::Record => 0,
-        LockSpace::Flock => 1,
-    }
-}
-
-fn space_of(c: u8) -> Result<LockSpace> {
-    match c {
-        0 => Ok(LockSpace::Record),
-        1 => Ok(LockSpace::Flock),
-        _ => Err(inval()),
-    }
-}
-
-pub(crate) fn lock_code(k: Option<LockKind>) -> u8 {
-    match k {
-        None => 0,
-        Some(LockKind::Read) => 1,
-        Some(LockKind::Write) => 2,
-    }
-}
-
-pub(crate) fn lock_of(c: u8) -> Result<Option<LockKind>> {
-    match c {
-        0 => Ok(None),
-        1 => Ok(Some(LockKind::Read)),
-        2 => Ok(Some(LockKind::Write)),
-        _ => Err(inval()),
-    }
-}
-
-fn rename_code(m: RenameMode) -> u8 {
-    match m {
-        RenameMode::Replace => 0,
-        RenameMode::NoReplace => 1,
-        RenameMode::Exchange => 2,
-    }
-}
-
-fn rename_of(c: u8) -> Result<RenameMode> {
-    match c {
-        0 => Ok(RenameMode::Replace),
-        1 => Ok(RenameMode::NoReplace),
-        2 => Ok(RenameMode::Exchange),
-        _ => Err(inval()),
-    }
-}
-
-fn xattr_code(m: XattrMode) -> u8 {
-    match m {
-        XattrMode::Either => 0,
-        XattrMode::Create => 1,
-        XattrMode::Replace => 2,
-    }
-}
-
-fn xattr_of(c: u8) -> Result<XattrMode> {
-    match c {
-        0 => Ok(XattrMode::Either),
-        1 => Ok(XattrMode::Create),
-        2 => Ok(XattrMode::Replace),
-        _ => Err(inval()),
-    }
-}
+codes!(kind_code, kind_of, Kind {
+    Kind::File => 1,
+    Kind::Dir => 2,
+    Kind::Symlink => 3,
+    Kind::Fifo => 4,
+    Kind::Socket => 5,
+    Kind::CharDev => 6,
+    Kind::BlockDev => 7,
+});
+codes!(space_code, space_of, LockSpace {
+    LockSpace::Record => 0,
+    LockSpace::Flock => 1,
+});
+codes!(pub(crate) lock_code, lock_of, Option<LockKind> {
+    None => 0,
+    Some(LockKind::Read) => 1,
+    Some(LockKind::Write) => 2,
+});
+codes!(rename_code, rename_of, RenameMode {
+    RenameMode::Replace => 0,
+    RenameMode::NoReplace => 1,
+    RenameMode::Exchange => 2,
+});
+codes!(xattr_code, xattr_of, XattrMode {
+    XattrMode::Either => 0,
+    XattrMode::Create => 1,
+    XattrMode::Replace => 2,
+});
 
 fn put_time(w: &mut Writer, t: Option<TimeChange>) {
     match t {
@@ -946,6 +904,31 @@ mod tests {
         let mut b = w.body().to_vec();
         b.extend_from_slice(r.data());
         b
+    }
+
+    #[test]
+    fn every_code_decodes_to_its_value() {
+        for k in Kind::ALL {
+            assert_eq!(kind_of(kind_code(k)), Ok(k));
+        }
+        for m in [
+            RenameMode::Replace,
+            RenameMode::NoReplace,
+            RenameMode::Exchange,
+        ] {
+            assert_eq!(rename_of(rename_code(m)), Ok(m));
+        }
+        for m in [XattrMode::Either, XattrMode::Create, XattrMode::Replace] {
+            assert_eq!(xattr_of(xattr_code(m)), Ok(m));
+        }
+        for l in [None, Some(LockKind::Read), Some(LockKind::Write)] {
+            assert_eq!(lock_of(lock_code(l)), Ok(l));
+        }
+        for sp in [LockSpace::Record, LockSpace::Flock] {
+            assert_eq!(space_of(space_code(sp)), Ok(sp));
+        }
+        assert_eq!(kind_of(0), Err(Errno(libc::EINVAL)));
+        assert_eq!(lock_of(3), Err(Errno(libc::EINVAL)));
     }
 
     #[test]

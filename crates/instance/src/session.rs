@@ -114,6 +114,15 @@ impl Session {
         }
     }
 
+    /// A name in `parent` changed, and with it the directory's attributes.
+    fn tell_named(&self, parent: InodeNo, name: &[u8]) {
+        self.tell(Change::Entry {
+            parent: parent.0,
+            name,
+        });
+        self.tell(Change::Attrs { ino: parent.0 });
+    }
+
     fn table(&self, space: LockSpace) -> &LockTable {
         match space {
             LockSpace::Record => self.fs.record_locks(),
@@ -205,11 +214,7 @@ impl Session {
                 target,
             } => {
                 let ino = fs.create(cx, parent, name, kind, perm, target).map_err(e)?;
-                self.tell(Change::Entry {
-                    parent: parent.0,
-                    name,
-                });
-                self.tell(Change::Attrs { ino: parent.0 });
+                self.tell_named(parent, name);
                 w.u64(ino.0);
             }
             Request::Mknod {
@@ -220,21 +225,13 @@ impl Session {
                 name,
             } => {
                 let ino = fs.mknod(cx, parent, name, kind, perm, dev).map_err(e)?;
-                self.tell(Change::Entry {
-                    parent: parent.0,
-                    name,
-                });
-                self.tell(Change::Attrs { ino: parent.0 });
+                self.tell_named(parent, name);
                 w.u64(ino.0);
             }
             Request::Remove { parent, dir, name } => {
                 let child = fs.lookup_ino(cx, parent, name).ok();
                 fs.remove(cx, parent, name, dir).map_err(e)?;
-                self.tell(Change::Entry {
-                    parent: parent.0,
-                    name,
-                });
-                self.tell(Change::Attrs { ino: parent.0 });
+                self.tell_named(parent, name);
                 if let Some(c) = child {
                     self.tell(Change::Attrs { ino: c.0 });
                 }
@@ -250,11 +247,7 @@ impl Session {
                 fs.rename(cx, from, from_name, to, to_name, mode)
                     .map_err(e)?;
                 for (dir, name) in [(from, from_name), (to, to_name)] {
-                    self.tell(Change::Entry {
-                        parent: dir.0,
-                        name,
-                    });
-                    self.tell(Change::Attrs { ino: dir.0 });
+                    self.tell_named(dir, name);
                 }
                 if let Some(m) = moved {
                     self.tell(Change::Attrs { ino: m.0 });
@@ -262,12 +255,8 @@ impl Session {
             }
             Request::Link { ino, parent, name } => {
                 fs.link(cx, ino, parent, name).map_err(e)?;
-                self.tell(Change::Entry {
-                    parent: parent.0,
-                    name,
-                });
+                self.tell_named(parent, name);
                 self.tell(Change::Attrs { ino: ino.0 });
-                self.tell(Change::Attrs { ino: parent.0 });
             }
             Request::Readlink { ino } => {
                 w.bytes(&fs.readlink_ino(ino).map_err(e)?);
@@ -509,11 +498,7 @@ impl Session {
         let found = open_in(&self.fs, cx, start, path, flags, mode)?;
         if flags & libc::O_CREAT != 0 {
             if let Ok((parent, name)) = self.fs.resolve_parent_at(cx, start, path) {
-                self.tell(Change::Entry {
-                    parent: parent.0,
-                    name,
-                });
-                self.tell(Change::Attrs { ino: parent.0 });
+                self.tell_named(parent, name);
             }
         }
         if flags & libc::O_TRUNC != 0 {
