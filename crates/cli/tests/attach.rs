@@ -223,3 +223,50 @@ fn git_works_attached() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+#[test]
+fn an_unmount_keeps_what_attached_writers_were_told_was_written() {
+    let fx = fixture();
+    fx.mount();
+    let dir = fx.mnt.join("w");
+    std::fs::create_dir(&dir).unwrap();
+    let writer = script("writer.py");
+    let mut child = attached(
+        &fx,
+        &["python3".as_ref(), writer.as_os_str(), dir.as_os_str()],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("start the writer");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..50 {
+        lines.next().expect("the writer writes").unwrap();
+    }
+    // The unmount takes the instance away under the writer.
+    fx.unmount();
+    let mut last = None;
+    let mut failed = None;
+    for l in lines.map_while(Result::ok) {
+        match l.strip_prefix("failed ") {
+            Some(e) => failed = Some(e.to_string()),
+            None => last = l.parse::<u64>().ok().or(last),
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(
+        failed.is_some(),
+        "the writer's calls fail once the instance is gone"
+    );
+    fx.mount();
+    let dir = fx.mnt.join("w");
+    for i in 0..=last.expect("acknowledged writes") {
+        let got = std::fs::read(dir.join(format!("w{i:06}"))).unwrap_or_default();
+        assert!(
+            got == format!("{i:06}").repeat(1000).into_bytes(),
+            "w{i:06}: {} bytes after the remount",
+            got.len()
+        );
+    }
+    fx.unmount();
+    fx.fsck_clean();
+}
