@@ -1,4 +1,4 @@
-//! `augefs bench fs [--target LIST] [--workload LIST] [--threads LIST] [--seconds S]
+//! `augefs bench fs [--target LIST] [--workload LIST] [--threads LIST] [--procs] [--seconds S]
 //! [--runs N] [--io-size LIST] [--fsync] [--dir DIR] [--baseline T] [--scale F]
 //! [--plot DIR] [--pmr-dir DIR] [--pmr-size N] [--pmr-latency-ns N] [--quick] [--json]
 //! [--json-file F] [--keep]`: file-system workloads
@@ -80,6 +80,10 @@ pub struct Args {
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub threads: Vec<usize>,
+    /// For the attached target: a thread count N runs as N processes of one thread
+    /// each, in directories of their own.
+    #[arg(long)]
+    pub procs: bool,
     /// Seconds per timed run (default 2; 0.2 with --quick).
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -171,6 +175,7 @@ struct Plan {
     runs: u32,
     sizes: Sizes,
     image_bytes: u64,
+    procs: bool,
 }
 
 fn plan(args: &Args) -> Result<Plan, String> {
@@ -222,6 +227,7 @@ fn plan(args: &Args) -> Result<Plan, String> {
         runs: args.common.runs,
         sizes,
         image_bytes,
+        procs: args.procs,
     })
 }
 
@@ -439,6 +445,11 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             images.augefs.display()
         ));
     }
+    if plan.procs && wants(|k| *k == TargetKind::Attached) {
+        header.push(
+            "attached: each thread count N ran as N processes of one thread (--procs)".to_string(),
+        );
+    }
     if wants(|k| matches!(k, TargetKind::Interposer | TargetKind::Attached)) {
         if let Some(line) = interposer_build_line() {
             header.push(line);
@@ -477,7 +488,7 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                 }),
                 TargetKind::Attached => image.and_then(|i| {
                     let mnt = scratch.named("bench-fs-attached", ".mnt");
-                    interposer::Attached::new(i, images.backend, &mnt)
+                    interposer::Attached::new(i, images.backend, &mnt, plan.procs)
                         .map(Runner::Attached)
                         .map_err(|e| format!("skipped: {e}"))
                 }),

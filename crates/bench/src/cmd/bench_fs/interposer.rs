@@ -111,8 +111,8 @@ pub struct Interposer {
 enum Via<'a> {
     /// It attaches the image itself (`augefs run --image`).
     Image(&'a Path),
-    /// It attaches to the instance of the mount at this directory.
-    Mount(&'a Path),
+    /// It attaches to the instance of the mount at `mount` and works in `root`.
+    Mount { mount: &'a Path, root: &'a Path },
 }
 
 impl Interposer {
@@ -156,42 +156,105 @@ pub struct Attached {
     mount: super::target::Fuse,
     augefs: PathBuf,
     exe: PathBuf,
+    /// A cell of N threads runs as N processes of one thread each, in directories
+    /// of their own (`--procs`).
+    procs: bool,
 }
 
 impl Attached {
-    pub fn new(image: &Path, backend: BackendChoice, mnt: &Path) -> Result<Attached, String> {
+    pub fn new(
+        image: &Path,
+        backend: BackendChoice,
+        mnt: &Path,
+        procs: bool,
+    ) -> Result<Attached, String> {
         siblings::preload_lib()?;
         Ok(Attached {
             mount: super::target::Fuse::new(image, backend, mnt)?,
             augefs: siblings::augefs()?,
             exe: siblings::this_exe()?,
+            procs,
         })
+    }
+
+    /// The worker roots of a cell: the mount, or one directory per process.
+    fn roots(&self, spec: &Spec) -> Result<Vec<PathBuf>, String> {
+        let root = self.mount.root().to_path_buf();
+        if !self.procs || spec.threads == 1 {
+            return Ok(vec![root]);
+        }
+        (0..spec.threads)
+            .map(|i| {
+                let dir = root.join(format!("p{i}"));
+                std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                Ok(dir)
+            })
+            .collect()
+    }
+
+    /// Setup in each root, then the timed runs of every root at once.
+    fn run_roots(&mut self, spec: &Spec) -> Result<Measured, String> {
+        use super::target::InProcess;
+        let roots = self.roots(spec)?;
+        let one = Spec {
+            threads: if roots.len() > 1 { 1 } else { spec.threads },
+            ..spec.clone()
+        };
+        let mount = self.mount.root().to_path_buf();
+        let via = |root| Via::Mount {
+            mount: &mount,
+            root,
+        };
+        for root in &roots {
+            run_worker(&self.augefs, &self.exe, via(root), &one, Phase::Setup)?;
+        }
+        if spec.case.cold {
+            self.mount.drop_caches()?;
+        }
+        let before = self.mount.helper_cpu_ns();
+        let (augefs, exe) = (&self.augefs, &self.exe);
+        let runs: Vec<Result<Option<Measured>, String>> = std::thread::scope(|s| {
+            let workers: Vec<_> = roots
+                .iter()
+                .map(|root| s.spawn(|| run_worker(augefs, exe, via(root), &one, Phase::Run)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+                })
+                .collect()
+        });
+        let mut all = Vec::new();
+        for r in runs {
+            all.push(r?.expect("a timed phase measures"));
+        }
+        let mut run = merge(&all);
+        run.cpu_ns += self.mount.helper_cpu_ns().saturating_sub(before);
+        Ok(run)
     }
 
     pub fn run_cell(&mut self, spec: &Spec) -> Result<Measured, String> {
         use super::target::InProcess;
         self.mount.fresh()?;
-        let measured = (|| -> Result<Measured, String> {
-            let root = self.mount.root().to_path_buf();
-            run_worker(
-                &self.augefs,
-                &self.exe,
-                Via::Mount(&root),
-                spec,
-                Phase::Setup,
-            )?;
-            if spec.case.cold {
-                self.mount.drop_caches()?;
-            }
-            let before = self.mount.helper_cpu_ns();
-            let run = run_worker(&self.augefs, &self.exe, Via::Mount(&root), spec, Phase::Run)?;
-            let mut run = run.expect("a timed phase measures");
-            run.cpu_ns += self.mount.helper_cpu_ns().saturating_sub(before);
-            Ok(run)
-        })();
+        let measured = self.run_roots(spec);
         let finished = self.mount.finish();
         let measured = measured?;
         finished.map(|()| measured)
+    }
+}
+
+/// The runs of processes that ran at once, as one: their operations and CPU summed,
+/// the longest elapsed time, the worst percentiles.
+fn merge(runs: &[Measured]) -> Measured {
+    Measured {
+        ops: runs.iter().map(|m| m.ops).sum(),
+        elapsed_ns: runs.iter().map(|m| m.elapsed_ns).max().unwrap_or(0),
+        capped_threads: runs.iter().map(|m| m.capped_threads).sum(),
+        p50_ns: runs.iter().filter_map(|m| m.p50_ns).max(),
+        p99_ns: runs.iter().filter_map(|m| m.p99_ns).max(),
+        cpu_ns: runs.iter().map(|m| m.cpu_ns).sum(),
     }
 }
 
@@ -207,13 +270,13 @@ fn run_worker(
     cmd.arg("run");
     match via {
         Via::Image(image) => cmd.arg("--image").arg(image).args(["--prefix", PREFIX]),
-        Via::Mount(dir) => cmd.arg("--mount").arg(dir),
+        Via::Mount { mount, .. } => cmd.arg("--mount").arg(mount),
     };
     cmd.arg("--")
         .arg(exe)
         .args(["fs-worker", "--phase", phase.name(), "--spec", &json]);
-    if let Via::Mount(dir) = via {
-        cmd.arg("--root").arg(dir);
+    if let Via::Mount { root, .. } = via {
+        cmd.arg("--root").arg(root);
     }
     let out = cmd
         .output()
