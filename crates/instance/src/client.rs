@@ -432,7 +432,12 @@ impl Backend for Remote {
                     write,
                     reference: Reference::Remote(handle),
                 });
-                Ok(Found { ino, kind, file })
+                Ok(Found {
+                    ino,
+                    kind,
+                    file,
+                    created: None,
+                })
             },
         )
     }

@@ -496,10 +496,8 @@ impl Session {
         w: &mut Writer,
     ) -> Result<()> {
         let found = open_in(&self.fs, cx, start, path, flags, mode)?;
-        if flags & libc::O_CREAT != 0 {
-            if let Ok((parent, name)) = self.fs.resolve_parent_at(cx, start, path) {
-                self.tell_named(parent, name);
-            }
+        if let Some((parent, name)) = &found.created {
+            self.tell_named(*parent, name);
         }
         if flags & libc::O_TRUNC != 0 {
             self.tell(Change::Data { ino: found.ino.0 });

@@ -63,6 +63,8 @@ pub struct Found {
     pub kind: Kind,
     /// None for O_PATH and for special files (FIFOs, sockets, devices: the kernel's).
     pub file: Option<OpenFile>,
+    /// The directory and name of the file this open created (O_CREAT), if it did.
+    pub created: Option<(InodeNo, Vec<u8>)>,
 }
 
 /// The calls the posix layer makes of a file system. `cx` is who the calling process
@@ -242,16 +244,16 @@ pub fn open_in(
     let follow = flags & libc::O_NOFOLLOW == 0 && !excl;
     let (ino, created) = match fs.resolve_at(cx, start, path, follow) {
         Ok(_) if excl => return Err(err(libc::EEXIST)),
-        Ok(ino) => (ino, false),
+        Ok(ino) => (ino, None),
         Err(VfsError::NotFound(_)) if flags & libc::O_CREAT != 0 => {
             if path.ends_with(b"/") {
                 return Err(err(libc::EISDIR));
             }
             let (parent, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
             match fs.create(cx, parent, name, Kind::File, mode & 0o7777, None) {
-                Ok(ino) => (ino, true),
+                Ok(ino) => (ino, Some((parent, name.to_vec()))),
                 Err(VfsError::Exists(_)) if !excl => {
-                    (fs.resolve_at(cx, start, path, follow).map_err(e)?, false)
+                    (fs.resolve_at(cx, start, path, follow).map_err(e)?, None)
                 }
                 Err(x) => return Err(e(x)),
             }
@@ -274,9 +276,10 @@ pub fn open_in(
             ino,
             kind: meta.kind,
             file: None,
+            created,
         });
     }
-    if !created {
+    if created.is_none() {
         fs.access(cx, ino, wanted(flags)).map_err(e)?;
     }
     let open = fs.open_ino(ino).map_err(e)?;
@@ -297,6 +300,7 @@ pub fn open_in(
         ino,
         kind: meta.kind,
         file: Some(file),
+        created,
     })
 }
 
