@@ -118,18 +118,33 @@ fn the_kernel_view_sees_attached_changes_at_once() {
     );
     assert_eq!(mode & 0o777, 0o600);
     // And the other way: what the kernel's view changes, attached processes see, also
-    // through the attribute table they stat from without asking. One attached process
-    // stats, waits for the kernel's view to change the file, and stats again.
+    // through the attribute table they stat from and the pages they read without
+    // asking. One attached process stats and reads a file it holds open, waits for
+    // the kernel's view to change the file, and stats and reads again.
     let f = fx.mnt.join("f").display().to_string();
     let flag = fx.host.join("changed").display().to_string();
+    let ready = fx.host.join("ready");
+    let ready = ready.display();
     let watcher = format!(
-        "stat -c %s {f}; while [ ! -e {flag} ]; do stat -c %s {f} >/dev/null; sleep 0.01; done; stat -c %s {f}; cat {f}"
+        "import os, time\n\
+         fd = os.open('{f}', os.O_RDONLY)\n\
+         print(os.stat('{f}').st_size)\n\
+         os.pread(fd, 100, 0)\n\
+         open('{ready}', 'w').close()\n\
+         while not os.path.exists('{flag}'):\n\
+         \x20   os.stat('{f}'); os.pread(fd, 100, 0); time.sleep(0.01)\n\
+         print(os.stat('{f}').st_size)\n\
+         print(os.pread(fd, 100, 0).decode(), end='')\n"
     );
-    let child = attached(&fx, &["sh".as_ref(), "-c".as_ref(), watcher.as_ref()])
+    let child = attached(&fx, &["python3".as_ref(), "-c".as_ref(), watcher.as_ref()])
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the watcher");
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    while !fx.host.join("ready").exists() {
+        assert!(t.elapsed().as_secs() < 20, "the watcher did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     std::fs::write(fx.mnt.join("f"), "from the kernel\n").unwrap();
     std::fs::write(fx.host.join("changed"), "").unwrap();
     let out = child.wait_with_output().expect("the watcher");

@@ -15,6 +15,8 @@
 //! - A broken connection fails the call with ENOTCONN and is dropped; nothing is
 //!   retried (a request may have run).
 
+use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
+use crate::forklock::ForkLock;
 use crate::proto::{self, Request, READDIR_MAX};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
@@ -22,7 +24,6 @@ use crate::IO_BYTES_MAX;
 use format::InodeNo;
 use posix::backend::{Backend, Found, LockSpace, OpenFile, Reference};
 use posix::{Errno, Result};
-use std::cell::UnsafeCell;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
@@ -36,40 +37,9 @@ fn notconn() -> Errno {
     Errno(libc::ENOTCONN)
 }
 
-/// Pooled connections behind a spin lock that the fork handlers can hold across a
-/// fork ([`Remote::before_fork`]), so a child never inherits it mid-change.
-#[derive(Debug, Default)]
-struct Pool {
-    locked: AtomicBool,
-    conns: UnsafeCell<Vec<(u64, UnixStream)>>,
-}
-
-// SAFETY: `conns` is only touched while `locked` is held (acquire/release).
-unsafe impl Sync for Pool {}
-
-impl Pool {
-    fn lock(&self) {
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
-    }
-
-    fn unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Vec<(u64, UnixStream)>) -> T) -> T {
-        self.lock();
-        // SAFETY: the lock is held.
-        let r = f(unsafe { &mut *self.conns.get() });
-        self.unlock();
-        r
-    }
-}
+/// Pooled connections, under a lock the fork handlers hold across a fork
+/// ([`Remote::before_fork`]), so a child never inherits it mid-change.
+type Pool = ForkLock<Vec<(u64, UnixStream)>>;
 
 /// A process's attachment to an instance.
 #[derive(Debug)]
@@ -89,6 +59,9 @@ pub struct Remote {
     cache: OnceLock<Option<(ChangePage, Table)>>,
     /// Set when this process changed identity: the table is another identity's now.
     cache_off: AtomicBool,
+    /// File data this process read, kept while the file's data count stays
+    /// ([`crate::filecache`]).
+    files: FileCache,
     /// Who this process was when its connections were made.
     identity: std::sync::Mutex<Creds>,
     /// Inodes on which this process set record locks: a close of another file asks the
@@ -148,6 +121,7 @@ impl Remote {
             anchor: Pool::default(),
             cache: OnceLock::new(),
             cache_off: AtomicBool::new(false),
+            files: FileCache::new(FileCache::budget_from_env()),
             identity: std::sync::Mutex::new(Creds::of_process()),
             locked: std::sync::Mutex::new(std::collections::HashSet::new()),
         };
@@ -202,7 +176,7 @@ impl Remote {
     fn anchor(&self) -> Result<()> {
         self.anchor.lock();
         // SAFETY: the anchor's lock is held.
-        let slot = unsafe { &mut *self.anchor.conns.get() };
+        let slot = unsafe { self.anchor.held() };
         let r = if slot.is_empty() {
             self.dial().map(|c| slot.push(c))
         } else {
@@ -216,10 +190,12 @@ impl Remote {
     pub fn before_fork(&self) {
         self.anchor.lock();
         self.pool.lock();
+        self.files.before_fork();
     }
 
     /// The fork parent handler.
     pub fn after_fork_parent(&self) {
+        self.files.after_fork_parent();
         self.pool.unlock();
         self.anchor.unlock();
     }
@@ -230,10 +206,11 @@ impl Remote {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.token.store(0, Ordering::Release);
         // SAFETY: the prepare handler holds the locks for us; this is the only thread.
-        let old = std::mem::take(unsafe { &mut *self.pool.conns.get() });
+        let old = std::mem::take(unsafe { self.pool.held() });
         // SAFETY: as above.
-        let anchor = std::mem::take(unsafe { &mut *self.anchor.conns.get() });
+        let anchor = std::mem::take(unsafe { self.anchor.held() });
         drop((old, anchor));
+        self.files.forked();
         self.pool.unlock();
         self.anchor.unlock();
     }
@@ -327,7 +304,15 @@ impl Remote {
         }
     }
 
-    fn read_chunk(&self, handle: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// Reads into `buf` at `offset`; `keep` is told the file's data count (if the
+    /// instance gave one) and the bytes read.
+    fn read_chunk(
+        &self,
+        handle: u64,
+        offset: u64,
+        buf: &mut [u8],
+        keep: impl FnOnce(u64, &[u8]),
+    ) -> Result<usize> {
         let len = buf.len() as u32;
         self.call(
             &Request::Read {
@@ -336,12 +321,42 @@ impl Remote {
                 len,
             },
             |r| {
+                let count = r.opt_u64()?;
                 let data = r.rest();
                 let n = data.len().min(buf.len());
                 buf[..n].copy_from_slice(&data[..n]);
+                if let Some(c) = count {
+                    keep(c, &data[..n]);
+                }
                 Ok(n)
             },
         )
+    }
+
+    /// A small read: from the kept pages if they answer, else whole pages from the
+    /// instance, kept for the next reads.
+    fn read_cached(
+        &self,
+        page: &ChangePage,
+        f: &OpenFile,
+        handle: u64,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        if let Some(n) = self.files.read(page, f.ino, offset, buf) {
+            return Ok(n);
+        }
+        let first = offset - offset % PAGE as u64;
+        let end = (offset + buf.len() as u64).next_multiple_of(PAGE as u64);
+        let mut pages = vec![0u8; (end - first) as usize];
+        let asked = pages.len();
+        let n = self.read_chunk(handle, first, &mut pages, |count, data| {
+            self.files.fill(f.ino, count, first, data, asked);
+        })?;
+        let skip = (offset - first) as usize;
+        let got = n.saturating_sub(skip).min(buf.len());
+        buf[..got].copy_from_slice(&pages[skip..skip + got]);
+        Ok(got)
     }
 }
 
@@ -432,6 +447,9 @@ impl Backend for Remote {
                     write,
                     reference: Reference::Remote(handle),
                 });
+                if read && handle != 0 {
+                    self.files.opened(ino);
+                }
                 Ok(Found {
                     ino,
                     kind,
@@ -448,6 +466,9 @@ impl Backend for Remote {
         let req = Request::CloseQuiet {
             handle: Self::handle(&file)?,
         };
+        if file.read {
+            self.files.closed(file.ino);
+        }
         let mut c = self.take()?;
         let mut w = Writer::new();
         req.encode(&mut w);
@@ -605,10 +626,15 @@ impl Backend for Remote {
 
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let handle = Self::handle(f)?;
+        if let Some((page, _)) = self.cache() {
+            if self.files.enabled() && !buf.is_empty() && buf.len() <= READ_CACHED_MAX {
+                return self.read_cached(page, f, handle, offset, buf);
+            }
+        }
         let mut done = 0;
         for chunk in buf.chunks_mut(IO_BYTES_MAX) {
             let want = chunk.len();
-            let n = self.read_chunk(handle, offset + done as u64, chunk)?;
+            let n = self.read_chunk(handle, offset + done as u64, chunk, |_, _| {})?;
             done += n;
             if n < want {
                 break;

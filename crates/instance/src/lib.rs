@@ -23,6 +23,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod client;
+pub mod filecache;
+mod forklock;
 pub mod peer;
 pub mod proto;
 pub mod server;

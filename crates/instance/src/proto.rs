@@ -138,6 +138,9 @@ pub enum Request<'a> {
         after: Option<&'a [u8]>,
     },
     Statfs,
+    /// Reply: the file's data count before the read if it was quiet (the client may
+    /// keep the bytes while the count stays: [`crate::table::ChangePage::data_same`]),
+    /// then the bytes.
     Read {
         handle: u64,
         offset: u64,

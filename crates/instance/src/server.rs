@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
+use vfs::changes::Event;
 use vfs::FileSystem;
 
 /// What every connection thread shares.
@@ -97,8 +98,12 @@ impl Instance {
         // second instance of it would keep no tables).
         let page = ChangePage::create().ok().map(Arc::new).filter(|page| {
             let p = page.clone();
-            fs.changes()
-                .observe(Box::new(move |started| p.changed(started)))
+            fs.changes().observe(Box::new(move |e| match e {
+                Event::Started => p.changed(true),
+                Event::Finished => p.changed(false),
+                Event::DataStarted(ino) => p.data_changed(ino, true),
+                Event::DataFinished(ino) => p.data_changed(ino, false),
+            }))
         });
         // Anyone may connect: each request is checked as its sender (the kernel says
         // who), as the kernel checks a call on the FUSE mount.

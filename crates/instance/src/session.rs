@@ -331,6 +331,11 @@ impl Session {
                 len,
             } => {
                 let h = self.readable(handle)?;
+                // Taken before the read: a change after it moves the count.
+                let count = caller
+                    .cache
+                    .and_then(|(page, _)| page.data_quiet(h.file().ino));
+                w.opt_u64(count);
                 let at = w.reserve(len as usize);
                 let n = fs
                     .read_open(local(h.file())?, offset, w.reserved(at))

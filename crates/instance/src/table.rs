@@ -137,7 +137,23 @@ impl Mapping {
     }
 }
 
-/// The change page.
+/// Per-file data counts the change page keeps (a power of two): files share a count
+/// when their inode numbers hash alike, which costs a spurious miss, never a stale
+/// answer.
+pub const DATA_COUNTS: usize = 64 * 1024;
+
+/// One file's (or several files') data changes: started and finished, as the global
+/// counters.
+#[repr(C)]
+struct DataCount {
+    started: AtomicU64,
+    finished: AtomicU64,
+}
+
+const CHANGE_BYTES: usize = PAGE + DATA_COUNTS * std::mem::size_of::<DataCount>();
+const _: () = assert!(DATA_COUNTS.is_power_of_two());
+
+/// The change page: the global change counters, then the per-file data counts.
 #[derive(Debug)]
 pub struct ChangePage {
     map: Mapping,
@@ -147,14 +163,14 @@ pub struct ChangePage {
 impl ChangePage {
     /// The instance's page.
     pub fn create() -> Result<ChangePage> {
-        let (fd, map) = Mapping::create(c"augefs-changes", PAGE)?;
+        let (fd, map) = Mapping::create(c"augefs-changes", CHANGE_BYTES)?;
         map.header().magic.store(MAGIC, Ordering::Release);
         Ok(ChangePage { map, fd: Some(fd) })
     }
 
     /// A client's view of the page the instance sent.
     pub fn attach(fd: OwnedFd) -> Result<ChangePage> {
-        let map = Mapping::map(fd.as_raw_fd(), PAGE, false)?;
+        let map = Mapping::map(fd.as_raw_fd(), CHANGE_BYTES, false)?;
         if map.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(Errno(libc::EPROTO));
         }
@@ -186,6 +202,35 @@ impl ChangePage {
 
     fn started(&self) -> u64 {
         self.map.header().started.load(Ordering::SeqCst)
+    }
+
+    fn data_count(&self, ino: InodeNo) -> &DataCount {
+        let i = (ino.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (DATA_COUNTS - 1);
+        // SAFETY: count `i` lies inside the mapping (CHANGE_BYTES), after the header
+        // page; zeroed memory is a valid DataCount of atomics.
+        unsafe { &*self.map.at.add(PAGE).cast::<DataCount>().add(i) }
+    }
+
+    /// The instance: a change of `ino`'s data started (true) or finished (false).
+    pub fn data_changed(&self, ino: InodeNo, started: bool) {
+        let c = self.data_count(ino);
+        let c = if started { &c.started } else { &c.finished };
+        c.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `ino`'s data count, if no change of its data is in flight: taken before a read,
+    /// the bytes read are current while [`ChangePage::data_same`] holds for it.
+    pub fn data_quiet(&self, ino: InodeNo) -> Option<u64> {
+        let c = self.data_count(ino);
+        let s = c.started.load(Ordering::SeqCst);
+        (c.finished.load(Ordering::SeqCst) == s).then_some(s)
+    }
+
+    /// Whether `ino`'s data is as it was when its count was `count` (quiet then): no
+    /// change of it has started since.
+    pub fn data_same(&self, ino: InodeNo, count: u64) -> bool {
+        let c = self.data_count(ino);
+        c.started.load(Ordering::SeqCst) == count
     }
 }
 

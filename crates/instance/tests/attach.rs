@@ -409,6 +409,109 @@ fn repeated_stats_need_no_request_until_something_changes() {
     );
 }
 
+#[test]
+fn warm_reads_need_no_request_and_see_every_change_at_once() {
+    let s = Setup::new();
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b) = (s.client(), s.client());
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 + i / 4096) as u8).collect();
+    let wfd = b
+        .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    assert_eq!(b.pwrite(wfd, &data, 0).unwrap(), data.len());
+    let fd = a.open_fd(At::Cwd, b"/f", libc::O_RDONLY, 0).unwrap();
+    let read = |at: usize, len: usize| {
+        let mut buf = vec![0u8; len];
+        let n = a.pread(fd, &mut buf, at as i64).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    // Misses fill whole pages; the same reads again, and reads inside those pages
+    // (and at the end of the file) need no request.
+    let reads = [(0, 4096), (5000, 3000), (39_000, 4096), (12_345, 100)];
+    for (at, len) in reads {
+        assert_eq!(read(at, len), data[at..(at + len).min(data.len())]);
+    }
+    let before = inst.requests();
+    for _ in 0..100 {
+        for (at, len) in reads {
+            assert_eq!(read(at, len), data[at..(at + len).min(data.len())]);
+        }
+        assert_eq!(read(40_000, 10), b"");
+    }
+    assert_eq!(inst.requests() - before, 0, "warm reads asked the instance");
+    // Another client's write, a write through the vfs itself (as the FUSE mount
+    // makes), a truncate and a punched hole: each seen by the very next read of
+    // pages kept before it.
+    b.pwrite(wfd, b"XYZ", 5001).unwrap();
+    assert_eq!(read(5000, 5), [data[5000], b'X', b'Y', b'Z', data[5004]]);
+    let ino = ino_of(&s, b"f");
+    assert_eq!(read(39_990, 4096), data[39_990..]);
+    s.fs.write_at(ino, 39_998, b"tail").unwrap();
+    assert_eq!(
+        read(39_990, 4096),
+        [&data[39_990..39_998], b"tail"].concat()
+    );
+    assert_eq!(read(39_990, 10).len(), 10);
+    assert_eq!(read(5000, 4096).len(), 4096);
+    s.fs.truncate(ino, 6000).unwrap();
+    assert_eq!(read(5000, 4096).len(), 1000);
+    assert_eq!(read(39_990, 10), b"");
+    assert_eq!(read(0, 16), data[..16]);
+    s.fs.fallocate(ino, vfs::sparse::Fallocate::PunchHole, 0, 4096)
+        .unwrap();
+    assert_eq!(read(0, 16), [0u8; 16]);
+    // After the last close the pages are gone: a new open asks again.
+    a.close(fd).unwrap();
+    let fd2 = a.open_fd(At::Cwd, b"/f", libc::O_RDONLY, 0).unwrap();
+    let before = inst.requests();
+    let mut buf = [0u8; 16];
+    a.pread(fd2, &mut buf, 0).unwrap();
+    assert_eq!(inst.requests() - before, 1);
+}
+
+#[test]
+fn a_warm_read_never_returns_bytes_older_than_an_acknowledged_write() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let s = Setup::new();
+    let (a, b) = (s.client(), s.client());
+    let wfd = b
+        .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    let page = |seq: u64| -> Vec<u8> { seq.to_le_bytes().repeat(512) };
+    for p in 0..4 {
+        b.pwrite(wfd, &page(0), p * 4096).unwrap();
+    }
+    let fd = a.open_fd(At::Cwd, b"/f", libc::O_RDONLY, 0).unwrap();
+    // Per page, the last sequence number a write of it was acknowledged with.
+    let acked: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for seq in 1..=2000u64 {
+                let p = seq % 4;
+                b.pwrite(wfd, &page(seq), (p * 4096) as i64).unwrap();
+                acked[p as usize].store(seq, Ordering::SeqCst);
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        let mut buf = vec![0u8; 4096];
+        let mut reads = 0;
+        while !stop.load(Ordering::SeqCst) || reads < 100 {
+            let p = reads % 4;
+            let floor = acked[p].load(Ordering::SeqCst);
+            assert_eq!(a.pread(fd, &mut buf, (p * 4096) as i64).unwrap(), 4096);
+            let seq = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            assert_eq!(buf, page(seq), "a torn page");
+            assert!(
+                seq >= floor,
+                "page {p}: read {seq} after {floor} was acknowledged"
+            );
+            reads += 1;
+        }
+    });
+}
+
 fn ino_of(s: &Setup, path: &[u8]) -> format::InodeNo {
     s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, path, true)
         .unwrap()

@@ -8,17 +8,38 @@
 //! they are equal, and `started` never goes back, so "nothing changed since `started`
 //! read s, with none in flight then" is `started == s` later.
 //!
+//! Besides, the vfs itself marks every change of a file's bytes or size (a write, a
+//! truncate, a fallocate) with the file's inode ([`Changes::begin_data`]), whichever
+//! front end asked for it: an observer can keep per-file counts, so that a copy of a
+//! file's data kept outside the vfs (an attached client's) knows when it went stale.
+//!
 //! Invariants:
 //! - `finished <= started` always; both only grow.
 //! - A change's `started` increment happens before its first effect is visible, its
 //!   `finished` increment after its last.
+//! - A data change's [`Event::DataStarted`] reaches the observer before any page or
+//!   the size of its file changes, its [`Event::DataFinished`] after the last.
 
+use format::InodeNo;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// Told of every change's start (true) and finish (false), in the same order as the
-/// counters move: a copy of them kept where other processes can read it.
-pub type Observer = Box<dyn Fn(bool) + Send + Sync>;
+/// What the observer is told, in the order things happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A change a front end marked started (its `started` counter moved).
+    Started,
+    /// ... finished (its `finished` counter is about to move).
+    Finished,
+    /// The bytes or size of a file are about to change.
+    DataStarted(InodeNo),
+    /// ... and have changed.
+    DataFinished(InodeNo),
+}
+
+/// Told of every change's start and finish: a copy of the counts kept where other
+/// processes can read them.
+pub type Observer = Box<dyn Fn(Event) + Send + Sync>;
 
 #[derive(Default)]
 pub struct Changes {
@@ -42,10 +63,18 @@ pub struct Change<'a>(&'a Changes);
 
 impl Drop for Change<'_> {
     fn drop(&mut self) {
-        if let Some(o) = self.0.observer.get() {
-            o(false);
-        }
+        self.0.tell(Event::Finished);
         self.0.finished.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A change of one file's data in flight, ended when dropped.
+#[derive(Debug)]
+pub struct DataChange<'a>(&'a Changes, InodeNo);
+
+impl Drop for DataChange<'_> {
+    fn drop(&mut self) {
+        self.0.tell(Event::DataFinished(self.1));
     }
 }
 
@@ -53,10 +82,21 @@ impl Changes {
     /// Marks a change from now until the guard is dropped.
     pub fn begin(&self) -> Change<'_> {
         self.started.fetch_add(1, Ordering::SeqCst);
-        if let Some(o) = self.observer.get() {
-            o(true);
-        }
+        self.tell(Event::Started);
         Change(self)
+    }
+
+    /// Marks a change of `ino`'s bytes or size from now until the guard is dropped
+    /// (the vfs's own data paths; see the module's invariants).
+    pub(crate) fn begin_data(&self, ino: InodeNo) -> DataChange<'_> {
+        self.tell(Event::DataStarted(ino));
+        DataChange(self, ino)
+    }
+
+    fn tell(&self, e: Event) {
+        if let Some(o) = self.observer.get() {
+            o(e);
+        }
     }
 
     /// Sets the observer (once; false if one was set already).
@@ -92,5 +132,27 @@ mod tests {
         drop(b);
         assert_eq!(c.quiet(), Some(2));
         assert_eq!(c.started(), 2);
+    }
+
+    #[test]
+    fn observer_hears_data_changes_in_order() {
+        let c = Changes::default();
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = heard.clone();
+        assert!(c.observe(Box::new(move |e| h.lock().unwrap().push(e))));
+        {
+            let _a = c.begin();
+            let _d = c.begin_data(InodeNo(7));
+        }
+        let ino = InodeNo(7);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                Event::Started,
+                Event::DataStarted(ino),
+                Event::DataFinished(ino),
+                Event::Finished
+            ]
+        );
     }
 }

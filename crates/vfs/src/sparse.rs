@@ -76,6 +76,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let _range = h.ranges.lock(crate::rangelock::BlockRange::ALL);
         let mut st = h.write();
+        let _data = self.changes().begin_data(ino);
         let inode = *live(&st, ino)?;
         if inode.kind != Kind::File {
             return Err(if inode.kind == Kind::Dir {

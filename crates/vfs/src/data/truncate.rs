@@ -46,6 +46,7 @@ impl FileSystem {
             return Err(VfsError::TooLarge(format!("size {size}")));
         }
         self.core.write_back_held(h, st)?;
+        let _data = self.changes().begin_data(ino);
         inode = *live(st, ino)?;
         let old = inode.size;
         // The blocks from the shorter end's block on change under the cache (a shrink

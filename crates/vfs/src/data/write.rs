@@ -112,6 +112,7 @@ impl FileSystem {
             let blocks = self.build_blocks(h, offset, data, size)?;
             let last = (end - 1) / BLOCK;
             {
+                let _data = self.changes().begin_data(ino);
                 let mut st = h.state_write();
                 let mut inode = *live(&st, ino)?;
                 let mut pages = h.pages();
