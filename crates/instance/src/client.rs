@@ -17,6 +17,7 @@
 
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
 use crate::forklock::ForkLock;
+use crate::mailbox::{Conn, Mailbox};
 use crate::proto::{self, Request, READDIR_MAX};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
@@ -24,8 +25,7 @@ use crate::IO_BYTES_MAX;
 use format::InodeNo;
 use posix::backend::{Backend, Found, LockSpace, OpenFile, Reference};
 use posix::{Errno, Result};
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,12 +39,39 @@ fn notconn() -> Errno {
 
 /// Pooled connections, under a lock the fork handlers hold across a fork
 /// ([`Remote::before_fork`]), so a child never inherits it mid-change.
-type Pool = ForkLock<Vec<(u64, UnixStream)>>;
+type Pool = ForkLock<Vec<(u64, Conn)>>;
+
+/// How requests travel to the instance (`crate::mailbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A mailbox guarded by a protection key where the machine has keys, else the
+    /// socket only (said once on standard error).
+    Auto,
+    /// The socket only (AUGEFS_MAILBOX=off).
+    Socket,
+    /// A mailbox even without protection keys (AUGEFS_MAILBOX=unprotected): a stray
+    /// store of the application can then garble its own requests, never the instance
+    /// or another client (the instance copies and checks every message). Keys are
+    /// still used where the machine has them.
+    Unprotected,
+}
+
+impl Transport {
+    /// The transport AUGEFS_MAILBOX asks for (auto, off or unprotected).
+    pub fn from_env() -> Transport {
+        match std::env::var("AUGEFS_MAILBOX").as_deref() {
+            Ok("off") => Transport::Socket,
+            Ok("unprotected") => Transport::Unprotected,
+            _ => Transport::Auto,
+        }
+    }
+}
 
 /// A process's attachment to an instance.
 #[derive(Debug)]
 pub struct Remote {
     path: PathBuf,
+    transport: Transport,
     /// The session's token (0: none yet).
     token: AtomicU64,
     /// Bumped by a fork (in the child) and a change of identity: older connections
@@ -69,52 +96,18 @@ pub struct Remote {
     locked: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
-/// Sends a frame and the data that follows it, in one system call when the socket
-/// takes it all.
-fn send(s: &mut UnixStream, frame: &[u8], data: &[u8]) -> Result<()> {
-    let mut parts = [std::io::IoSlice::new(frame), std::io::IoSlice::new(data)];
-    let mut bufs = &mut parts[..];
-    while !bufs.is_empty() {
-        match s.write_vectored(bufs) {
-            Ok(n) if n > 0 => std::io::IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Ok(_) | Err(_) => return Err(notconn()),
-        }
-    }
-    Ok(())
-}
-
-/// Reads one reply frame's body: usually one read (the instance writes a reply at
-/// once), the rest of a large one directly into its buffer.
-fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>> {
-    let mut head = [0u8; 512];
-    let mut got = 0;
-    while got < 4 {
-        match s.read(&mut head[got..]) {
-            Ok(n) if n > 0 => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Ok(_) | Err(_) => return Err(notconn()),
-        }
-    }
-    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    // One request is in flight per connection: nothing follows its reply.
-    if got - 4 > len {
-        return Err(Errno(libc::EPROTO));
-    }
-    let mut body = Vec::with_capacity(len);
-    body.extend_from_slice(&head[4..got]);
-    let have = body.len();
-    body.resize(len, 0);
-    s.read_exact(&mut body[have..]).map_err(|_| notconn())?;
-    Ok(body)
-}
-
 impl Remote {
     /// Attaches to the instance at socket `path` (one connection, which starts the
     /// session).
     pub fn connect(path: &Path) -> Result<Remote> {
+        Self::connect_with(path, Transport::from_env())
+    }
+
+    /// [`Remote::connect`] with the transport given.
+    pub fn connect_with(path: &Path, transport: Transport) -> Result<Remote> {
         let r = Remote {
             path: path.to_path_buf(),
+            transport,
             token: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             pool: Pool::default(),
@@ -128,7 +121,12 @@ impl Remote {
         r.anchor()?;
         // AUGEFS_NO_SHARED_TABLE: every stat asks (for comparisons and diagnosis).
         let tables = std::env::var_os("AUGEFS_NO_SHARED_TABLE").is_none();
-        let _ = r.cache.set(tables.then(|| r.fetch_tables()).flatten());
+        let mut c = r.dial_plain()?;
+        let _ = r
+            .cache
+            .set(tables.then(|| r.fetch_tables(&mut c.1)).flatten());
+        r.add_mailbox(&mut c.1);
+        r.put(c);
         Ok(r)
     }
 
@@ -138,6 +136,16 @@ impl Remote {
         self.cache()
             .map(|(page, table)| vec![page.region(), table.region()])
             .unwrap_or_default()
+    }
+
+    /// The mailboxes of this process's pooled connections: where they start and their
+    /// lengths (the test that a stray store faults).
+    pub fn mailbox_regions(&self) -> Vec<(usize, usize)> {
+        self.pool.with(|p| {
+            p.iter()
+                .filter_map(|(_, c)| c.mailbox().map(Mailbox::region))
+                .collect()
+        })
     }
 
     /// Whether stats are answered from the shared table when they can be.
@@ -152,18 +160,23 @@ impl Remote {
         self.cache.get().and_then(Option::as_ref)
     }
 
-    /// Asks for the change page and this identity's table (descriptors with the reply).
-    fn fetch_tables(&self) -> Option<(ChangePage, Table)> {
-        let mut c = self.take().ok()?;
+    /// Sends `req`, whose reply carries up to `max` descriptors (on the socket): the
+    /// descriptors, if the reply's status is 0.
+    fn exchange_fds(conn: &mut Conn, req: &Request<'_>, max: usize) -> Option<Vec<OwnedFd>> {
         let mut w = Writer::new();
-        Request::Tables.encode(&mut w);
-        c.1.write_all(w.finish(0)).ok()?;
+        req.encode(&mut w);
+        conn.send(w.finish(0), &[]).ok()?;
         // The reply: its length (4) and a status, the descriptors with it.
         let mut reply = [0u8; 8];
-        let fds = crate::table::recv_fds(c.1.as_raw_fd(), &mut reply, 2).ok()?;
-        self.put(c);
+        let fds = conn.recv_fds(&mut reply, max).ok()?;
         let status = i32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]);
-        if status != 0 || fds.len() != 2 {
+        (status == 0).then_some(fds)
+    }
+
+    /// Asks for the change page and this identity's table (descriptors with the reply).
+    fn fetch_tables(&self, conn: &mut Conn) -> Option<(ChangePage, Table)> {
+        let fds = Self::exchange_fds(conn, &Request::Tables, 2)?;
+        if fds.len() != 2 {
             return None;
         }
         let mut fds = fds.into_iter();
@@ -172,13 +185,42 @@ impl Remote {
         Some((page, table))
     }
 
+    /// Gives `conn` a mailbox as the transport allows (else its messages stay on the
+    /// socket).
+    fn add_mailbox(&self, conn: &mut Conn) {
+        let key = crate::pkey::key();
+        match (self.transport, key) {
+            (Transport::Socket, _) => return,
+            (Transport::Auto, None) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "augefs: no memory protection keys here (pkey_alloc failed): requests to the instance go over its socket only; AUGEFS_MAILBOX=unprotected uses shared memory without them"
+                    );
+                });
+                return;
+            }
+            _ => {}
+        }
+        let Some(fds) = Self::exchange_fds(conn, &Request::Mailbox, 1) else {
+            return;
+        };
+        if let Some(m) = fds
+            .into_iter()
+            .next()
+            .and_then(|fd| Mailbox::attach(fd, key).ok())
+        {
+            conn.set_mailbox(m);
+        }
+    }
+
     /// Starts the session: its anchor connection (if there is none).
     fn anchor(&self) -> Result<()> {
         self.anchor.lock();
         // SAFETY: the anchor's lock is held.
         let slot = unsafe { self.anchor.held() };
         let r = if slot.is_empty() {
-            self.dial().map(|c| slot.push(c))
+            self.dial_plain().map(|c| slot.push(c))
         } else {
             Ok(())
         };
@@ -215,7 +257,15 @@ impl Remote {
         self.anchor.unlock();
     }
 
-    fn dial(&self) -> Result<(u64, UnixStream)> {
+    /// A new connection of the session, with a mailbox if it can have one.
+    fn dial(&self) -> Result<(u64, Conn)> {
+        let mut c = self.dial_plain()?;
+        self.add_mailbox(&mut c.1);
+        Ok(c)
+    }
+
+    /// A new connection of the session (starting it), on the socket only.
+    fn dial_plain(&self) -> Result<(u64, Conn)> {
         let generation = self.generation.load(Ordering::Acquire);
         let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
         let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
@@ -225,7 +275,7 @@ impl Remote {
             return Err(Errno(libc::EPERM));
         }
         let token = self.token.load(Ordering::Acquire);
-        let mut c = (generation, s);
+        let mut c = (generation, Conn::new(s));
         let got = self.exchange(&mut c.1, &Request::Hello { token }, |r| r.u64())?;
         if token == 0 {
             let _ = self
@@ -235,7 +285,7 @@ impl Remote {
         Ok(c)
     }
 
-    fn take(&self) -> Result<(u64, UnixStream)> {
+    fn take(&self) -> Result<(u64, Conn)> {
         let generation = self.generation.load(Ordering::Acquire);
         loop {
             match self.pool.with(|p| p.pop()) {
@@ -249,26 +299,26 @@ impl Remote {
         }
     }
 
-    fn put(&self, c: (u64, UnixStream)) {
+    fn put(&self, c: (u64, Conn)) {
         if c.0 == self.generation.load(Ordering::Acquire) {
             self.pool.with(|p| p.push(c));
         }
     }
 
-    /// Sends `req` on `s` and reads the reply's payload with `reply`.
+    /// Sends `req` on `conn` and reads the reply's payload with `reply`.
     fn exchange<T>(
         &self,
-        s: &mut UnixStream,
+        conn: &mut Conn,
         req: &Request<'_>,
         reply: impl FnOnce(&mut Reader<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut w = Writer::new();
         req.encode(&mut w);
         let data = req.data();
-        send(s, w.finish(data.len()), data)?;
-        crate::spin::wait_on_thread(s.as_fd());
-        let body = read_reply(s)?;
-        let mut r = Reader::new(&body);
+        conn.send(w.finish(data.len()), data)
+            .map_err(|_| notconn())?;
+        let body = conn.recv().map_err(|_| notconn())?.ok_or_else(notconn)?;
+        let mut r = Reader::new(body);
         match r.i32()? {
             0 => reply(&mut r),
             e => Err(Errno(e)),
@@ -472,7 +522,7 @@ impl Backend for Remote {
         let mut c = self.take()?;
         let mut w = Writer::new();
         req.encode(&mut w);
-        c.1.write_all(w.finish(0)).map_err(|_| notconn())?;
+        c.1.send(w.finish(0), &[]).map_err(|_| notconn())?;
         self.put(c);
         Ok(())
     }

@@ -25,10 +25,13 @@
 pub mod client;
 pub mod filecache;
 mod forklock;
+pub mod mailbox;
 pub mod peer;
+pub mod pkey;
 pub mod proto;
 pub mod server;
 mod session;
+mod shm;
 pub mod spin;
 pub mod table;
 pub mod wire;

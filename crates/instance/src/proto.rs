@@ -54,6 +54,9 @@ pub enum Request<'a> {
     /// The shared change page and this identity's attribute table ([`crate::table`]),
     /// sent as descriptors with the reply.
     Tables,
+    /// A mailbox for this connection (`crate::mailbox`), sent as a descriptor with the
+    /// reply; messages that fit go through it from then on.
+    Mailbox,
     /// Resolve and stat in one.
     StatAt {
         start: InodeNo,
@@ -241,6 +244,7 @@ mod op {
     pub const STAT_AT: u8 = 35;
     pub const TABLES: u8 = 36;
     pub const CLOSE_QUIET: u8 = 37;
+    pub const MAILBOX: u8 = 38;
 }
 
 fn inval() -> Errno {
@@ -362,6 +366,7 @@ impl<'a> Request<'a> {
             },
             op::STAT => Request::Stat { ino: ino(r)? },
             op::TABLES => Request::Tables,
+            op::MAILBOX => Request::Mailbox,
             op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
@@ -557,6 +562,7 @@ impl<'a> Request<'a> {
             Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
             Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
             Request::Tables => w.u8(op::TABLES),
+            Request::Mailbox => w.u8(op::MAILBOX),
             Request::CloseQuiet { handle } => w.u8(op::CLOSE_QUIET).u64(handle),
             Request::StatAt {
                 start,

@@ -13,15 +13,15 @@
 //! - [`Instance::stop`] ends every connection and joins its thread, so no session
 //!   holds the file system after it returns.
 
+use crate::mailbox::{Conn, Mailbox};
 use crate::peer::{self, Peer};
 use crate::proto::Request;
 use crate::session::{Caller, Session};
 use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
-use crate::{Notify, CONNECTIONS_MAX, FRAME_BYTES_MAX};
+use crate::{Notify, CONNECTIONS_MAX};
 use posix::Errno;
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -210,13 +210,8 @@ fn new_token() -> u64 {
 
 /// The first request, Hello: the caller's session (joined or new), or None after
 /// answering with an errno.
-fn handshake(
-    shared: &Arc<Shared>,
-    peer: &Peer,
-    stream: &UnixStream,
-    frames: &mut Frames,
-) -> Option<Arc<Session>> {
-    let session = match frames.next(stream).ok()?.map(Request::decode) {
+fn handshake(shared: &Arc<Shared>, peer: &Peer, conn: &mut Conn) -> Option<Arc<Session>> {
+    let session = match conn.recv().ok()?.map(Request::decode) {
         Some(Ok(Request::Hello { token })) => join(shared, peer, token),
         _ => Err(Errno(libc::EPROTO)),
     };
@@ -224,24 +219,13 @@ fn handshake(
     match session {
         Ok(s) => {
             w.i32(0).u64(s.token);
-            stream.write_all_ok(w.finish(0)).then_some(s)
+            conn.send(w.finish(0), &[]).is_ok().then_some(s)
         }
         Err(Errno(e)) => {
             w.i32(e);
-            stream.write_all_ok(w.finish(0));
+            let _ = conn.send(w.finish(0), &[]);
             None
         }
-    }
-}
-
-trait WriteAllOk {
-    fn write_all_ok(&self, bytes: &[u8]) -> bool;
-}
-
-impl WriteAllOk for UnixStream {
-    fn write_all_ok(&self, bytes: &[u8]) -> bool {
-        let mut s = self;
-        s.write_all(bytes).is_ok()
     }
 }
 
@@ -249,24 +233,25 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(peer) = peer::of(stream.as_fd()) else {
         return;
     };
-    let mut frames = Frames::default();
-    let Some(session) = handshake(shared, &peer, &stream, &mut frames) else {
+    let mut conn = Conn::new(stream);
+    let Some(session) = handshake(shared, &peer, &mut conn) else {
         return;
     };
     let mut w = Writer::new();
-    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
     let table = shared.table(&peer.creds);
     let cache = shared.page.as_deref().zip(table.as_deref());
+    // The socket, apart from the connection: a lock wait watches it while `conn`
+    // stays borrowed by the request it runs.
+    let Ok(socket) = conn.stream.try_clone() else {
+        return;
+    };
     let caller = Caller {
         creds: &peer.creds,
-        socket: stream.as_fd(),
+        socket: socket.as_fd(),
         cache,
     };
     loop {
-        if !frames.has_frame() {
-            spinner.wait(stream.as_fd());
-        }
-        let buf = match frames.next(&stream) {
+        let buf = match conn.recv() {
             Ok(Some(b)) => b,
             Ok(None) | Err(_) => return,
         };
@@ -274,16 +259,31 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         w.i32(0);
         shared.requests.fetch_add(1, Ordering::Relaxed);
         let req = Request::decode(buf);
-        if let (Ok(Request::Tables), Some((page, table))) = (&req, cache) {
-            let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
-            if crate::table::send_fds(stream.as_raw_fd(), w.finish(0), &fds).is_err() {
-                return;
+        // Requests answered with descriptors (on the socket).
+        let sock = socket.as_raw_fd();
+        match (&req, cache) {
+            (Ok(Request::Tables), Some((page, table))) => {
+                let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
+                if crate::shm::send_fds(sock, w.finish(0), &fds).is_err() {
+                    return;
+                }
+                continue;
             }
-            continue;
+            (Ok(Request::Mailbox), _) => {
+                if let Ok(m) = Mailbox::create() {
+                    let fd = m.fd().expect("the instance's own");
+                    if crate::shm::send_fds(sock, w.finish(0), &[fd]).is_err() {
+                        return;
+                    }
+                    conn.set_mailbox(m);
+                    continue;
+                }
+            }
+            _ => {}
         }
         let quiet = matches!(req, Ok(Request::CloseQuiet { .. }));
         let r = req.and_then(|req| match req {
-            Request::Tables => Err(Errno(libc::EOPNOTSUPP)),
+            Request::Tables | Request::Mailbox => Err(Errno(libc::EOPNOTSUPP)),
             req => session.run(&caller, req, &mut w),
         });
         if quiet {
@@ -293,7 +293,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
             w.clear();
             w.i32(e);
         }
-        if !stream.write_all_ok(w.finish(0)) {
+        if conn.send(w.finish(0), &[]).is_err() {
             return;
         }
     }
@@ -318,68 +318,4 @@ fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, E
     ));
     sessions.insert(s.token, Arc::downgrade(&s));
     Ok(s)
-}
-
-/// Frames read from a connection, buffered: a client may send a request right after
-/// a close that has no reply, so one read can hold more than a frame.
-#[derive(Debug, Default)]
-struct Frames {
-    buf: Vec<u8>,
-    /// The buffered bytes are `buf[at..end]`.
-    at: usize,
-    end: usize,
-}
-
-/// Bytes asked of one read.
-const READ_BYTES: usize = 64 * 1024;
-
-impl Frames {
-    /// Buffers at least `n` bytes: false at a clean end of the stream before any.
-    fn fill(&mut self, mut stream: &UnixStream, n: usize) -> std::io::Result<bool> {
-        if self.end - self.at >= n {
-            return Ok(true);
-        }
-        if self.at > 0 {
-            self.buf.copy_within(self.at..self.end, 0);
-            self.end -= self.at;
-            self.at = 0;
-        }
-        if self.buf.len() < n.max(READ_BYTES) {
-            self.buf.resize(n.max(READ_BYTES), 0);
-        }
-        while self.end < n {
-            match stream.read(&mut self.buf[self.end..]) {
-                Ok(0) if self.end == 0 => return Ok(false),
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
-
-    /// Whether a whole frame is buffered already.
-    fn has_frame(&self) -> bool {
-        let b = &self.buf[self.at..self.end];
-        b.len() >= 4 && b.len() - 4 >= u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-    }
-
-    /// The next frame's body: None at a clean end of the stream.
-    fn next(&mut self, stream: &UnixStream) -> std::io::Result<Option<&[u8]>> {
-        if !self.fill(stream, 4)? {
-            return Ok(None);
-        }
-        let h = &self.buf[self.at..self.at + 4];
-        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        if len > FRAME_BYTES_MAX {
-            return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
-        }
-        if !self.fill(stream, 4 + len)? {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let body = self.at + 4..self.at + 4 + len;
-        self.at = body.end;
-        Ok(Some(&self.buf[body]))
-    }
 }

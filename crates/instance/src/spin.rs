@@ -48,6 +48,38 @@ impl Spinner {
     }
 }
 
+impl Spinner {
+    /// Spins until `ready` says so (true), or until spinning should stop (false; the
+    /// caller then sleeps). Each turn is a CPU pause; every 64th yields the CPU.
+    pub fn wait_until(&mut self, mut ready: impl FnMut() -> bool) -> bool {
+        if self.spin.is_zero() {
+            return ready();
+        }
+        if self.paused > 0 {
+            self.paused -= 1;
+            return ready();
+        }
+        let start = Instant::now();
+        let mut turns = 0u32;
+        loop {
+            if ready() {
+                return true;
+            }
+            turns = turns.wrapping_add(1);
+            if turns % 64 == 0 {
+                if start.elapsed() >= self.spin {
+                    self.paused = PAUSE_WAITS;
+                    return false;
+                }
+                // SAFETY: sched_yield has no arguments and cannot fail.
+                unsafe { libc::sched_yield() };
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
 /// Polls `fd` for input without sleeping for up to `spin`; true if input came.
 pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) -> bool {
     let start = Instant::now();

@@ -24,7 +24,7 @@
 
 use format::InodeNo;
 use posix::{Errno, Result};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use vfs::{Kind, Metadata};
 
@@ -60,82 +60,11 @@ struct Slot {
     path: [AtomicU64; PATH_WORDS],
 }
 
-const PAGE: usize = 4096;
+use crate::shm::{Mapping, PAGE};
 const TABLE_BYTES: usize = PAGE + SLOTS * std::mem::size_of::<Slot>();
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE);
 const _: () = assert!(SLOTS.is_power_of_two() && WAYS.is_power_of_two() && WAYS <= SLOTS);
 const _: () = assert!(PATH_BYTES_MAX % 8 == 0);
-
-fn os_err() -> Errno {
-    Errno(
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO),
-    )
-}
-
-/// A shared mapping: the instance's (read-write) or a client's (read-only).
-#[derive(Debug)]
-struct Mapping {
-    at: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory, touched only through atomics.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping this value made, unmapped once.
-        unsafe { libc::munmap(self.at.cast(), self.len) };
-    }
-}
-
-impl Mapping {
-    fn map(fd: RawFd, len: usize, writable: bool) -> Result<Mapping> {
-        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        // SAFETY: a fresh shared mapping of `len` bytes of `fd`.
-        let at = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
-        if at == libc::MAP_FAILED {
-            return Err(os_err());
-        }
-        Ok(Mapping { at: at.cast(), len })
-    }
-
-    /// A new memfd of `len` bytes, mapped read-write, then sealed so that no one can
-    /// map it writable again or change its size.
-    fn create(name: &std::ffi::CStr, len: usize) -> Result<(OwnedFd, Mapping)> {
-        // SAFETY: a NUL-terminated name; the descriptor is ours.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(os_err());
-        }
-        // SAFETY: a descriptor just returned to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: plain calls on our descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(os_err());
-        }
-        let map = Mapping::map(fd.as_raw_fd(), len, true)?;
-        let seals =
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
-        // SAFETY: as above.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(os_err());
-        }
-        Ok((fd, map))
-    }
-
-    fn header(&self) -> &Header {
-        // SAFETY: every mapping starts with a page holding a Header (zeroed memory is a
-        // valid one), aligned as mmap aligns.
-        unsafe { &*self.at.cast::<Header>() }
-    }
-}
 
 /// Per-file data counts the change page keeps (a power of two): files share a count
 /// when their inode numbers hash alike, which costs a spurious miss, never a stale
@@ -153,6 +82,12 @@ struct DataCount {
 const CHANGE_BYTES: usize = PAGE + DATA_COUNTS * std::mem::size_of::<DataCount>();
 const _: () = assert!(DATA_COUNTS.is_power_of_two());
 
+fn header(map: &Mapping) -> &Header {
+    // SAFETY: every mapping of this module starts with a page holding a Header (zeroed
+    // memory is a valid one), aligned as mmap aligns.
+    unsafe { &*map.at().cast::<Header>() }
+}
+
 /// The change page: the global change counters, then the per-file data counts.
 #[derive(Debug)]
 pub struct ChangePage {
@@ -163,15 +98,15 @@ pub struct ChangePage {
 impl ChangePage {
     /// The instance's page.
     pub fn create() -> Result<ChangePage> {
-        let (fd, map) = Mapping::create(c"augefs-changes", CHANGE_BYTES)?;
-        map.header().magic.store(MAGIC, Ordering::Release);
+        let (fd, map) = Mapping::create(c"augefs-changes", CHANGE_BYTES, true)?;
+        header(&map).magic.store(MAGIC, Ordering::Release);
         Ok(ChangePage { map, fd: Some(fd) })
     }
 
     /// A client's view of the page the instance sent.
     pub fn attach(fd: OwnedFd) -> Result<ChangePage> {
         let map = Mapping::map(fd.as_raw_fd(), CHANGE_BYTES, false)?;
-        if map.header().magic.load(Ordering::Acquire) != MAGIC {
+        if header(&map).magic.load(Ordering::Acquire) != MAGIC {
             return Err(Errno(libc::EPROTO));
         }
         Ok(ChangePage { map, fd: None })
@@ -183,32 +118,32 @@ impl ChangePage {
 
     /// Where the mapping starts, and its length.
     pub fn region(&self) -> (usize, usize) {
-        (self.map.at as usize, self.map.len)
+        (self.map.at() as usize, self.map.len())
     }
 
     /// The instance: a change started (true) or finished (false).
     pub fn changed(&self, started: bool) {
-        let h = self.map.header();
+        let h = header(&self.map);
         let c = if started { &h.started } else { &h.finished };
         c.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The count of changes started, if none is in flight.
     pub fn quiet(&self) -> Option<u64> {
-        let h = self.map.header();
+        let h = header(&self.map);
         let s = h.started.load(Ordering::SeqCst);
         (h.finished.load(Ordering::SeqCst) == s).then_some(s)
     }
 
     fn started(&self) -> u64 {
-        self.map.header().started.load(Ordering::SeqCst)
+        header(&self.map).started.load(Ordering::SeqCst)
     }
 
     fn data_count(&self, ino: InodeNo) -> &DataCount {
         let i = (ino.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (DATA_COUNTS - 1);
         // SAFETY: count `i` lies inside the mapping (CHANGE_BYTES), after the header
         // page; zeroed memory is a valid DataCount of atomics.
-        unsafe { &*self.map.at.add(PAGE).cast::<DataCount>().add(i) }
+        unsafe { &*self.map.at().add(PAGE).cast::<DataCount>().add(i) }
     }
 
     /// The instance: a change of `ino`'s data started (true) or finished (false).
@@ -343,15 +278,15 @@ pub struct Table {
 
 impl Table {
     pub fn create() -> Result<Table> {
-        let (fd, map) = Mapping::create(c"augefs-attrs", TABLE_BYTES)?;
-        map.header().magic.store(MAGIC, Ordering::Release);
-        map.header().slots.store(SLOTS as u64, Ordering::Release);
+        let (fd, map) = Mapping::create(c"augefs-attrs", TABLE_BYTES, true)?;
+        header(&map).magic.store(MAGIC, Ordering::Release);
+        header(&map).slots.store(SLOTS as u64, Ordering::Release);
         Ok(Table { map, fd: Some(fd) })
     }
 
     pub fn attach(fd: OwnedFd) -> Result<Table> {
         let map = Mapping::map(fd.as_raw_fd(), TABLE_BYTES, false)?;
-        let h = map.header();
+        let h = header(&map);
         if h.magic.load(Ordering::Acquire) != MAGIC
             || h.slots.load(Ordering::Acquire) != SLOTS as u64
         {
@@ -366,14 +301,14 @@ impl Table {
 
     /// Where the mapping starts, and its length.
     pub fn region(&self) -> (usize, usize) {
-        (self.map.at as usize, self.map.len)
+        (self.map.at() as usize, self.map.len())
     }
 
     fn slot(&self, i: usize) -> &Slot {
         assert!(i < SLOTS);
         // SAFETY: slot `i` lies inside the mapping (TABLE_BYTES), after the header page;
         // zeroed memory is a valid Slot of atomics.
-        unsafe { &*self.map.at.add(PAGE).cast::<Slot>().add(i) }
+        unsafe { &*self.map.at().add(PAGE).cast::<Slot>().add(i) }
     }
 
     /// The instance: `meta` answers `key`, computed when the change count was `fill`
@@ -457,73 +392,4 @@ impl Table {
         }
         metadata(&words)
     }
-}
-
-/// Sends `bytes` and the descriptors `fds` on the Unix socket `sock`.
-pub fn send_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<()> {
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE((fds.len() * 4) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: msghdr is plain data, filled below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space;
-    // SAFETY: the control buffer has room for one header and `fds`.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
-    }
-    // SAFETY: a valid message on our socket.
-    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
-    if n != bytes.len() as isize {
-        return Err(os_err());
-    }
-    Ok(())
-}
-
-/// Receives exactly `buf.len()` bytes and up to `max` descriptors from `sock`.
-pub fn recv_fds(sock: RawFd, buf: &mut [u8], max: usize) -> Result<Vec<OwnedFd>> {
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE((max * 4) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain data, filled below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space;
-    // SAFETY: a valid message on our socket; MSG_WAITALL fills the buffer.
-    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC) };
-    if n != buf.len() as isize {
-        return Err(Errno(libc::ENOTCONN));
-    }
-    let mut out = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                for i in 0..count {
-                    out.push(OwnedFd::from_raw_fd(*data.add(i)));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok(out)
 }

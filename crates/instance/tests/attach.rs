@@ -2,7 +2,7 @@
 //! `Remote` sees what the vfs has, requests are checked, malformed ones answered with
 //! an errno, and a session's locks and files go with its last connection.
 
-use instance::client::Remote;
+use instance::client::{Remote, Transport};
 use instance::server::Instance;
 use instance::wire::Writer;
 use posix::lock::Flock;
@@ -15,19 +15,21 @@ use vfs::FileSystem;
 
 struct Setup {
     _dir: tempfile::TempDir,
+    transport: Transport,
     sock: std::path::PathBuf,
     fs: Arc<FileSystem>,
     inst: Option<Instance>,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    fn new(transport: Transport) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("i.sock");
         let fs = testsupport::mount::mounted(64 << 20, 1);
         let inst = Instance::start(fs.clone(), &sock, None).unwrap();
         Setup {
             _dir: dir,
+            transport,
             sock,
             fs,
             inst: Some(inst),
@@ -35,7 +37,7 @@ impl Setup {
     }
 
     fn client(&self) -> Posix {
-        let r = Remote::connect(&self.sock).unwrap();
+        let r = Remote::connect_with(&self.sock, self.transport).unwrap();
         Posix::new(
             Arc::new(r),
             vfs::Creds::of_process(),
@@ -64,9 +66,8 @@ impl Drop for Setup {
     }
 }
 
-#[test]
-fn a_client_sees_and_changes_the_instance_file_system() {
-    let s = Setup::new();
+fn a_client_sees_and_changes_the_instance_file_system(t: Transport) {
+    let s = Setup::new(t);
     let px = s.client();
     px.mkdir(At::Cwd, b"/d", 0o755).unwrap();
     let fd = px
@@ -120,9 +121,8 @@ fn a_client_sees_and_changes_the_instance_file_system() {
     assert_eq!(px.statfs().unwrap().block_size, 4096);
 }
 
-#[test]
-fn data_calls_need_a_handle_of_the_session_in_the_right_mode() {
-    let s = Setup::new();
+fn data_calls_need_a_handle_of_the_session_in_the_right_mode(t: Transport) {
+    let s = Setup::new(t);
     let px = s.client();
     let fd = px
         .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDONLY, 0o644)
@@ -144,7 +144,7 @@ fn data_calls_need_a_handle_of_the_session_in_the_right_mode() {
 
 #[test]
 fn malformed_requests_get_errnos_and_the_connection_goes_on() {
-    let s = Setup::new();
+    let s = Setup::new(Transport::Unprotected);
     let mut c = UnixStream::connect(&s.sock).unwrap();
     let mut send = |body: &[u8]| -> i32 {
         let mut frame = (body.len() as u32).to_le_bytes().to_vec();
@@ -159,7 +159,19 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
     let mut hello = Writer::new();
     instance::proto::Request::Hello { token: 0 }.encode(&mut hello);
     assert_eq!(send(hello.body()), 0);
-    assert_eq!(send(&[]), libc::EPROTO);
+    // An empty frame is a ring (look at the mailbox): no reply, nothing else.
+    c.write_all(&0u32.to_le_bytes()).unwrap();
+    let mut c = c;
+    let mut send = |body: &[u8]| -> i32 {
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(body);
+        c.write_all(&frame).unwrap();
+        let mut len = [0u8; 4];
+        c.read_exact(&mut len).unwrap();
+        let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
+        c.read_exact(&mut reply).unwrap();
+        i32::from_le_bytes(reply[..4].try_into().unwrap())
+    };
     assert_eq!(send(&[250, 1, 2]), libc::ENOSYS);
     assert_eq!(send(&[5, 1]), libc::EPROTO, "a short stat");
     let mut w = Writer::new();
@@ -210,9 +222,8 @@ fn child_that_locks_and_waits() {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-#[test]
-fn a_killed_client_releases_its_locks_and_files() {
-    let s = Setup::new();
+fn a_killed_client_releases_its_locks_and_files(t: Transport) {
+    let s = Setup::new(t);
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -221,6 +232,14 @@ fn a_killed_client_releases_its_locks_and_files() {
             "--test-threads=1",
         ])
         .env("ATTACH_TEST_SOCK", &s.sock)
+        .env(
+            "AUGEFS_MAILBOX",
+            if t == Transport::Socket {
+                "off"
+            } else {
+                "unprotected"
+            },
+        )
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -304,7 +323,7 @@ fn thousand_attaches() {
     if std::env::var_os("ATTACH_TEST_THOUSAND").is_none() {
         return;
     }
-    let s = Setup::new();
+    let s = Setup::new(Transport::Unprotected);
     let warm = s.client();
     warm.mkdir(At::Cwd, b"/d", 0o755).unwrap();
     drop(warm);
@@ -341,7 +360,7 @@ fn thousand_attaches() {
 
 #[test]
 fn a_hung_client_stalls_no_one() {
-    let s = Setup::new();
+    let s = Setup::new(Transport::Unprotected);
     // A client that sends half a frame and then nothing.
     let mut hung = UnixStream::connect(&s.sock).unwrap();
     let mut hello = Writer::new();
@@ -362,9 +381,8 @@ fn a_hung_client_stalls_no_one() {
     drop(hung);
 }
 
-#[test]
-fn repeated_stats_need_no_request_until_something_changes() {
-    let s = Setup::new();
+fn repeated_stats_need_no_request_until_something_changes(t: Transport) {
+    let s = Setup::new(t);
     let inst = s.inst.as_ref().unwrap();
     let px = s.client();
     px.mkdir(At::Cwd, b"/d", 0o755).unwrap();
@@ -409,9 +427,8 @@ fn repeated_stats_need_no_request_until_something_changes() {
     );
 }
 
-#[test]
-fn warm_reads_need_no_request_and_see_every_change_at_once() {
-    let s = Setup::new();
+fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
+    let s = Setup::new(t);
     let inst = s.inst.as_ref().unwrap();
     let (a, b) = (s.client(), s.client());
     let data: Vec<u8> = (0..40_000u32).map(|i| (i * 13 + i / 4096) as u8).collect();
@@ -470,14 +487,13 @@ fn warm_reads_need_no_request_and_see_every_change_at_once() {
     assert_eq!(inst.requests() - before, 1);
 }
 
-#[test]
-fn a_warm_read_never_returns_bytes_older_than_an_acknowledged_write() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let s = Setup::new();
+fn a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(t: Transport) {
+    let s = Setup::new(t);
     let (a, b) = (s.client(), s.client());
     let wfd = b
         .open_fd(At::Cwd, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)
         .unwrap();
+    use std::sync::atomic::{AtomicU64, Ordering};
     let page = |seq: u64| -> Vec<u8> { seq.to_le_bytes().repeat(512) };
     for p in 0..4 {
         b.pwrite(wfd, &page(0), p * 4096).unwrap();
@@ -517,6 +533,56 @@ fn ino_of(s: &Setup, path: &[u8]) -> format::InodeNo {
         .unwrap()
 }
 
+/// Run as a child by [`a_stray_store_into_a_mailbox_faults`].
+#[test]
+fn child_that_stores_into_a_mailbox() {
+    let Some(sock) = std::env::var_os("ATTACH_TEST_MAILBOX") else {
+        return;
+    };
+    let r = Remote::connect(std::path::Path::new(&sock)).unwrap();
+    let regions = r.mailbox_regions();
+    assert!(!regions.is_empty(), "no mailbox");
+    let (at, _) = regions[0];
+    // The request area, past the header page.
+    let area = (at + 4096) as *mut u64;
+    {
+        // Inside augefs's window the key allows it: the mapping is writable.
+        let _w = instance::pkey::Window::open(instance::pkey::key());
+        // SAFETY: a store into the client's own mailbox, with its key's rights on.
+        unsafe { std::ptr::write_volatile(area, 0xfeed) };
+    }
+    println!("WINDOW");
+    std::io::stdout().flush().unwrap();
+    // SAFETY: deliberately not: a store with the key's rights off, which the CPU must
+    // refuse with SIGSEGV.
+    unsafe { std::ptr::write_volatile(area, 0xdead) };
+    println!("STORED");
+}
+
+#[test]
+fn a_stray_store_into_a_mailbox_faults() {
+    if instance::pkey::key().is_none() {
+        eprintln!("no protection keys on this machine: nothing to check");
+        return;
+    }
+    let s = Setup::new(Transport::Unprotected);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_that_stores_into_a_mailbox",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ATTACH_TEST_MAILBOX", &s.sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("WINDOW"), "{text}");
+    assert!(!text.contains("STORED"), "a stray store reached a mailbox");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+}
+
 /// Run as a child by [`a_stray_store_into_shared_state_faults`].
 #[test]
 fn child_that_stores_into_the_table() {
@@ -538,7 +604,7 @@ fn child_that_stores_into_the_table() {
 
 #[test]
 fn a_stray_store_into_shared_state_faults() {
-    let s = Setup::new();
+    let s = Setup::new(Transport::Unprotected);
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -557,4 +623,90 @@ fn a_stray_store_into_shared_state_faults() {
     );
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+}
+
+mod a_client_sees_and_changes_the_instance_file_system {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::a_client_sees_and_changes_the_instance_file_system(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::a_client_sees_and_changes_the_instance_file_system(Transport::Unprotected);
+    }
+}
+
+mod data_calls_need_a_handle_of_the_session_in_the_right_mode {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Unprotected);
+    }
+}
+
+mod a_killed_client_releases_its_locks_and_files {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::a_killed_client_releases_its_locks_and_files(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::a_killed_client_releases_its_locks_and_files(Transport::Unprotected);
+    }
+}
+
+mod repeated_stats_need_no_request_until_something_changes {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::repeated_stats_need_no_request_until_something_changes(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::repeated_stats_need_no_request_until_something_changes(Transport::Unprotected);
+    }
+}
+
+mod warm_reads_need_no_request_and_see_every_change_at_once {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Unprotected);
+    }
+}
+
+mod a_warm_read_never_returns_bytes_older_than_an_acknowledged_write {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(Transport::Socket);
+    }
+
+    #[test]
+    fn mailbox() {
+        super::a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(
+            Transport::Unprotected,
+        );
+    }
 }
