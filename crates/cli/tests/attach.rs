@@ -166,6 +166,11 @@ fn killed_clients_lose_no_acknowledged_fsync() {
             &fx,
             &["python3".as_ref(), acker.as_os_str(), dir.as_os_str()],
         )
+        // Half the trials through mailboxes (without keys where the machine has none).
+        .env(
+            "AUGEFS_MAILBOX",
+            if trial % 2 == 1 { "unprotected" } else { "auto" },
+        )
         .stdout(Stdio::piped())
         .spawn()
         .expect("start acker");

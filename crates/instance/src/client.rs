@@ -191,15 +191,9 @@ impl Remote {
         let key = crate::pkey::key();
         match (self.transport, key) {
             (Transport::Socket, _) => return,
-            (Transport::Auto, None) => {
-                static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    eprintln!(
-                        "augefs: no memory protection keys here (pkey_alloc failed): requests to the instance go over its socket only; AUGEFS_MAILBOX=unprotected uses shared memory without them"
-                    );
-                });
-                return;
-            }
+            // Said once by `augefs mount` and `augefs run` (crate::pkey::UNAVAILABLE),
+            // not by every process: a program's standard error is its own.
+            (Transport::Auto, None) => return,
             _ => {}
         }
         let Some(fds) = Self::exchange_fds(conn, &Request::Mailbox, 1) else {

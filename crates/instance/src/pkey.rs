@@ -31,6 +31,27 @@ pub fn key() -> Option<u32> {
     })
 }
 
+/// Whether this machine gives a process protection keys (allocates one and frees it):
+/// what the front ends say once, where a process would not have them.
+pub fn available() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    // SAFETY: as in `key`; the key is freed at once.
+    let k = unsafe { libc::syscall(libc::SYS_pkey_alloc, 0, PKEY_DISABLE_ACCESS) };
+    if k < 0 {
+        return false;
+    }
+    // SAFETY: frees the key just allocated, which tags no memory.
+    unsafe { libc::syscall(libc::SYS_pkey_free, k) };
+    true
+}
+
+/// What the front ends say once where [`available`] is false.
+pub const UNAVAILABLE: &str = "no memory protection keys on this machine (pkey_alloc \
+    fails): attached processes send every request over the instance's socket; \
+    AUGEFS_MAILBOX=unprotected uses shared memory without them";
+
 /// Tags `len` bytes at address `at` (page-aligned, mapped read-write) with `key`.
 pub fn protect(at: usize, len: usize, key: u32) -> std::io::Result<()> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;

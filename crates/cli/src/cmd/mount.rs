@@ -134,7 +134,12 @@ fn start_instance(
     }));
     let socket = instance::socket_path(dir);
     match instance::server::Instance::start(fs, &socket, Some(notify)) {
-        Ok(i) => Some(i),
+        Ok(i) => {
+            if !instance::pkey::available() {
+                eprintln!("augefs: {}", instance::pkey::UNAVAILABLE);
+            }
+            Some(i)
+        }
         Err(e) => {
             eprintln!(
                 "augefs: {}: processes cannot attach directly ({e}); they use the mount",

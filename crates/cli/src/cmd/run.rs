@@ -111,6 +111,10 @@ fn attach_env(cmd: &mut Command, dir: &Path) -> Result<(), String> {
             dir.display()
         ));
     }
+    let auto = std::env::var("AUGEFS_MAILBOX").map_or(true, |m| m != "off" && m != "unprotected");
+    if auto && !instance::pkey::available() {
+        eprintln!("augefs: {}", instance::pkey::UNAVAILABLE);
+    }
     cmd.env("AUGEFS_MOUNT", &dir)
         .env_remove("AUGEFS_IMAGE")
         .env_remove("AUGEFS_BRIDGE")
