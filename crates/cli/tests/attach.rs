@@ -169,7 +169,11 @@ fn killed_clients_lose_no_acknowledged_fsync() {
         // Half the trials through mailboxes (without keys where the machine has none).
         .env(
             "AUGEFS_MAILBOX",
-            if trial % 2 == 1 { "unprotected" } else { "auto" },
+            if trial % 2 == 1 {
+                "unprotected"
+            } else {
+                "auto"
+            },
         )
         .stdout(Stdio::piped())
         .spawn()

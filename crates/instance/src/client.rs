@@ -189,20 +189,21 @@ impl Remote {
     /// socket).
     fn add_mailbox(&self, conn: &mut Conn) {
         let key = crate::pkey::key();
-        match (self.transport, key) {
+        // Without a key (said once by `augefs mount` and `augefs run`,
+        // crate::pkey::UNAVAILABLE, not by every process: a program's standard error
+        // is its own), only the replies come through a mailbox, read-only here.
+        let writable = match (self.transport, key) {
             (Transport::Socket, _) => return,
-            // Said once by `augefs mount` and `augefs run` (crate::pkey::UNAVAILABLE),
-            // not by every process: a program's standard error is its own.
-            (Transport::Auto, None) => return,
-            _ => {}
-        }
-        let Some(fds) = Self::exchange_fds(conn, &Request::Mailbox, 1) else {
+            (Transport::Auto, None) => false,
+            _ => true,
+        };
+        let Some(fds) = Self::exchange_fds(conn, &Request::Mailbox { writable }, 1) else {
             return;
         };
         if let Some(m) = fds
             .into_iter()
             .next()
-            .and_then(|fd| Mailbox::attach(fd, key).ok())
+            .and_then(|fd| Mailbox::attach(fd, writable, key).ok())
         {
             conn.set_mailbox(m);
         }

@@ -65,28 +65,35 @@ pub struct Mailbox {
     fd: Option<OwnedFd>,
     /// This side is the client (it sends into the request area).
     client: bool,
+    /// The client writes it too (requests, `taken`, `asleep`); else the client maps it
+    /// read-only and only replies go through it.
+    writable: bool,
     /// The client's protection key (its accesses open a window).
     key: Option<u32>,
 }
 
 impl Mailbox {
-    /// The instance's side of a new mailbox.
-    pub fn create() -> posix::Result<Mailbox> {
-        let (fd, map) = Mapping::create(c"augefs-mailbox", MAILBOX_BYTES, false)?;
+    /// The instance's side of a new mailbox; not `writable`: sealed against writable
+    /// mappings, for replies only.
+    pub fn create(writable: bool) -> posix::Result<Mailbox> {
+        let (fd, map) = Mapping::create(c"augefs-mailbox", MAILBOX_BYTES, !writable)?;
         let m = Mailbox {
             map,
             fd: Some(fd),
             client: false,
+            writable,
             key: None,
         };
         m.header().magic.store(MAGIC, Ordering::Release);
         Ok(m)
     }
 
-    /// The client's side of the mailbox the instance sent, tagged with `key` (None:
-    /// unprotected, as asked by [`crate::client::Transport::Unprotected`]).
-    pub fn attach(fd: OwnedFd, key: Option<u32>) -> posix::Result<Mailbox> {
-        let map = Mapping::map(fd.as_raw_fd(), MAILBOX_BYTES, true)?;
+    /// The client's side of the mailbox the instance sent: `writable` and tagged with
+    /// `key` (None: unprotected, as asked by [`crate::client::Transport::Unprotected`]),
+    /// or read-only (replies only).
+    pub fn attach(fd: OwnedFd, writable: bool, key: Option<u32>) -> posix::Result<Mailbox> {
+        let map = Mapping::map(fd.as_raw_fd(), MAILBOX_BYTES, writable)?;
+        let key = key.filter(|_| writable);
         if let Some(key) = key {
             crate::pkey::protect(map.at() as usize, map.len(), key)
                 .map_err(|e| posix::Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
@@ -95,6 +102,7 @@ impl Mailbox {
             map,
             fd: None,
             client: true,
+            writable,
             key,
         };
         let _w = Window::open(m.key);
@@ -111,6 +119,16 @@ impl Mailbox {
     /// Where the mapping starts, and its length.
     pub fn region(&self) -> (usize, usize) {
         (self.map.at() as usize, self.map.len())
+    }
+
+    /// Whether this side posts its messages here (else on the socket).
+    fn posts(&self) -> bool {
+        self.writable || !self.client
+    }
+
+    /// Whether the other side posts its messages here.
+    fn peer_posts(&self) -> bool {
+        self.writable || self.client
     }
 
     fn header(&self) -> &Header {
@@ -278,11 +296,14 @@ impl Conn {
     pub fn send(&mut self, frame: &[u8], extra: &[u8]) -> std::io::Result<()> {
         let body = frame.len() - 4 + extra.len();
         if let Some(m) = &self.mailbox {
-            if body > 0 && body <= AREA_BYTES {
+            if m.posts() && body > 0 && body <= AREA_BYTES {
                 let _w = Window::open(m.key);
                 // The peer took the last message (a request without a reply, or a
-                // reply not yet read: never, a client reads every reply first).
-                self.wait_taken(m)?;
+                // reply not yet read: never, a client reads every reply first; a
+                // read-only client reports nothing, and needs not).
+                if m.writable {
+                    self.wait_taken(m)?;
+                }
                 let to = m.area(true);
                 // SAFETY: `body` bytes fit the area (checked above); the peer does not
                 // read it until `sent` moves (it took the last message).
@@ -297,7 +318,8 @@ impl Conn {
                 let me = m.mine();
                 me.len.store(body as u32, Ordering::Relaxed);
                 me.sent.fetch_add(1, Ordering::SeqCst);
-                if m.peers().asleep.load(Ordering::SeqCst) != 0 {
+                // A read-only client asks to be rung with an empty frame instead.
+                if m.writable && m.peers().asleep.load(Ordering::SeqCst) != 0 {
                     (&self.stream).write_all(&0u32.to_le_bytes())?;
                 }
                 return Ok(());
@@ -347,7 +369,7 @@ impl Conn {
 
     /// Waits for the next message, in the mailbox or on the socket.
     fn wait(&mut self) -> Arrived {
-        let Some(m) = &self.mailbox else {
+        let Some(m) = self.mailbox.as_ref().filter(|m| m.peer_posts()) else {
             if !self.frames.has_frame() {
                 self.spinner.wait(self.stream.as_fd());
             }
@@ -371,13 +393,21 @@ impl Conn {
                     || (turns % 64 == 0 && readable(fd, 0))
             });
             if !came {
-                // Sleep on the socket: a ring or a frame wakes it.
+                // Sleep on the socket: a ring or a frame wakes it. A read-only client
+                // asks for the ring with an empty frame (answered by one after the
+                // instance posted its reply, or at once if it did already).
                 let me = m.mine();
-                me.asleep.store(1, Ordering::SeqCst);
+                if m.writable {
+                    me.asleep.store(1, Ordering::SeqCst);
+                } else if (&self.stream).write_all(&0u32.to_le_bytes()).is_err() {
+                    return Arrived::Socket;
+                }
                 if !self.posted(m) {
                     readable(fd, -1);
                 }
-                me.asleep.store(0, Ordering::SeqCst);
+                if m.writable {
+                    me.asleep.store(0, Ordering::SeqCst);
+                }
             }
             if self.posted(m) {
                 return Arrived::Mailbox;
@@ -405,13 +435,23 @@ impl Conn {
                     let from = unsafe { std::slice::from_raw_parts(m.area(false), len) };
                     self.msg.extend_from_slice(from);
                     self.seen = self.seen.wrapping_add(1);
-                    m.mine().taken.store(self.seen, Ordering::Release);
+                    if m.writable {
+                        m.mine().taken.store(self.seen, Ordering::Release);
+                    }
                     return Ok(Some(&self.msg));
                 }
                 Arrived::Socket => match self.frames.next_range(&self.stream)? {
                     None => return Ok(None),
-                    // A ring only says to look at the mailbox again.
-                    Some(r) if r.is_empty() => continue,
+                    // A ring says to look at the mailbox again; from a read-only
+                    // client it asks to be rung (its reply, if any, is posted).
+                    Some(r) if r.is_empty() => {
+                        if let Some(m) = &self.mailbox {
+                            if !m.client && !m.writable {
+                                (&self.stream).write_all(&0u32.to_le_bytes())?;
+                            }
+                        }
+                        continue;
+                    }
                     Some(r) => return Ok(Some(&self.frames.buf[r])),
                 },
             }
@@ -434,16 +474,16 @@ mod tests {
     use crate::wire::Writer;
 
     /// An instance's end and a client's end of one connection, with a mailbox.
-    fn pair() -> (Conn, Conn) {
+    fn pair(writable: bool) -> (Conn, Conn) {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut server, mut client) = (Conn::new(a), Conn::new(b));
-        let m = Mailbox::create().unwrap();
+        let m = Mailbox::create(writable).unwrap();
         // SAFETY: dup of a descriptor we own, owned by the new OwnedFd.
         let fd = unsafe { libc::dup(m.fd().unwrap()) };
         assert!(fd >= 0);
         // SAFETY: as above.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        client.set_mailbox(Mailbox::attach(fd, None).unwrap());
+        client.set_mailbox(Mailbox::attach(fd, writable, None).unwrap());
         server.set_mailbox(m);
         (server, client)
     }
@@ -469,11 +509,16 @@ mod tests {
 
     #[test]
     fn messages_of_every_size_cross_both_ways() {
-        within_a_deadline(messages_cross);
+        within_a_deadline(|| messages_cross(true));
     }
 
-    fn messages_cross() {
-        let (mut server, mut client) = pair();
+    #[test]
+    fn replies_cross_a_read_only_mailbox() {
+        within_a_deadline(|| messages_cross(false));
+    }
+
+    fn messages_cross(writable: bool) {
+        let (mut server, mut client) = pair(writable);
         let sizes = [
             1,
             7,
@@ -492,8 +537,9 @@ mod tests {
                 let back: Vec<u8> = got.into_iter().rev().collect();
                 server.send(&frame(&back), &[]).unwrap();
             }
-            // A close of the client's end ends the server's loop cleanly.
-            assert!(server.recv().unwrap().is_none());
+            // A close of the client's end ends the server's loop (a reset if rings it
+            // asked for were left unread).
+            assert!(!matches!(server.recv(), Ok(Some(_))));
         });
         for &n in &sizes {
             let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
@@ -517,7 +563,7 @@ mod tests {
 
     #[test]
     fn a_lying_length_ends_the_connection() {
-        let (mut server, client) = pair();
+        let (mut server, client) = pair(true);
         let m = client.mailbox().unwrap();
         m.mine().len.store(AREA_BYTES as u32 + 1, Ordering::Relaxed);
         m.mine().sent.fetch_add(1, Ordering::SeqCst);

@@ -55,8 +55,11 @@ pub enum Request<'a> {
     /// sent as descriptors with the reply.
     Tables,
     /// A mailbox for this connection (`crate::mailbox`), sent as a descriptor with the
-    /// reply; messages that fit go through it from then on.
-    Mailbox,
+    /// reply; messages that fit go through it from then on. Not `writable`: sealed so
+    /// the client can only map it read-only, and only replies go through it.
+    Mailbox {
+        writable: bool,
+    },
     /// Resolve and stat in one.
     StatAt {
         start: InodeNo,
@@ -366,7 +369,9 @@ impl<'a> Request<'a> {
             },
             op::STAT => Request::Stat { ino: ino(r)? },
             op::TABLES => Request::Tables,
-            op::MAILBOX => Request::Mailbox,
+            op::MAILBOX => Request::Mailbox {
+                writable: r.bool()?,
+            },
             op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
@@ -562,7 +567,7 @@ impl<'a> Request<'a> {
             Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
             Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
             Request::Tables => w.u8(op::TABLES),
-            Request::Mailbox => w.u8(op::MAILBOX),
+            Request::Mailbox { writable } => w.u8(op::MAILBOX).u8(u8::from(writable)),
             Request::CloseQuiet { handle } => w.u8(op::CLOSE_QUIET).u64(handle),
             Request::StatAt {
                 start,

@@ -269,8 +269,8 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
                 }
                 continue;
             }
-            (Ok(Request::Mailbox), _) => {
-                if let Ok(m) = Mailbox::create() {
+            (Ok(Request::Mailbox { writable }), _) => {
+                if let Ok(m) = Mailbox::create(*writable) {
                     let fd = m.fd().expect("the instance's own");
                     if crate::shm::send_fds(sock, w.finish(0), &[fd]).is_err() {
                         return;
@@ -283,7 +283,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         }
         let quiet = matches!(req, Ok(Request::CloseQuiet { .. }));
         let r = req.and_then(|req| match req {
-            Request::Tables | Request::Mailbox => Err(Errno(libc::EOPNOTSUPP)),
+            Request::Tables | Request::Mailbox { .. } => Err(Errno(libc::EOPNOTSUPP)),
             req => session.run(&caller, req, &mut w),
         });
         if quiet {

@@ -637,6 +637,12 @@ mod a_client_sees_and_changes_the_instance_file_system {
     fn mailbox() {
         super::a_client_sees_and_changes_the_instance_file_system(Transport::Unprotected);
     }
+
+    /// Keys where the machine has them, else replies through a read-only mailbox.
+    #[test]
+    fn auto() {
+        super::a_client_sees_and_changes_the_instance_file_system(Transport::Auto);
+    }
 }
 
 mod data_calls_need_a_handle_of_the_session_in_the_right_mode {
@@ -650,6 +656,12 @@ mod data_calls_need_a_handle_of_the_session_in_the_right_mode {
     #[test]
     fn mailbox() {
         super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Unprotected);
+    }
+
+    /// Keys where the machine has them, else replies through a read-only mailbox.
+    #[test]
+    fn auto() {
+        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Auto);
     }
 }
 
@@ -665,6 +677,12 @@ mod a_killed_client_releases_its_locks_and_files {
     fn mailbox() {
         super::a_killed_client_releases_its_locks_and_files(Transport::Unprotected);
     }
+
+    /// Keys where the machine has them, else replies through a read-only mailbox.
+    #[test]
+    fn auto() {
+        super::a_killed_client_releases_its_locks_and_files(Transport::Auto);
+    }
 }
 
 mod repeated_stats_need_no_request_until_something_changes {
@@ -679,6 +697,12 @@ mod repeated_stats_need_no_request_until_something_changes {
     fn mailbox() {
         super::repeated_stats_need_no_request_until_something_changes(Transport::Unprotected);
     }
+
+    /// Keys where the machine has them, else replies through a read-only mailbox.
+    #[test]
+    fn auto() {
+        super::repeated_stats_need_no_request_until_something_changes(Transport::Auto);
+    }
 }
 
 mod warm_reads_need_no_request_and_see_every_change_at_once {
@@ -692,6 +716,12 @@ mod warm_reads_need_no_request_and_see_every_change_at_once {
     #[test]
     fn mailbox() {
         super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Unprotected);
+    }
+
+    /// Keys where the machine has them, else replies through a read-only mailbox.
+    #[test]
+    fn auto() {
+        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Auto);
     }
 }
 
