@@ -287,6 +287,56 @@ fn fuse_and_interposer_where_available() {
 }
 
 #[test]
+fn procs_runs_processes_on_every_target_with_a_directory() {
+    let scratch = BenchScratch::new();
+    let json = scratch.path().join("out.json");
+    let out = bench(
+        scratch.path(),
+        &[
+            "--procs",
+            "--target",
+            "dir,ext4,attached",
+            "--workload",
+            "create+fsync",
+            "--threads",
+            "2",
+            "--json-file",
+            json.to_str().unwrap(),
+        ],
+    );
+    check("bench fs --procs", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ran as N processes"), "{text}");
+    let doc = json_file(&json);
+    let c = cell(&doc, "dir", "create+fsync", 2);
+    assert!(ops_per_sec(c) > 0.0);
+    let beside = |name: &str| Path::new(common::BIN).with_file_name(name).exists();
+    let available = [
+        ("ext4", common::can_make("ext4")),
+        (
+            "attached",
+            beside("augefs") && beside("libaugefs_preload.so") && Path::new("/dev/fuse").exists(),
+        ),
+    ];
+    for (name, available) in available {
+        if !common::measured_if(&target(&doc, name), available) {
+            continue;
+        }
+        let c = cell(&doc, name, "create+fsync", 2);
+        assert!(ops_per_sec(c) > 0.0, "{c}");
+        assert!(c["median"]["cpu_ns_per_op"].as_f64().unwrap() > 0.0, "{c}");
+        if name == "ext4" {
+            // Counted over the timed run only, which made its files durable.
+            assert!(
+                c["median"]["dev_write_bytes_per_op"].as_f64().unwrap() > 0.0,
+                "{c}"
+            );
+        }
+    }
+    scratch.assert_cleaned_up();
+}
+
+#[test]
 fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
     if !common::can_make("ext4") {
         eprintln!("skipped: not root or no mkfs.ext4");

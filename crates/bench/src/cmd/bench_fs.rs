@@ -80,8 +80,8 @@ pub struct Args {
     /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub threads: Vec<usize>,
-    /// For the attached target: a thread count N runs as N processes of one thread
-    /// each, in directories of their own.
+    /// A thread count N runs as N processes of one thread each, in directories of their
+    /// own (the attached, fuse, dir and kernel targets; api and interposer run threads).
     #[arg(long)]
     pub procs: bool,
     /// Seconds per timed run (default 2; 0.2 with --quick).
@@ -361,6 +361,8 @@ struct Images<'a> {
 /// How a target runs its cells.
 enum Runner {
     InProcess(Box<dyn InProcess>),
+    /// A target with a directory, its cells run by worker processes (`--procs`).
+    Processes(Box<dyn InProcess>),
     Interposer(interposer::Interposer),
     Attached(interposer::Attached),
 }
@@ -383,6 +385,13 @@ impl Runner {
             Runner::InProcess(t) => {
                 t.fresh()?;
                 let sample = in_process_cell(t.as_mut(), spec);
+                let finished = t.finish();
+                let sample = sample?;
+                finished.map(|()| sample)
+            }
+            Runner::Processes(t) => {
+                t.fresh()?;
+                let sample = processes_cell(t.as_mut(), spec);
                 let finished = t.finish();
                 let sample = sample?;
                 finished.map(|()| sample)
@@ -411,6 +420,40 @@ fn in_process_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String>
         dev_read_bytes: dev.map(|(before, after)| after.read - before.read),
         dev_write_bytes: dev.map(|(before, after)| after.written - before.written),
         pmr_write_bytes: pmr.map(|(before, after)| after - before),
+    })
+}
+
+/// [`in_process_cell`] with the setup and the timed run in worker processes of this
+/// binary, one per thread of the cell, each in a directory of its own.
+fn processes_cell(t: &mut dyn InProcess, spec: &Spec) -> Result<Sample, String> {
+    let root = t
+        .root()
+        .ok_or("this target has no directory for processes")?
+        .to_path_buf();
+    let roots = interposer::process_roots(&root, spec, true)?;
+    let exe = crate::siblings::this_exe()?;
+    let dev_before = std::cell::Cell::new(None);
+    let t = std::cell::RefCell::new(t);
+    let hooks = interposer::Hooks {
+        after_setup: &mut || {
+            t.borrow().fs().sync()?;
+            if spec.case.cold {
+                t.borrow_mut().drop_caches()?;
+            }
+            dev_before.set(t.borrow().device_bytes()?);
+            Ok(())
+        },
+        helper_cpu_ns: &|| t.borrow().helper_cpu_ns(),
+    };
+    let run = interposer::run_processes(None, &exe, interposer::Via::Kernel, &roots, spec, hooks)?;
+    let t = t.into_inner();
+    t.fs().sync()?;
+    let dev = dev_before.get().zip(t.device_bytes()?);
+    Ok(Sample {
+        run,
+        dev_read_bytes: dev.map(|(before, after)| after.read - before.read),
+        dev_write_bytes: dev.map(|(before, after)| after.written - before.written),
+        pmr_write_bytes: None,
     })
 }
 
@@ -445,9 +488,12 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             images.augefs.display()
         ));
     }
-    if plan.procs && wants(|k| *k == TargetKind::Attached) {
+    if plan.procs {
         header.push(
-            "attached: each thread count N ran as N processes of one thread (--procs)".to_string(),
+            "--procs: each thread count N ran as N processes of one thread, each in a \
+             directory of its own (attached, fuse, dir and kernel targets; api, api-pmr \
+             and interposer ran threads)"
+                .to_string(),
         );
     }
     if wants(|k| matches!(k, TargetKind::Interposer | TargetKind::Attached)) {
@@ -497,6 +543,19 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                     .map_err(|e| format!("skipped: {e}")),
                 TargetKind::Kernel(fs) => kernel_runner(fs, &loop_device, scratch),
             };
+            // --procs: targets with a directory run their cells as processes.
+            let runner = runner.map(|r| match r {
+                Runner::InProcess(t)
+                    if plan.procs
+                        && matches!(
+                            kind,
+                            TargetKind::Fuse | TargetKind::Dir(_) | TargetKind::Kernel(_)
+                        ) =>
+                {
+                    Runner::Processes(t)
+                }
+                r => r,
+            });
             Slot {
                 name: name.clone(),
                 runner,

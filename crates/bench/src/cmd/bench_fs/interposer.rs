@@ -107,12 +107,83 @@ pub struct Interposer {
     exe: PathBuf,
 }
 
-/// How a worker reaches the image.
-enum Via<'a> {
+/// How a worker process starts and reaches the file system.
+#[derive(Clone, Copy)]
+pub enum Via<'a> {
     /// It attaches the image itself (`augefs run --image`).
     Image(&'a Path),
-    /// It attaches to the instance of the mount at `mount` and works in `root`.
-    Mount { mount: &'a Path, root: &'a Path },
+    /// It attaches to the instance of the mount at `mount` (`augefs run --mount`).
+    Mount(&'a Path),
+    /// It runs as it is, on directories the kernel serves (a kernel file system, a
+    /// FUSE mount).
+    Kernel,
+}
+
+/// Where each of a cell's processes works: the root itself for one process, else a
+/// directory of its own under it for each.
+pub fn process_roots(root: &Path, spec: &Spec, procs: bool) -> Result<Vec<PathBuf>, String> {
+    if !procs || spec.threads == 1 {
+        return Ok(vec![root.to_path_buf()]);
+    }
+    (0..spec.threads)
+        .map(|i| {
+            let dir = root.join(format!("p{i}"));
+            std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            Ok(dir)
+        })
+        .collect()
+}
+
+/// What a file system serving processes is asked between phases.
+pub struct Hooks<'a> {
+    /// Runs between setup and the timed run (a cold case drops every cache here).
+    pub after_setup: &'a mut dyn FnMut() -> Result<(), String>,
+    /// CPU time so far of the processes serving the file system.
+    pub helper_cpu_ns: &'a dyn Fn() -> u64,
+}
+
+/// A cell run as one worker process per root: setup in each, the caches dropped for a
+/// cold case, then the timed runs of every root at once, merged.
+pub fn run_processes(
+    augefs: Option<&Path>,
+    exe: &Path,
+    via: Via<'_>,
+    roots: &[PathBuf],
+    spec: &Spec,
+    hooks: Hooks<'_>,
+) -> Result<Measured, String> {
+    let one = Spec {
+        threads: if roots.len() > 1 { 1 } else { spec.threads },
+        ..spec.clone()
+    };
+    for root in roots {
+        run_worker(augefs, exe, via, Some(root), &one, Phase::Setup)?;
+    }
+    (hooks.after_setup)()?;
+    let before = (hooks.helper_cpu_ns)();
+    let runs: Vec<Result<Option<Measured>, String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = roots
+            .iter()
+            .map(|root| {
+                let one = &one;
+                s.spawn(move || run_worker(augefs, exe, via, Some(root), one, Phase::Run))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut all = Vec::new();
+    for r in runs {
+        all.push(r?.expect("a timed phase measures"));
+    }
+    let mut run = merge(&all);
+    run.cpu_ns += (hooks.helper_cpu_ns)().saturating_sub(before);
+    Ok(run)
 }
 
 impl Interposer {
@@ -140,9 +211,10 @@ impl Interposer {
 
     fn worker(&self, spec: &Spec, phase: Phase) -> Result<Option<Measured>, String> {
         run_worker(
-            &self.augefs,
+            Some(&self.augefs),
             &self.exe,
             Via::Image(&self.image),
+            None,
             spec,
             phase,
         )
@@ -177,62 +249,26 @@ impl Attached {
         })
     }
 
-    /// The worker roots of a cell: the mount, or one directory per process.
-    fn roots(&self, spec: &Spec) -> Result<Vec<PathBuf>, String> {
-        let root = self.mount.root().to_path_buf();
-        if !self.procs || spec.threads == 1 {
-            return Ok(vec![root]);
-        }
-        (0..spec.threads)
-            .map(|i| {
-                let dir = root.join(format!("p{i}"));
-                std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                Ok(dir)
-            })
-            .collect()
-    }
-
     /// Setup in each root, then the timed runs of every root at once.
     fn run_roots(&mut self, spec: &Spec) -> Result<Measured, String> {
         use super::target::InProcess;
-        let roots = self.roots(spec)?;
-        let one = Spec {
-            threads: if roots.len() > 1 { 1 } else { spec.threads },
-            ..spec.clone()
-        };
         let mount = self.mount.root().to_path_buf();
-        let via = |root| Via::Mount {
-            mount: &mount,
-            root,
+        let roots = process_roots(&mount, spec, self.procs)?;
+        let Attached {
+            mount: fuse,
+            augefs,
+            exe,
+            ..
+        } = self;
+        let fuse = std::cell::RefCell::new(fuse);
+        let hooks = Hooks {
+            after_setup: &mut || match spec.case.cold {
+                true => fuse.borrow_mut().drop_caches(),
+                false => Ok(()),
+            },
+            helper_cpu_ns: &|| fuse.borrow().helper_cpu_ns(),
         };
-        for root in &roots {
-            run_worker(&self.augefs, &self.exe, via(root), &one, Phase::Setup)?;
-        }
-        if spec.case.cold {
-            self.mount.drop_caches()?;
-        }
-        let before = self.mount.helper_cpu_ns();
-        let (augefs, exe) = (&self.augefs, &self.exe);
-        let runs: Vec<Result<Option<Measured>, String>> = std::thread::scope(|s| {
-            let workers: Vec<_> = roots
-                .iter()
-                .map(|root| s.spawn(|| run_worker(augefs, exe, via(root), &one, Phase::Run)))
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join()
-                        .unwrap_or_else(|_| Err("a worker thread panicked".into()))
-                })
-                .collect()
-        });
-        let mut all = Vec::new();
-        for r in runs {
-            all.push(r?.expect("a timed phase measures"));
-        }
-        let mut run = merge(&all);
-        run.cpu_ns += self.mount.helper_cpu_ns().saturating_sub(before);
-        Ok(run)
+        run_processes(Some(augefs), exe, Via::Mount(&mount), &roots, spec, hooks)
     }
 
     pub fn run_cell(&mut self, spec: &Spec) -> Result<Measured, String> {
@@ -258,24 +294,34 @@ fn merge(runs: &[Measured]) -> Measured {
     }
 }
 
-fn run_worker(
-    augefs: &Path,
+/// Runs one phase of a cell in a worker process (`root`: where it works, else the
+/// interposer's prefix).
+pub fn run_worker(
+    augefs: Option<&Path>,
     exe: &Path,
     via: Via<'_>,
+    root: Option<&Path>,
     spec: &Spec,
     phase: Phase,
 ) -> Result<Option<Measured>, String> {
     let json = serde_json::to_string(spec).expect("JSON of plain values");
-    let mut cmd = Command::new(augefs);
-    cmd.arg("run");
-    match via {
-        Via::Image(image) => cmd.arg("--image").arg(image).args(["--prefix", PREFIX]),
-        Via::Mount { mount, .. } => cmd.arg("--mount").arg(mount),
+    let mut cmd = match (via, augefs) {
+        (Via::Kernel, _) => Command::new(exe),
+        (_, None) => return Err("no augefs binary to run the worker with".to_string()),
+        (via, Some(augefs)) => {
+            let mut cmd = Command::new(augefs);
+            cmd.arg("run");
+            match via {
+                Via::Image(image) => cmd.arg("--image").arg(image).args(["--prefix", PREFIX]),
+                Via::Mount(mount) => cmd.arg("--mount").arg(mount),
+                Via::Kernel => unreachable!("matched above"),
+            };
+            cmd.arg("--").arg(exe);
+            cmd
+        }
     };
-    cmd.arg("--")
-        .arg(exe)
-        .args(["fs-worker", "--phase", phase.name(), "--spec", &json]);
-    if let Via::Mount { root, .. } = via {
+    cmd.args(["fs-worker", "--phase", phase.name(), "--spec", &json]);
+    if let Some(root) = root {
         cmd.arg("--root").arg(root);
     }
     let out = cmd

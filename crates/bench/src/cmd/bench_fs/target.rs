@@ -70,6 +70,11 @@ pub trait InProcess {
     fn helper_cpu_ns(&self) -> u64 {
         0
     }
+    /// The file system's root directory, where other processes can work in it (None:
+    /// it lives in this process).
+    fn root(&self) -> Option<&Path> {
+        None
+    }
     /// Unmounts or removes the file system.
     fn finish(&mut self) -> Result<(), String>;
 }
@@ -200,6 +205,10 @@ impl InProcess for Dir {
         self.fs.as_ref().expect("made by fresh")
     }
 
+    fn root(&self) -> Option<&Path> {
+        self.fs.as_ref().map(|f| f.root.as_path())
+    }
+
     fn drop_caches(&mut self) -> Result<(), String> {
         if !kernelfs::is_root() {
             return Err("cold reads on dir need root (to drop the kernel's caches)".to_string());
@@ -286,6 +295,10 @@ impl InProcess for Kernel {
 
     fn fs(&self) -> &dyn Fs {
         &self.fs
+    }
+
+    fn root(&self) -> Option<&Path> {
+        Some(&self.fs.root)
     }
 
     fn drop_caches(&mut self) -> Result<(), String> {
@@ -457,6 +470,10 @@ impl InProcess for Fuse {
 
     fn fs(&self) -> &dyn Fs {
         &self.fs
+    }
+
+    fn root(&self) -> Option<&Path> {
+        Some(&self.fs.root)
     }
 
     fn drop_caches(&mut self) -> Result<(), String> {
