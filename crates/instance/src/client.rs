@@ -18,6 +18,7 @@
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
 use crate::forklock::ForkLock;
 use crate::mailbox::{Conn, Mailbox};
+use crate::namecache::{Answer, NameCache, Question};
 use crate::proto::{self, Request, READDIR_MAX};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
@@ -89,6 +90,9 @@ pub struct Remote {
     /// File data this process read, kept while the file's data count stays
     /// ([`crate::filecache`]).
     files: FileCache,
+    /// Names this process looked up and directory pages it read, kept while nothing
+    /// changes ([`crate::namecache`]).
+    names: NameCache,
     /// Who this process was when its connections were made.
     identity: std::sync::Mutex<Creds>,
     /// Inodes on which this process set record locks: a close of another file asks the
@@ -115,6 +119,7 @@ impl Remote {
             cache: OnceLock::new(),
             cache_off: AtomicBool::new(false),
             files: FileCache::new(FileCache::budget_from_env()),
+            names: NameCache::default(),
             identity: std::sync::Mutex::new(Creds::of_process()),
             locked: std::sync::Mutex::new(std::collections::HashSet::new()),
         };
@@ -228,10 +233,12 @@ impl Remote {
         self.anchor.lock();
         self.pool.lock();
         self.files.before_fork();
+        self.names.before_fork();
     }
 
     /// The fork parent handler.
     pub fn after_fork_parent(&self) {
+        self.names.after_fork();
         self.files.after_fork_parent();
         self.pool.unlock();
         self.anchor.unlock();
@@ -248,6 +255,7 @@ impl Remote {
         let anchor = std::mem::take(unsafe { self.anchor.held() });
         drop((old, anchor));
         self.files.forked();
+        self.names.after_fork();
         self.pool.unlock();
         self.anchor.unlock();
     }
@@ -342,6 +350,32 @@ impl Remote {
         self.call(req, |r| Ok(InodeNo(r.u64()?)))
     }
 
+    /// A name question: the answer kept, if the change count has not moved since, else
+    /// asked (`read` reads the reply's answer after its count) and kept.
+    fn ask_names<T>(
+        &self,
+        q: Question,
+        req: &Request<'_>,
+        from_kept: impl FnOnce(Answer) -> Option<T>,
+        read: impl FnOnce(&mut Reader<'_>) -> Result<T>,
+        keep: impl FnOnce(&T) -> Answer,
+    ) -> Result<T> {
+        let page = self.cache().map(|(page, _)| page);
+        if let Some(now) = page.and_then(ChangePage::quiet) {
+            if let Some(t) = self.names.get(now, &q).and_then(from_kept) {
+                return Ok(t);
+            }
+        }
+        self.call(req, |r| {
+            let count = r.opt_u64()?;
+            let t = read(r)?;
+            if let (Some(c), Some(_)) = (count, page) {
+                self.names.put(c, q, keep(&t));
+            }
+            Ok(t)
+        })
+    }
+
     fn handle(f: &OpenFile) -> Result<u64> {
         match f.reference {
             Reference::Remote(h) => Ok(h),
@@ -407,11 +441,23 @@ impl Remote {
 
 impl Backend for Remote {
     fn resolve(&self, _cx: &Creds, start: InodeNo, path: &[u8], follow: bool) -> Result<InodeNo> {
-        self.ino(&Request::Resolve {
+        let q = Question::Resolve {
+            start: start.0,
+            path: path.to_vec(),
+            follow,
+        };
+        let req = Request::Resolve {
             start,
             follow,
             path,
-        })
+        };
+        self.ask_names(
+            q,
+            &req,
+            Answer::ino,
+            |r| Ok(InodeNo(r.u64()?)),
+            |i| Answer::Ino(i.0),
+        )
     }
 
     fn resolve_parent(
@@ -420,16 +466,38 @@ impl Backend for Remote {
         start: InodeNo,
         path: &[u8],
     ) -> Result<(InodeNo, Vec<u8>)> {
-        self.call(&Request::ResolveParent { start, path }, |r| {
+        let q = Question::ResolveParent {
+            start: start.0,
+            path: path.to_vec(),
+        };
+        let from_kept = |a| match a {
+            Answer::Parent(dir, name) => Some((InodeNo(dir), name)),
+            _ => None,
+        };
+        let read = |r: &mut Reader<'_>| {
             Ok((
                 InodeNo(r.u64()?),
                 r.bytes(255, libc::ENAMETOOLONG)?.to_vec(),
             ))
-        })
+        };
+        let keep = |(dir, name): &(InodeNo, Vec<u8>)| Answer::Parent(dir.0, name.clone());
+        let req = Request::ResolveParent { start, path };
+        self.ask_names(q, &req, from_kept, read, keep)
     }
 
     fn lookup(&self, _cx: &Creds, dir: InodeNo, name: &[u8]) -> Result<InodeNo> {
-        self.ino(&Request::Lookup { dir, name })
+        let q = Question::Lookup {
+            dir: dir.0,
+            name: name.to_vec(),
+        };
+        let req = Request::Lookup { dir, name };
+        self.ask_names(
+            q,
+            &req,
+            Answer::ino,
+            |r| Ok(InodeNo(r.u64()?)),
+            |i| Answer::Ino(i.0),
+        )
     }
 
     fn stat(&self, ino: InodeNo) -> Result<Metadata> {
@@ -642,7 +710,16 @@ impl Backend for Remote {
         max: usize,
     ) -> Result<Vec<DirEntry>> {
         let max = max.clamp(1, READDIR_MAX as usize) as u32;
-        self.call(&Request::Readdir { dir, max, after }, |r| {
+        let q = Question::Readdir {
+            dir: dir.0,
+            after: after.map(<[u8]>::to_vec),
+            max,
+        };
+        let from_kept = |a| match a {
+            Answer::Entries(e) => Some(e),
+            _ => None,
+        };
+        let read = |r: &mut Reader<'_>| {
             let n = r.u32()?;
             (0..n)
                 .map(|_| {
@@ -655,7 +732,15 @@ impl Backend for Remote {
                     })
                 })
                 .collect()
-        })
+        };
+        let keep = |e: &Vec<DirEntry>| Answer::Entries(e.clone());
+        self.ask_names(
+            q,
+            &Request::Readdir { dir, max, after },
+            from_kept,
+            read,
+            keep,
+        )
     }
 
     fn statfs(&self) -> Result<StatFs> {
@@ -848,6 +933,7 @@ impl Backend for Remote {
         }
         *self.identity.lock().expect("identity lock") = creds;
         self.cache_off.store(true, Ordering::Relaxed);
+        self.names.clear();
         // New connections carry the new identity (the kernel's, at connect); the
         // session (its handles) stays.
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -26,6 +26,7 @@ pub mod client;
 pub mod filecache;
 mod forklock;
 pub mod mailbox;
+pub mod namecache;
 pub mod peer;
 pub mod pkey;
 pub mod proto;

@@ -30,6 +30,9 @@ pub enum Request<'a> {
     Hello {
         token: u64,
     },
+    /// Reply (as ResolveParent's, Lookup's and Readdir's): the change count before
+    /// looking, if quiet (the client may keep the answer while the count stays:
+    /// `crate::namecache`), then the answer.
     Resolve {
         start: InodeNo,
         follow: bool,

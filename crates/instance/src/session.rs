@@ -146,19 +146,26 @@ impl Session {
         let fs = &*self.fs;
         match req {
             Request::Hello { .. } => return Err(Errno(libc::EPROTO)),
+            // Name answers carry the change count taken before looking (if quiet):
+            // the client keeps them while it stays (crate::namecache).
             Request::Resolve {
                 start,
                 follow,
                 path,
             } => {
-                w.u64(fs.resolve_at(cx, start, path, follow).map_err(e)?.0);
+                let count = caller.cache.and_then(|(page, _)| page.quiet());
+                let ino = fs.resolve_at(cx, start, path, follow).map_err(e)?;
+                w.opt_u64(count).u64(ino.0);
             }
             Request::ResolveParent { start, path } => {
+                let count = caller.cache.and_then(|(page, _)| page.quiet());
                 let (dir, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
-                w.u64(dir.0).bytes(name);
+                w.opt_u64(count).u64(dir.0).bytes(name);
             }
             Request::Lookup { dir, name } => {
-                w.u64(fs.lookup_ino(cx, dir, name).map_err(e)?.0);
+                let count = caller.cache.and_then(|(page, _)| page.quiet());
+                let ino = fs.lookup_ino(cx, dir, name).map_err(e)?;
+                w.opt_u64(count).u64(ino.0);
             }
             Request::Stat { ino } => {
                 let quiet = caller.cache.and_then(|(page, _)| page.quiet());
@@ -302,8 +309,9 @@ impl Session {
                 self.tell(Change::Attrs { ino: ino.0 });
             }
             Request::Readdir { dir, max, after } => {
+                let count = caller.cache.and_then(|(page, _)| page.quiet());
                 let page = fs.readdir(cx, dir, after, max as usize).map_err(e)?;
-                w.u32(page.len() as u32);
+                w.opt_u64(count).u32(page.len() as u32);
                 for d in &page {
                     w.u64(d.ino).bytes(&d.name);
                     proto::put_kind(w, d.kind);

@@ -528,6 +528,68 @@ fn a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(t: Transport
     });
 }
 
+fn walks_of_an_unchanged_tree_need_only_their_opens(t: Transport) {
+    let s = Setup::new(t);
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b) = (s.client(), s.client());
+    a.mkdir(At::Cwd, b"/d", 0o755).unwrap();
+    for i in 0..50 {
+        let name = format!("/d/f{i}");
+        let fd = a
+            .open_fd(
+                At::Cwd,
+                name.as_bytes(),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        a.close(fd).unwrap();
+    }
+    let list = || -> Vec<Vec<u8>> {
+        let fd = a
+            .open_fd(At::Cwd, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .unwrap();
+        let mut names = Vec::new();
+        while let Some(e) = a.readdir(fd).unwrap() {
+            names.push(e.name);
+        }
+        a.close(fd).unwrap();
+        names.sort();
+        names
+    };
+    assert_eq!(list().len(), 52);
+    a.access(At::Cwd, b"/d/f7", libc::R_OK, true).unwrap();
+    let before = inst.requests();
+    for _ in 0..20 {
+        assert_eq!(list().len(), 52);
+        a.access(At::Cwd, b"/d/f7", libc::R_OK, true).unwrap();
+    }
+    // Each walk: its open and close, and the access check itself; the names and the
+    // directory's pages came from the process's own copy.
+    assert_eq!(
+        inst.requests() - before,
+        20 * 3,
+        "names or pages were asked again"
+    );
+    // A name another process adds, and one the vfs removes (as the FUSE mount
+    // would): seen at once.
+    let fd = b
+        .open_fd(At::Cwd, b"/d/new", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    b.close(fd).unwrap();
+    assert!(list().contains(&b"new".to_vec()));
+    {
+        let _change = s.fs.changes().begin();
+        s.fs.remove(&vfs::Creds::root(), ino_of(&s, b"d"), b"f7", false)
+            .unwrap();
+    }
+    assert!(!list().contains(&b"f7".to_vec()));
+    assert_eq!(
+        a.access(At::Cwd, b"/d/f7", libc::R_OK, true),
+        Err(Errno(libc::ENOENT))
+    );
+}
+
 fn ino_of(s: &Setup, path: &[u8]) -> format::InodeNo {
     s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, path, true)
         .unwrap()
@@ -738,5 +800,19 @@ mod a_warm_read_never_returns_bytes_older_than_an_acknowledged_write {
         super::a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(
             Transport::Unprotected,
         );
+    }
+}
+
+mod walks_of_an_unchanged_tree_need_only_their_opens {
+    use super::*;
+
+    #[test]
+    fn socket() {
+        super::walks_of_an_unchanged_tree_need_only_their_opens(Transport::Socket);
+    }
+
+    #[test]
+    fn auto() {
+        super::walks_of_an_unchanged_tree_need_only_their_opens(Transport::Auto);
     }
 }
