@@ -159,7 +159,12 @@ fn killed_clients_lose_no_acknowledged_fsync() {
     fx.mount();
     let acker = script("acker.py");
     let mut acked = Vec::new();
-    for trial in 0..8u64 {
+    // ATTACH_KILL_TRIALS: more trials by hand (the 100).
+    let trials = std::env::var("ATTACH_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8u64);
+    for trial in 0..trials {
         let dir = fx.mnt.join(format!("t{trial}"));
         std::fs::create_dir(&dir).unwrap();
         let mut child = attached(
@@ -176,12 +181,14 @@ fn killed_clients_lose_no_acknowledged_fsync() {
             },
         )
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start acker");
+        let mut errors = child.stderr.take().unwrap();
         let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         // Kill after a trial-dependent number of acknowledgements, at once.
         let mut last = None;
-        for _ in 0..(3 + trial * 5) {
+        for _ in 0..(3 + (trial % 8) * 5) {
             match lines.next() {
                 Some(Ok(l)) => last = Some(l.parse::<u64>().unwrap()),
                 _ => break,
@@ -194,7 +201,12 @@ fn killed_clients_lose_no_acknowledged_fsync() {
         for l in lines.map_while(Result::ok) {
             last = l.parse().ok().or(last);
         }
-        acked.push((dir, last.expect("the acker acknowledged something")));
+        let Some(last) = last else {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut errors, &mut text);
+            panic!("trial {trial}: the acker acknowledged nothing: {text}");
+        };
+        acked.push((dir, last));
     }
     // The instance dies too, without a sync: what survives is what the device has.
     for pid in daemons(&fx.mnt) {

@@ -279,7 +279,11 @@ impl Remote {
         }
         let token = self.token.load(Ordering::Acquire);
         let mut c = (generation, Conn::new(s));
-        let got = self.exchange(&mut c.1, &Request::Hello { token }, |r| r.u64())?;
+        let hello = Request::Hello {
+            token,
+            version: proto::VERSION,
+        };
+        let got = self.exchange(&mut c.1, &hello, |r| r.u64())?;
         if token == 0 {
             let _ = self
                 .token

@@ -17,6 +17,9 @@ use posix::{Errno, Result};
 use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
+/// The protocol's version: moved by every change of a request or a reply.
+pub const VERSION: u32 = 2;
+
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
 const XATTR_VALUE_MAX: usize = 64 * 1024;
@@ -29,6 +32,9 @@ pub enum Request<'a> {
     /// First request on a connection: join session `token` (0: start a new one).
     Hello {
         token: u64,
+        /// [`VERSION`]: a client and an instance of different builds refuse each other
+        /// at once (EPROTO) instead of misreading a reply.
+        version: u32,
     },
     /// Reply (as ResolveParent's, Lookup's and Readdir's): the change count before
     /// looking, if quiet (the client may keep the answer while the count stays:
@@ -356,7 +362,10 @@ impl<'a> Request<'a> {
 
     fn fields(r: &mut Reader<'a>) -> Result<Request<'a>> {
         Ok(match r.u8()? {
-            op::HELLO => Request::Hello { token: r.u64()? },
+            op::HELLO => Request::Hello {
+                token: r.u64()?,
+                version: r.u32()?,
+            },
             op::RESOLVE => Request::Resolve {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -558,7 +567,7 @@ impl<'a> Request<'a> {
     /// caller sends from its own buffer right after the frame.
     pub fn encode(&self, w: &mut Writer) {
         match *self {
-            Request::Hello { token } => w.u8(op::HELLO).u64(token),
+            Request::Hello { token, version } => w.u8(op::HELLO).u64(token).u32(version),
             Request::Resolve {
                 start,
                 follow,
@@ -848,7 +857,10 @@ mod tests {
 
     fn samples() -> Vec<Request<'static>> {
         vec![
-            Request::Hello { token: 9 },
+            Request::Hello {
+                token: 9,
+                version: VERSION,
+            },
             Request::Resolve {
                 start: InodeNo(1),
                 follow: true,

@@ -212,7 +212,9 @@ fn new_token() -> u64 {
 /// answering with an errno.
 fn handshake(shared: &Arc<Shared>, peer: &Peer, conn: &mut Conn) -> Option<Arc<Session>> {
     let session = match conn.recv().ok()?.map(Request::decode) {
-        Some(Ok(Request::Hello { token })) => join(shared, peer, token),
+        Some(Ok(Request::Hello { token, version })) if version == crate::proto::VERSION => {
+            join(shared, peer, token)
+        }
         _ => Err(Errno(libc::EPROTO)),
     };
     let mut w = Writer::new();

@@ -157,7 +157,11 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
         i32::from_le_bytes(reply[..4].try_into().unwrap())
     };
     let mut hello = Writer::new();
-    instance::proto::Request::Hello { token: 0 }.encode(&mut hello);
+    instance::proto::Request::Hello {
+        token: 0,
+        version: instance::proto::VERSION,
+    }
+    .encode(&mut hello);
     assert_eq!(send(hello.body()), 0);
     // An empty frame is a ring (look at the mailbox): no reply, nothing else.
     c.write_all(&0u32.to_le_bytes()).unwrap();
@@ -180,10 +184,29 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
     }
     .encode(&mut w);
     assert_eq!(send(w.body()), 0, "still served after garbage");
+    // A client of another build (another protocol version) is refused at once.
+    let mut c3 = UnixStream::connect(&s.sock).unwrap();
+    let mut old = Writer::new();
+    instance::proto::Request::Hello {
+        token: 0,
+        version: instance::proto::VERSION - 1,
+    }
+    .encode(&mut old);
+    c3.write_all(old.finish(0)).unwrap();
+    let mut reply = [0u8; 8];
+    c3.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        i32::from_le_bytes(reply[4..8].try_into().unwrap()),
+        libc::EPROTO
+    );
     // A second Hello naming another session is refused.
     let mut c2 = UnixStream::connect(&s.sock).unwrap();
     let mut other = Writer::new();
-    instance::proto::Request::Hello { token: 12345 }.encode(&mut other);
+    instance::proto::Request::Hello {
+        token: 12345,
+        version: instance::proto::VERSION,
+    }
+    .encode(&mut other);
     c2.write_all(other.finish(0)).unwrap();
     let mut reply = [0u8; 8];
     c2.read_exact(&mut reply).unwrap();
@@ -364,7 +387,11 @@ fn a_hung_client_stalls_no_one() {
     // A client that sends half a frame and then nothing.
     let mut hung = UnixStream::connect(&s.sock).unwrap();
     let mut hello = Writer::new();
-    instance::proto::Request::Hello { token: 0 }.encode(&mut hello);
+    instance::proto::Request::Hello {
+        token: 0,
+        version: instance::proto::VERSION,
+    }
+    .encode(&mut hello);
     hung.write_all(hello.finish(0)).unwrap();
     let mut reply = [0u8; 16];
     hung.read_exact(&mut reply).unwrap();

@@ -20,7 +20,11 @@ fn body(r: &Request<'_>) -> Vec<u8> {
 fn seeds() -> Vec<Vec<u8>> {
     let root = InodeNo(1);
     [
-        Request::Hello { token: 7 },
+        Request::Hello {
+            token: 7,
+            version: instance::proto::VERSION,
+        },
+        Request::Mailbox { writable: true },
         Request::StatAt {
             start: root,
             follow: true,
