@@ -634,6 +634,44 @@ impl Backend for Remote {
         self.unit(&Request::Remove { parent, dir, name })
     }
 
+    fn create_at(
+        &self,
+        _cx: &Creds,
+        start: InodeNo,
+        path: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeNo> {
+        self.ino(&Request::CreateAt {
+            start,
+            kind,
+            perm,
+            path,
+            target,
+        })
+    }
+
+    fn remove_at(&self, _cx: &Creds, start: InodeNo, path: &[u8], dir: bool) -> Result<()> {
+        self.unit(&Request::RemoveAt { start, dir, path })
+    }
+
+    fn rename_at(
+        &self,
+        _cx: &Creds,
+        from: (InodeNo, &[u8]),
+        to: (InodeNo, &[u8]),
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.unit(&Request::RenameAt {
+            from: from.0,
+            from_path: from.1,
+            to: to.0,
+            to_path: to.1,
+            mode,
+        })
+    }
+
     fn rename(
         &self,
         _cx: &Creds,

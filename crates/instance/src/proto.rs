@@ -18,7 +18,7 @@ use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
 /// The protocol's version: moved by every change of a request or a reply.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
@@ -63,6 +63,27 @@ pub enum Request<'a> {
     /// The shared change page and this identity's attribute table ([`crate::table`]),
     /// sent as descriptors with the reply.
     Tables,
+    /// Create, Remove and Rename with their names given as paths from a start
+    /// directory: the instance resolves the parents, so the call is one request.
+    CreateAt {
+        start: InodeNo,
+        kind: Kind,
+        perm: u32,
+        path: &'a [u8],
+        target: Option<&'a [u8]>,
+    },
+    RemoveAt {
+        start: InodeNo,
+        dir: bool,
+        path: &'a [u8],
+    },
+    RenameAt {
+        from: InodeNo,
+        from_path: &'a [u8],
+        to: InodeNo,
+        to_path: &'a [u8],
+        mode: RenameMode,
+    },
     /// A mailbox for this connection (`crate::mailbox`), sent as a descriptor with the
     /// reply; messages that fit go through it from then on. Not `writable`: sealed so
     /// the client can only map it read-only, and only replies go through it.
@@ -257,6 +278,9 @@ mod op {
     pub const TABLES: u8 = 36;
     pub const CLOSE_QUIET: u8 = 37;
     pub const MAILBOX: u8 = 38;
+    pub const CREATE_AT: u8 = 39;
+    pub const REMOVE_AT: u8 = 40;
+    pub const RENAME_AT: u8 = 41;
 }
 
 fn inval() -> Errno {
@@ -414,6 +438,25 @@ impl<'a> Request<'a> {
                 perm: r.u32()?,
                 dev: r.u64()?,
                 name: name(r)?,
+            },
+            op::CREATE_AT => Request::CreateAt {
+                start: ino(r)?,
+                kind: kind_of(r.u8()?)?,
+                perm: r.u32()?,
+                path: path(r)?,
+                target: r.opt_bytes(PATH_MAX, libc::ENAMETOOLONG)?,
+            },
+            op::REMOVE_AT => Request::RemoveAt {
+                start: ino(r)?,
+                dir: r.bool()?,
+                path: path(r)?,
+            },
+            op::RENAME_AT => Request::RenameAt {
+                from: ino(r)?,
+                from_path: path(r)?,
+                to: ino(r)?,
+                to_path: path(r)?,
+                mode: rename_of(r.u8()?)?,
             },
             op::REMOVE => Request::Remove {
                 parent: ino(r)?,
@@ -623,6 +666,35 @@ impl<'a> Request<'a> {
             Request::Remove { parent, dir, name } => {
                 w.u8(op::REMOVE).u64(parent.0).u8(dir.into()).bytes(name)
             }
+            Request::CreateAt {
+                start,
+                kind,
+                perm,
+                path,
+                target,
+            } => w
+                .u8(op::CREATE_AT)
+                .u64(start.0)
+                .u8(kind_code(kind))
+                .u32(perm)
+                .bytes(path)
+                .opt_bytes(target),
+            Request::RemoveAt { start, dir, path } => {
+                w.u8(op::REMOVE_AT).u64(start.0).u8(dir.into()).bytes(path)
+            }
+            Request::RenameAt {
+                from,
+                from_path,
+                to,
+                to_path,
+                mode,
+            } => w
+                .u8(op::RENAME_AT)
+                .u64(from.0)
+                .bytes(from_path)
+                .u64(to.0)
+                .bytes(to_path)
+                .u8(rename_code(mode)),
             Request::Rename {
                 from,
                 from_name,
@@ -763,6 +835,9 @@ impl<'a> Request<'a> {
         match *self {
             Request::Open { flags, .. } => flags & (libc::O_CREAT | libc::O_TRUNC) != 0,
             Request::Create { .. }
+            | Request::CreateAt { .. }
+            | Request::RemoveAt { .. }
+            | Request::RenameAt { .. }
             | Request::Mknod { .. }
             | Request::Remove { .. }
             | Request::Rename { .. }

@@ -213,6 +213,51 @@ impl Session {
     fn run_names(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
         let (cx, fs) = (caller.creds, &*self.fs);
         match req {
+            // The path forms: their parents resolved here, then as the name forms.
+            Request::CreateAt {
+                start,
+                kind,
+                perm,
+                path,
+                target,
+            } => {
+                let (parent, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
+                let req = Request::Create {
+                    parent,
+                    kind,
+                    perm,
+                    name,
+                    target,
+                };
+                return self.run_names(caller, req, w);
+            }
+            Request::RemoveAt { start, dir, path } => {
+                let (parent, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
+                let req = Request::Remove {
+                    parent,
+                    dir,
+                    name,
+                };
+                return self.run_names(caller, req, w);
+            }
+            Request::RenameAt {
+                from,
+                from_path,
+                to,
+                to_path,
+                mode,
+            } => {
+                let (from, from_name) = fs.resolve_parent_at(cx, from, from_path).map_err(e)?;
+                let (to, to_name) = fs.resolve_parent_at(cx, to, to_path).map_err(e)?;
+                let req = Request::Rename {
+                    from,
+                    from_name,
+                    to,
+                    to_name,
+                    mode,
+                };
+                return self.run_names(caller, req, w);
+            }
             Request::Create {
                 parent,
                 kind,

@@ -617,6 +617,46 @@ fn walks_of_an_unchanged_tree_need_only_their_opens(t: Transport) {
     );
 }
 
+#[test]
+fn a_change_of_names_is_one_request() {
+    let s = Setup::new(Transport::Auto);
+    let inst = s.inst.as_ref().unwrap();
+    let a = s.client();
+    a.mkdir(At::Cwd, b"/d", 0o755).unwrap();
+    let one = |what: &str, f: &dyn Fn()| {
+        let before = inst.requests();
+        f();
+        assert_eq!(inst.requests() - before, 1, "{what}");
+    };
+    one("mkdir", &|| a.mkdir(At::Cwd, b"/d/e", 0o755).unwrap());
+    one("symlink", &|| a.symlink(b"e", At::Cwd, b"/d/l").unwrap());
+    one("rename", &|| {
+        a.rename(At::Cwd, b"/d/e", At::Cwd, b"/d/f", 0).unwrap()
+    });
+    one("unlink", &|| a.unlink(At::Cwd, b"/d/l", false).unwrap());
+    one("rmdir", &|| a.unlink(At::Cwd, b"/d/f", true).unwrap());
+    // Errors are the same as the name forms': a missing parent, a missing name.
+    assert_eq!(
+        a.mkdir(At::Cwd, b"/nope/e", 0o755),
+        Err(Errno(libc::ENOENT))
+    );
+    assert_eq!(
+        a.unlink(At::Cwd, b"/d/nope", false),
+        Err(Errno(libc::ENOENT))
+    );
+    assert_eq!(
+        a.rename(At::Cwd, b"/d/nope", At::Cwd, b"/d/x", 0),
+        Err(Errno(libc::ENOENT))
+    );
+    assert_eq!(a.unlink(At::Cwd, b"", false), Err(Errno(libc::ENOENT)));
+    assert_eq!(
+        s.fs.readdir(&vfs::Creds::root(), ino_of(&s, b"d"), None, 10)
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
 fn ino_of(s: &Setup, path: &[u8]) -> format::InodeNo {
     s.fs.resolve_at(&vfs::Creds::root(), vfs::records::ROOT, path, true)
         .unwrap()

@@ -106,6 +106,37 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         dev: u64,
     ) -> Result<InodeNo>;
     fn remove(&self, cx: &Creds, parent: InodeNo, name: &[u8], dir: bool) -> Result<()>;
+    /// [`Backend::create`] of the last name of `path` (from `start`): a backend across a
+    /// boundary resolves the parent on the far side, in the same call.
+    fn create_at(
+        &self,
+        cx: &Creds,
+        start: InodeNo,
+        path: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeNo> {
+        let (parent, name) = self.resolve_parent(cx, start, path)?;
+        self.create(cx, parent, &name, kind, perm, target)
+    }
+    /// [`Backend::remove`] of the last name of `path` (from `start`).
+    fn remove_at(&self, cx: &Creds, start: InodeNo, path: &[u8], dir: bool) -> Result<()> {
+        let (parent, name) = self.resolve_parent(cx, start, path)?;
+        self.remove(cx, parent, &name, dir)
+    }
+    /// [`Backend::rename`] of paths, each from its start directory.
+    fn rename_at(
+        &self,
+        cx: &Creds,
+        from: (InodeNo, &[u8]),
+        to: (InodeNo, &[u8]),
+        mode: RenameMode,
+    ) -> Result<()> {
+        let (fp, fname) = self.resolve_parent(cx, from.0, from.1)?;
+        let (tp, tname) = self.resolve_parent(cx, to.0, to.1)?;
+        self.rename(cx, (fp, &fname), (tp, &tname), mode)
+    }
     fn rename(
         &self,
         cx: &Creds,

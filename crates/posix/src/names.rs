@@ -36,11 +36,16 @@ impl Posix {
     }
 
     fn parent(&self, at: At, path: &[u8]) -> Result<(InodeNo, Vec<u8>)> {
+        let start = self.parent_start(at, path)?;
+        self.fs.resolve_parent(&self.creds(), start, path)
+    }
+
+    /// Where the parent of `path` is resolved from (ENOENT for an empty path).
+    fn parent_start(&self, at: At, path: &[u8]) -> Result<InodeNo> {
         if path.is_empty() {
             return Err(err(libc::ENOENT));
         }
-        let (start, _) = self.start(at, path)?;
-        self.fs.resolve_parent(&self.creds(), start, path)
+        Ok(self.start(at, path)?.0)
     }
 
     pub fn stat(&self, at: At, path: &[u8], follow: bool, empty_ok: bool) -> Result<Metadata> {
@@ -57,9 +62,9 @@ impl Posix {
     }
 
     pub fn mkdir(&self, at: At, path: &[u8], mode: u32) -> Result<()> {
-        let (dir, name) = self.parent(at, path)?;
+        let start = self.parent_start(at, path)?;
         self.fs
-            .create(&self.creds(), dir, &name, Kind::Dir, mode & 0o7777, None)?;
+            .create_at(&self.creds(), start, path, Kind::Dir, mode & 0o7777, None)?;
         Ok(())
     }
 
@@ -87,11 +92,11 @@ impl Posix {
         if target.is_empty() {
             return Err(err(libc::ENOENT));
         }
-        let (dir, name) = self.parent(at, path)?;
-        self.fs.create(
+        let start = self.parent_start(at, path)?;
+        self.fs.create_at(
             &self.creds(),
-            dir,
-            &name,
+            start,
+            path,
             Kind::Symlink,
             0o777,
             Some(target),
@@ -106,8 +111,8 @@ impl Posix {
 
     /// `unlinkat` (`dir`: AT_REMOVEDIR).
     pub fn unlink(&self, at: At, path: &[u8], dir: bool) -> Result<()> {
-        let (parent, name) = self.parent(at, path)?;
-        self.fs.remove(&self.creds(), parent, &name, dir)
+        let start = self.parent_start(at, path)?;
+        self.fs.remove_at(&self.creds(), start, path, dir)
     }
 
     /// `renameat2` with RENAME_NOREPLACE or RENAME_EXCHANGE in `flags`.
@@ -118,10 +123,10 @@ impl Posix {
             libc::RENAME_EXCHANGE => RenameMode::Exchange,
             _ => return Err(err(libc::EINVAL)),
         };
-        let (sp, sname) = self.parent(from_at, from)?;
-        let (dp, dname) = self.parent(to_at, to)?;
+        let from_start = self.parent_start(from_at, from)?;
+        let to_start = self.parent_start(to_at, to)?;
         self.fs
-            .rename(&self.creds(), (sp, &sname), (dp, &dname), mode)
+            .rename_at(&self.creds(), (from_start, from), (to_start, to), mode)
     }
 
     /// `linkat` (`follow`: AT_SYMLINK_FOLLOW).
