@@ -606,6 +606,42 @@ impl<'a> Request<'a> {
         })
     }
 
+    /// [`Request::encode`] of the path forms of Create, Remove and Rename.
+    fn encode_paths<'w>(&self, w: &'w mut Writer) -> &'w mut Writer {
+        match *self {
+            Request::CreateAt {
+                start,
+                kind,
+                perm,
+                path,
+                target,
+            } => w
+                .u8(op::CREATE_AT)
+                .u64(start.0)
+                .u8(kind_code(kind))
+                .u32(perm)
+                .bytes(path)
+                .opt_bytes(target),
+            Request::RemoveAt { start, dir, path } => {
+                w.u8(op::REMOVE_AT).u64(start.0).u8(dir.into()).bytes(path)
+            }
+            Request::RenameAt {
+                from,
+                from_path,
+                to,
+                to_path,
+                mode,
+            } => w
+                .u8(op::RENAME_AT)
+                .u64(from.0)
+                .bytes(from_path)
+                .u64(to.0)
+                .bytes(to_path)
+                .u8(rename_code(mode)),
+            _ => w,
+        }
+    }
+
     /// Encodes the request into `w`, except a write's data (`data()`), which the
     /// caller sends from its own buffer right after the frame.
     pub fn encode(&self, w: &mut Writer) {
@@ -666,35 +702,9 @@ impl<'a> Request<'a> {
             Request::Remove { parent, dir, name } => {
                 w.u8(op::REMOVE).u64(parent.0).u8(dir.into()).bytes(name)
             }
-            Request::CreateAt {
-                start,
-                kind,
-                perm,
-                path,
-                target,
-            } => w
-                .u8(op::CREATE_AT)
-                .u64(start.0)
-                .u8(kind_code(kind))
-                .u32(perm)
-                .bytes(path)
-                .opt_bytes(target),
-            Request::RemoveAt { start, dir, path } => {
-                w.u8(op::REMOVE_AT).u64(start.0).u8(dir.into()).bytes(path)
+            Request::CreateAt { .. } | Request::RemoveAt { .. } | Request::RenameAt { .. } => {
+                self.encode_paths(w)
             }
-            Request::RenameAt {
-                from,
-                from_path,
-                to,
-                to_path,
-                mode,
-            } => w
-                .u8(op::RENAME_AT)
-                .u64(from.0)
-                .bytes(from_path)
-                .u64(to.0)
-                .bytes(to_path)
-                .u8(rename_code(mode)),
             Request::Rename {
                 from,
                 from_name,

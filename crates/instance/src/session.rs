@@ -209,11 +209,11 @@ impl Session {
         Ok(())
     }
 
-    /// The calls that change names.
-    fn run_names(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+    /// The path forms of Create, Remove and Rename: their parents resolved here, then
+    /// run as the name forms.
+    fn run_paths(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
         let (cx, fs) = (caller.creds, &*self.fs);
         match req {
-            // The path forms: their parents resolved here, then as the name forms.
             Request::CreateAt {
                 start,
                 kind,
@@ -229,16 +229,12 @@ impl Session {
                     name,
                     target,
                 };
-                return self.run_names(caller, req, w);
+                self.run_names(caller, req, w)
             }
             Request::RemoveAt { start, dir, path } => {
                 let (parent, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
-                let req = Request::Remove {
-                    parent,
-                    dir,
-                    name,
-                };
-                return self.run_names(caller, req, w);
+                let req = Request::Remove { parent, dir, name };
+                self.run_names(caller, req, w)
             }
             Request::RenameAt {
                 from,
@@ -256,8 +252,19 @@ impl Session {
                     to_name,
                     mode,
                 };
-                return self.run_names(caller, req, w);
+                self.run_names(caller, req, w)
             }
+            _ => Err(Errno(libc::EINVAL)),
+        }
+    }
+
+    /// The calls that change names.
+    fn run_names(&self, caller: &Caller<'_>, req: Request<'_>, w: &mut Writer) -> Result<()> {
+        let (cx, fs) = (caller.creds, &*self.fs);
+        match req {
+            req @ (Request::CreateAt { .. }
+            | Request::RemoveAt { .. }
+            | Request::RenameAt { .. }) => return self.run_paths(caller, req, w),
             Request::Create {
                 parent,
                 kind,

@@ -754,132 +754,37 @@ fn a_stray_store_into_shared_state_faults() {
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
 }
 
-mod a_client_sees_and_changes_the_instance_file_system {
-    use super::*;
+/// A test of each transport: the socket only, mailboxes without keys, and what the
+/// machine offers (keys where it has them, else replies through a read-only mailbox).
+macro_rules! each_transport {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
 
-    #[test]
-    fn socket() {
-        super::a_client_sees_and_changes_the_instance_file_system(Transport::Socket);
-    }
+            #[test]
+            fn socket() {
+                super::$name(Transport::Socket);
+            }
 
-    #[test]
-    fn mailbox() {
-        super::a_client_sees_and_changes_the_instance_file_system(Transport::Unprotected);
-    }
+            #[test]
+            fn mailbox() {
+                super::$name(Transport::Unprotected);
+            }
 
-    /// Keys where the machine has them, else replies through a read-only mailbox.
-    #[test]
-    fn auto() {
-        super::a_client_sees_and_changes_the_instance_file_system(Transport::Auto);
-    }
+            #[test]
+            fn auto() {
+                super::$name(Transport::Auto);
+            }
+        }
+    )*};
 }
 
-mod data_calls_need_a_handle_of_the_session_in_the_right_mode {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Socket);
-    }
-
-    #[test]
-    fn mailbox() {
-        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Unprotected);
-    }
-
-    /// Keys where the machine has them, else replies through a read-only mailbox.
-    #[test]
-    fn auto() {
-        super::data_calls_need_a_handle_of_the_session_in_the_right_mode(Transport::Auto);
-    }
-}
-
-mod a_killed_client_releases_its_locks_and_files {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::a_killed_client_releases_its_locks_and_files(Transport::Socket);
-    }
-
-    #[test]
-    fn mailbox() {
-        super::a_killed_client_releases_its_locks_and_files(Transport::Unprotected);
-    }
-
-    /// Keys where the machine has them, else replies through a read-only mailbox.
-    #[test]
-    fn auto() {
-        super::a_killed_client_releases_its_locks_and_files(Transport::Auto);
-    }
-}
-
-mod repeated_stats_need_no_request_until_something_changes {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::repeated_stats_need_no_request_until_something_changes(Transport::Socket);
-    }
-
-    #[test]
-    fn mailbox() {
-        super::repeated_stats_need_no_request_until_something_changes(Transport::Unprotected);
-    }
-
-    /// Keys where the machine has them, else replies through a read-only mailbox.
-    #[test]
-    fn auto() {
-        super::repeated_stats_need_no_request_until_something_changes(Transport::Auto);
-    }
-}
-
-mod warm_reads_need_no_request_and_see_every_change_at_once {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Socket);
-    }
-
-    #[test]
-    fn mailbox() {
-        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Unprotected);
-    }
-
-    /// Keys where the machine has them, else replies through a read-only mailbox.
-    #[test]
-    fn auto() {
-        super::warm_reads_need_no_request_and_see_every_change_at_once(Transport::Auto);
-    }
-}
-
-mod a_warm_read_never_returns_bytes_older_than_an_acknowledged_write {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(Transport::Socket);
-    }
-
-    #[test]
-    fn mailbox() {
-        super::a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(
-            Transport::Unprotected,
-        );
-    }
-}
-
-mod walks_of_an_unchanged_tree_need_only_their_opens {
-    use super::*;
-
-    #[test]
-    fn socket() {
-        super::walks_of_an_unchanged_tree_need_only_their_opens(Transport::Socket);
-    }
-
-    #[test]
-    fn auto() {
-        super::walks_of_an_unchanged_tree_need_only_their_opens(Transport::Auto);
-    }
-}
+each_transport!(
+    a_client_sees_and_changes_the_instance_file_system,
+    data_calls_need_a_handle_of_the_session_in_the_right_mode,
+    a_killed_client_releases_its_locks_and_files,
+    repeated_stats_need_no_request_until_something_changes,
+    warm_reads_need_no_request_and_see_every_change_at_once,
+    a_warm_read_never_returns_bytes_older_than_an_acknowledged_write,
+    walks_of_an_unchanged_tree_need_only_their_opens,
+);

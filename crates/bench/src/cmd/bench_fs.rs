@@ -543,19 +543,7 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                     .map_err(|e| format!("skipped: {e}")),
                 TargetKind::Kernel(fs) => kernel_runner(fs, &loop_device, scratch),
             };
-            // --procs: targets with a directory run their cells as processes.
-            let runner = runner.map(|r| match r {
-                Runner::InProcess(t)
-                    if plan.procs
-                        && matches!(
-                            kind,
-                            TargetKind::Fuse | TargetKind::Dir(_) | TargetKind::Kernel(_)
-                        ) =>
-                {
-                    Runner::Processes(t)
-                }
-                r => r,
-            });
+            let runner = runner.map(|r| as_processes(r, kind, plan.procs));
             Slot {
                 name: name.clone(),
                 runner,
@@ -566,6 +554,18 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             }
         })
         .collect()
+}
+
+/// With --procs, the runner of a target with a directory runs its cells as processes.
+fn as_processes(r: Runner, kind: &TargetKind, procs: bool) -> Runner {
+    let has_dir = matches!(
+        kind,
+        TargetKind::Fuse | TargetKind::Dir(_) | TargetKind::Kernel(_)
+    );
+    match r {
+        Runner::InProcess(t) if procs && has_dir => Runner::Processes(t),
+        r => r,
+    }
 }
 
 /// The loop device of the kernel targets over their image; says what it is in the
