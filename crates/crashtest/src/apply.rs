@@ -51,6 +51,9 @@ impl WrittenBack {
 pub(crate) struct Runner<'a> {
     fs: &'a FileSystem,
     fds: BTreeMap<String, OpenInode>,
+    /// Files written since their last write-back (by the contract's list): their pages
+    /// are dirty, so a chmod of one rides with its next write-back.
+    dirty: BTreeSet<u64>,
 }
 
 impl<'a> Runner<'a> {
@@ -58,6 +61,23 @@ impl<'a> Runner<'a> {
         Runner {
             fs,
             fds: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Notes what a step that succeeded left dirty: the file a buffered write wrote,
+    /// none of those it wrote back.
+    pub fn note_dirty(&mut self, op: &Op, written_back: &WrittenBack) {
+        match written_back {
+            WrittenBack::All => self.dirty.clear(),
+            WrittenBack::Files(files) => self.dirty.retain(|ino| !files.contains(ino)),
+        }
+        if let Op::Write(t, .., WriteMode::Buffered | WriteMode::Direct)
+        | Op::Append(t, _, WriteMode::Buffered | WriteMode::Direct) = op
+        {
+            if let Ok(ino) = self.ino(t) {
+                self.dirty.insert(ino.0);
+            }
         }
     }
 
@@ -223,11 +243,14 @@ impl<'a> Runner<'a> {
 
     /// Whose dirty data `op` writes back before its own change if it succeeds: by
     /// docs/SEMANTICS.md §2, fsync and fdatasync of a file (and O_SYNC/O_DSYNC writes),
-    /// sync, and every operation that writes a file's record: chmod, xattrs, truncate,
+    /// sync, and every operation that writes a file's record: xattrs, truncate,
     /// punch, zero range, an allocation that grows it, link, an unlink that leaves it
     /// links (or leaves it open), a rename of
     /// it (source, and both files of an exchange) or over it when it keeps a link or is
-    /// open. Not fsync of a directory, not create, mkdir, symlink, close.
+    /// open. A chmod writes nothing back: it is logged at once if the file has no dirty
+    /// pages (then it counts here, the file being as written back), and otherwise its
+    /// record rides with the file's next write-back. Not fsync of a directory, not
+    /// create, mkdir, symlink, close.
     pub fn written_back(&self, op: &Op) -> WrittenBack {
         let mut files = BTreeSet::new();
         let fs = self.fs;
@@ -249,8 +272,7 @@ impl<'a> Runner<'a> {
             | Op::Punch(..)
             | Op::Zero(..)
             | Op::SetXattr(..)
-            | Op::RemoveXattr(..)
-            | Op::Chmod(..) => {
+            | Op::RemoveXattr(..) => {
                 let buffered = matches!(
                     op,
                     Op::Write(.., WriteMode::Buffered | WriteMode::Direct)
@@ -271,6 +293,13 @@ impl<'a> Runner<'a> {
                         .is_ok_and(|m| m.kind == Kind::File && offset + len > m.size)
                 };
                 files.extend(self.ino(t).ok().filter(|&i| grows(i)).map(|i| i.0));
+            }
+            Op::Chmod(t, _) => {
+                if let Some((ino, _)) = self.ino(t).ok().and_then(file) {
+                    if !self.dirty.contains(&ino) {
+                        files.insert(ino);
+                    }
+                }
             }
             Op::Link(a, _) => files.extend(at(a).map(|f| f.0)),
             Op::Unlink(p) => {

@@ -7,10 +7,12 @@
 //! - A file reached through a name a rename or a link gave it holds at least the data it
 //!   had at that rename or link (both write the file back first, and the name never
 //!   survives without that write-back).
-//! - With one domain (one lane, recovered as a prefix): names and attributes are those
-//!   after one step k at or after the last acknowledged persistence point, and each
-//!   file's data is its data at a step between its last write-back up to k and k (data
-//!   reaches the log at write-back, so it may lag the names, never lead them).
+//! - With one domain (one lane, recovered as a prefix): names and the attributes of
+//!   everything but files are those after one step k at or after the last acknowledged
+//!   persistence point, and each file is as it was (data and attributes together) at a
+//!   step between its last write-back up to k and k (data reaches the log at
+//!   write-back, and a chmod of a file with dirty pages rides with it, so a file may lag
+//!   the names, never lead them).
 //!
 //! "A state it had" includes what a punch or a zeroed range leaves when a crash
 //! interrupts it (several batches, docs/SEMANTICS.md §4): each block as before or after.
@@ -263,7 +265,8 @@ fn name_barrier(
 }
 
 /// One domain: some step `k >= from` whose names and attributes `got` has, with each
-/// file's data as of a step between its last write-back up to `k` and `k`.
+/// file (data and attributes) as of a step between its last write-back up to `k` and
+/// `k`.
 fn one_domain(w: &Workload, h: &History, got: &Snapshot, from: usize) -> Result<(), String> {
     let n = h.states.len() - 1;
     if (from..=n).any(|k| matches_at(w, h, got, k)) {
@@ -288,23 +291,18 @@ fn matches_at(w: &Workload, h: &History, got: &Snapshot, k: usize) -> bool {
         let Some(t) = s.objects.get(ino) else {
             return false;
         };
-        if o.attributes() != t.attributes() {
-            return false;
+        if o.kind != Kind::File || t.kind != Kind::File {
+            return o == t;
         }
-        if o.kind != Kind::File {
-            return o.data == t.data;
-        }
+        // A file's record is logged with its write-back, or at once when no page is
+        // dirty (then it equals the state after the last write-back anyway): so the
+        // file as a whole is as after a step since its last write-back.
         let written_back = (1..=k)
             .rev()
             .find(|&step| h.written_back[step - 1].covers(*ino))
             .unwrap_or(0);
-        (written_back..=k).any(|j| {
-            h.states[j]
-                .objects
-                .get(ino)
-                .is_some_and(|x| x.data == o.data)
-                || half_done(w, h, *ino, j, &o.data)
-        })
+        (written_back..=k)
+            .any(|j| h.states[j].objects.get(ino) == Some(o) || half_done_object(w, h, *ino, j, o))
     })
 }
 

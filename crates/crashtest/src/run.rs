@@ -128,6 +128,9 @@ pub fn record_with(
                 scope,
             });
         }
+        if result.is_ok() {
+            runner.note_dirty(&step.op, &written_back);
+        }
         let snap =
             Snapshot::take(&fs).map_err(|e| format!("snapshot after line {}: {e}", step.line))?;
         h.states.push(snap);

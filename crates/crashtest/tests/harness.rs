@@ -149,3 +149,17 @@ fn every_image_has_room_for_its_workload() {
     let e = check_workload(&huge, &policy()).unwrap_err();
     assert!(e.contains("no image has room"), "{e}");
 }
+
+/// A chmod of a file with dirty pages rides with their write-back: every crash state
+/// keeps the file as it was (old mode and data, or new mode and data), with 1 and 3
+/// domains (tests/crash/attrs-of-a-dirty-file.crash; crates/vfs/tests/attr_crash.rs
+/// adds times).
+#[test]
+fn a_chmod_of_a_file_with_dirty_pages_keeps_it_in_a_state_it_had() {
+    let text = include_str!("../../../tests/crash/attrs-of-a-dirty-file.crash");
+    for domains in [1, 3] {
+        let report = check(&format!("domains {domains}\n{text}"), FlushMutation::None);
+        assert!(report.failures.is_empty(), "{:?}", messages(&report));
+        assert!(report.states_checked > 50);
+    }
+}

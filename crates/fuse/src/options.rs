@@ -17,7 +17,7 @@ pub const COMMIT_MAX_SECS: u64 = 86_400;
 
 /// Request threads when `threads=` is not given: two per CPU. A waiting SETLKW holds
 /// none of them, but a request that waits for the device (an FSYNC, the data
-/// write-back before a SETATTR, a cold READ) holds its thread, and over io_uring the
+/// write-back before a truncating SETATTR, a cold READ) holds its thread, and over io_uring the
 /// kernel hands a CPU's requests to that CPU's queue threads only: with one per CPU
 /// the next request waited for it (bench/results/2026-11-27T11-45-03Z-apps-ring-threads:
 /// two per queue, medians of 3, sqlite3 inserts 386/s against 193/s, untar 2.7 s

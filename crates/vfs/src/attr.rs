@@ -1,18 +1,22 @@
 //! Attributes: `stat` (with `st_blocks` counting the blocks dirty pages will take),
 //! `access`, `chmod`/`chown`/`utimensat` ([`FileSystem::set_attr`]), `statfs`, and the
-//! write of an inode's record in its own lane ([`FileSystem::put_inode`]).
+//! write of an inode's record in its own lane ([`FileSystem::put_inode`],
+//! [`FileSystem::put_attrs`]).
 //!
 //! Invariants:
 //! - A record is written under its handle's write lock ([`crate::handle::Handle::write`]),
-//!   after the file's dirty pages were written back (`settle`), so the record never
-//!   claims data the log does not hold.
+//!   so no write-back is in flight and no writer installs pages meanwhile.
+//! - A record never claims data the log does not hold: a change of attributes only
+//!   (mode, owner, times) is logged at once when no page of the file is dirty, and
+//!   otherwise rides in the batch of the write-back that logs those pages
+//!   (docs/DESIGN.md §10.7 "Attributes of a file with dirty pages").
 //! - Permission rules are POSIX's as `crate::creds` states them; checks happen under
 //!   the same lock as the change.
 
 use crate::creds::{Creds, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::error::VfsError;
 use crate::fs::FileSystem;
-use crate::handle::live;
+use crate::handle::{live, Handle, InodeState};
 use crate::records::{self, Inode, Kind, NAME_MAX};
 use crate::shared::BLOCK;
 use engine::log::Durability;
@@ -123,7 +127,6 @@ impl FileSystem {
     ) -> Result<(), VfsError> {
         let h = self.handle(ino)?;
         let mut st = h.write();
-        self.settle(&h, &mut st)?;
         let mut inode = *live(&st, ino)?;
         let what = || format!("inode {ino}");
         let owner = cx.owns(&inode);
@@ -187,7 +190,37 @@ impl FileSystem {
             inode.mtime_ns = at(t);
         }
         inode.ctime_ns = now;
-        self.put_inode(ino, &inode, WriteBatch::new())?;
+        self.put_attrs(&h, &mut st, inode)
+    }
+
+    /// Makes `inode`, which changes only attributes of `h` (mode, owner, times: not its
+    /// size, kind or block count), its record; the caller holds its write lock as `st`
+    /// ([`crate::handle::Handle::write`]). With no dirty page the record is logged now.
+    /// With dirty pages it is not: the write-back that logs them carries the inode's
+    /// record as it is then, so the new attributes reach the log in one batch with the
+    /// data written before them. Logging it now would need the pages written back first
+    /// (the in-memory size and times describe them) or a record mixing the new
+    /// attributes with the old data, a state the file never had; waiting costs nothing,
+    /// since no durability call promises a file's attributes without its data.
+    pub(crate) fn put_attrs(
+        &self,
+        h: &Handle,
+        st: &mut InodeState,
+        inode: Inode,
+    ) -> Result<(), VfsError> {
+        let old = live(st, h.ino)?;
+        assert_eq!(
+            (old.kind, old.size, old.blocks),
+            (inode.kind, inode.size, inode.blocks),
+            "inode {}: an attribute change changes no size, kind or block count",
+            h.ino
+        );
+        // Stable while `st` is held for writing: writers install pages under the state
+        // lock, and a write-back (the only thing that cleans pages) holds `writeback`.
+        let dirty = h.pages().dirty_count() > 0;
+        if !dirty {
+            self.put_inode(h.ino, &inode, WriteBatch::new())?;
+        }
         st.inode = Some(inode);
         Ok(())
     }

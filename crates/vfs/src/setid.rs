@@ -21,7 +21,6 @@ use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
 use crate::records::{Inode, Kind};
-use metadb::WriteBatch;
 use std::sync::Arc;
 
 /// The set-id bits, for the fast path's test.
@@ -62,7 +61,8 @@ impl FileSystem {
     }
 
     /// Before a write or truncate of `h` by the path API's identity: removes the
-    /// set-id bits it must (one attribute batch, only when a bit is there to drop).
+    /// set-id bits it must (only when a bit is there to drop; a record logged at once, or
+    /// with the write-back of the file's dirty pages: `FileSystem::put_attrs`).
     pub(crate) fn drop_setid(&self, h: &Arc<Handle>) -> Result<(), VfsError> {
         self.drop_setid_for(h, &self.creds()).map(|_| ())
     }
@@ -72,16 +72,12 @@ impl FileSystem {
         if bits_to_drop(cx, live(&st, h.ino)?) == 0 {
             return Ok(false);
         }
-        self.settle(h, &mut st)?;
         let mut inode = *live(&st, h.ino)?;
-        let drop = bits_to_drop(cx, &inode);
-        if drop == 0 {
-            return Ok(false);
-        }
-        inode.perm &= !drop;
+        inode.perm &= !bits_to_drop(cx, &inode);
         inode.ctime_ns = self.now();
-        self.put_inode(h.ino, &inode, WriteBatch::new())?;
-        st.inode = Some(inode);
+        // With dirty pages, the record rides with their write-back (`put_attrs`): the
+        // bits are never kept beside data written after they were dropped.
+        self.put_attrs(h, &mut st, inode)?;
         Ok(true)
     }
 }

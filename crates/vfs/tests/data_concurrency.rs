@@ -5,6 +5,8 @@
 //! - stat never waits for a write-back stalled in a device write, and its `st_blocks`
 //!   is the file's before the write-back until it is done;
 //! - writers of disjoint block ranges of one file proceed while another is stalled;
+//! - a read-ahead job stalled in a device read while a truncate drops its blocks caches
+//!   nothing: the file's hole reads as zeros, not as the old blocks;
 //! - with 64 threads (writers of whole ranges, readers, a truncater, a tiny cache and a
 //!   busy flusher), every read sees each write whole or not at all, and the file ends
 //!   as the last writes left it, also after a remount.
@@ -179,6 +181,74 @@ fn sixteen_blocks(dev: &Arc<Device>) -> Arc<FileSystem> {
     drop(f);
     Arc::try_unwrap(fs).unwrap().unmount().unwrap();
     mount(dev)
+}
+
+/// A read-ahead job held in its device read while a truncate drops its blocks and a
+/// second one grows the file back: the job's fetch is stale, so what it read is not
+/// cached, and the grown file reads zeros there (a job that cached its blocks anyway
+/// would show the old data where the file now has a hole).
+#[test]
+fn a_read_ahead_job_overtaken_by_a_truncate_caches_nothing() {
+    let (dev, gate) = gated_image();
+    let fs = mount(&dev);
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/f")
+        .unwrap();
+    for b in 0..64u64 {
+        f.write_at(&[b as u8 + 1; BLOCK as usize], b * BLOCK)
+            .unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    let cache = CacheConfig {
+        flush_interval: None,
+        readahead_workers: 1,
+        ..CacheConfig::default()
+    };
+    let fs = mount_cached(
+        &dev,
+        EngineConfig::default(),
+        cache,
+        Arc::new(SystemClock::new()),
+    );
+    let r = OpenOptions::new().read(true).open(&fs, "/f").unwrap();
+    let mut buf = vec![0u8; 8 * BLOCK as usize];
+    // Blocks 0-7 read; the read-ahead reads 8-39 (two windows of 16).
+    r.read_at(&mut buf, 0).unwrap();
+    for _ in 0..2000 {
+        if fs.cache_stats().readahead >= 32 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fs.cache_stats().readahead, 32, "{:?}", fs.cache_stats());
+    // Blocks 8-15 hit, and the read-ahead goes on with 40-63: held at the device (and
+    // let go if the test fails, so that unmount does not wait for it forever).
+    struct Opens(Arc<Gate>);
+    impl Drop for Opens {
+        fn drop(&mut self) {
+            self.0.open();
+        }
+    }
+    let _opens = Opens(gate.clone());
+    gate.arm(Hold::DataReads);
+    r.read_at(&mut buf, 8 * BLOCK).unwrap();
+    for (i, block) in buf.chunks(BLOCK as usize).enumerate() {
+        assert!(block.iter().all(|&x| x == 9 + i as u8), "block {}", 8 + i);
+    }
+    gate.wait_held();
+    let ino = fs.resolve("/f", true).unwrap();
+    fs.truncate(ino, 40 * BLOCK).unwrap();
+    fs.truncate(ino, 64 * BLOCK).unwrap();
+    gate.open();
+    // The read waits for the job's fetch in flight, then reads the hole.
+    for b in 40..64 {
+        assert!(block_of(&fs, b).iter().all(|&x| x == 0), "block {b}");
+    }
+    assert!(block_of(&fs, 39).iter().all(|&x| x == 40));
 }
 
 fn block_of(fs: &Arc<FileSystem>, b: u64) -> Vec<u8> {

@@ -133,12 +133,19 @@ fn a_renamed_file_keeps_the_data_it_had_at_the_rename() {
 /// never lag an operation that wrote it back.
 #[test]
 fn with_one_domain_data_lags_names_only_back_to_its_write_back() {
-    let w = workload(1, "write /a 0 4\ncreate /b\nchmod /a 600\ncreate /c\n");
+    let w = workload(
+        1,
+        "write /a 0 4\ncreate /b\nsetxattr /a user.k v\ncreate /c\n",
+    );
     let s0 = tree(&[("a", 2, b"")]);
     let s1 = tree(&[("a", 2, b"data")]);
     let s2 = tree(&[("a", 2, b"data"), ("b", 3, b"")]);
     let mut s3 = s2.clone();
-    s3.objects.get_mut(&2).unwrap().perm = 0o600;
+    s3.objects
+        .get_mut(&2)
+        .unwrap()
+        .xattrs
+        .insert(b"user.k".to_vec(), b"v".to_vec());
     let mut s4 = s3.clone();
     s4.entries.insert((1, b"c".to_vec()), 4);
     s4.objects.insert(4, file(b""));
@@ -150,7 +157,7 @@ fn with_one_domain_data_lags_names_only_back_to_its_write_back() {
     let mut lagging = s2.clone();
     lagging.objects.get_mut(&2).unwrap().data = Vec::new();
     assert!(judge(&w, &h, &lagging, 0).is_empty());
-    // /c survived but /a's data, which the chmod wrote back before it, did not.
+    // /c survived but /a's data, which the setxattr wrote back before it, did not.
     let mut lost = s4.clone();
     lost.objects.get_mut(&2).unwrap().data = Vec::new();
     let problems = judge(&w, &h, &lost, 0);
@@ -159,7 +166,7 @@ fn with_one_domain_data_lags_names_only_back_to_its_write_back() {
         "{problems:?}"
     );
     // With three domains the lanes are independent: the rule does not apply, but the
-    // inode's own state must still be one it had (new mode, old data: never).
+    // inode's own state must still be one it had (new attribute, old data: never).
     let w3 = Workload { domains: 3, ..w };
     let problems = judge(&w3, &h, &lost, 0);
     assert!(
@@ -168,6 +175,67 @@ fn with_one_domain_data_lags_names_only_back_to_its_write_back() {
     );
     assert!(
         problems.iter().any(|p| p.starts_with("inode 2 is")),
+        "{problems:?}"
+    );
+}
+
+/// One domain: a chmod of a file with dirty pages rides with their write-back, so the
+/// file's mode lags the names with its data; but the file is still a state it had (the
+/// new mode with the old data: never), and a chmod of a clean file (logged at once,
+/// counted as a write-back) does not lag.
+#[test]
+fn with_one_domain_a_dirty_files_mode_lags_with_its_data() {
+    let w = workload(1, "write /a 0 4\nchmod /a 600\ncreate /b\nchmod /b 600\n");
+    let s0 = tree(&[("a", 2, b"")]);
+    let s1 = tree(&[("a", 2, b"data")]);
+    let mut s2 = s1.clone();
+    s2.objects.get_mut(&2).unwrap().perm = 0o600;
+    let mut s3 = s2.clone();
+    s3.entries.insert((1, b"b".to_vec()), 3);
+    s3.objects.insert(3, file(b""));
+    let mut s4 = s3.clone();
+    s4.objects.get_mut(&3).unwrap().perm = 0o600;
+    let h = history(
+        vec![s0, s1, s2, s3.clone(), s4.clone()],
+        vec![none(), none(), none(), only(3)],
+    );
+    // /b's chmod survived, /a's write and chmod did not: allowed.
+    let mut lagging = s4.clone();
+    *lagging.objects.get_mut(&2).unwrap() = file(b"");
+    assert_eq!(judge(&w, &h, &lagging, 0), Vec::<String>::new());
+    // /a's new mode with its old data: never.
+    let mut mixed = s4.clone();
+    mixed.objects.get_mut(&2).unwrap().data = Vec::new();
+    let problems = judge(&w, &h, &mixed, 0);
+    assert!(
+        problems.iter().any(|p| p.starts_with("inode 2 is")),
+        "{problems:?}"
+    );
+    // /b's chmod (of a clean file: logged at once) lost while /c's create, logged after
+    // it, survived: never.
+    let w = workload(
+        1,
+        "write /a 0 4\nchmod /a 600\ncreate /b\nchmod /b 600\ncreate /c\n",
+    );
+    let mut s5 = s4.clone();
+    s5.entries.insert((1, b"c".to_vec()), 4);
+    s5.objects.insert(4, file(b""));
+    let h = history(
+        vec![
+            h.states[0].clone(),
+            h.states[1].clone(),
+            h.states[2].clone(),
+            s3,
+            s4,
+            s5.clone(),
+        ],
+        vec![none(), none(), none(), only(3), none()],
+    );
+    let mut lost = s5;
+    lost.objects.get_mut(&3).unwrap().perm = 0o644;
+    let problems = judge(&w, &h, &lost, 0);
+    assert!(
+        problems.iter().any(|p| p.starts_with("with one domain")),
         "{problems:?}"
     );
 }

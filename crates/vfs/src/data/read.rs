@@ -12,7 +12,7 @@ use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
 use crate::pagecache::{Block, Pages};
-use crate::readahead::{Job, ReadAhead};
+use crate::readahead::{next_window, Job, ReadAhead, Window};
 use crate::records::Kind;
 use crate::shared::BLOCK;
 use format::InodeNo;
@@ -45,23 +45,26 @@ impl FileSystem {
         buf: &mut [u8],
     ) -> Result<usize, VfsError> {
         for pass in 1..=READ_PASSES {
-            if let Some(n) = self.read_pass(h, offset, buf, pass == READ_PASSES)? {
+            if let Some(n) = self.read_pass(h, offset, buf, pass)? {
                 return Ok(n);
             }
         }
         unreachable!("the last read pass holds the state lock and always completes")
     }
 
-    /// One attempt of [`FileSystem::read_data`]: `None` if a writer installed blocks the
-    /// pass was reading from the device (unless `hold`: then the state lock is held
-    /// throughout, which keeps writers from installing).
+    /// Attempt `pass` of [`FileSystem::read_data`]: `None` if a writer installed blocks
+    /// the pass was reading from the device, or it waited for another's fetch (unless it
+    /// is the last pass: that one holds the state lock throughout, which keeps writers
+    /// from installing). Only the first pass counts for read-ahead: a retry is the same
+    /// read, which must neither look like a jump back nor grow the window again.
     fn read_pass(
         &self,
         h: &Arc<Handle>,
         offset: u64,
         buf: &mut [u8],
-        hold: bool,
+        pass: u32,
     ) -> Result<Option<usize>, VfsError> {
+        let hold = pass == READ_PASSES;
         let ino = h.ino;
         let st = h.read();
         let inode = live(&st, ino)?;
@@ -81,7 +84,9 @@ impl FileSystem {
         // install both under it).
         let mut pages = h.pages();
         let held = hold.then_some(st);
-        self.note_read(h, &mut pages, (first, last), eof_block);
+        if pass == 1 {
+            self.note_read(h, &mut pages, (first, last), eof_block);
+        }
         // Blocks another read is fetching are waited for, not read twice. Without the
         // state lock, the size may change meanwhile: then the pass starts again.
         let mut got = loop {
@@ -142,10 +147,10 @@ impl FileSystem {
         Ok(Some((end - offset) as usize))
     }
 
-    /// Notes a read of blocks `first..=last` in `h`'s read-ahead state (`pages`): a
-    /// sequential reader's window doubles (at least twice the read), and the
-    /// background read-ahead is asked for the blocks after it; any other read closes
-    /// the window.
+    /// Notes a read of blocks `first..=last` in `h`'s read-ahead state (`pages`) by
+    /// [`next_window`]: a sequential reader's window doubles (at least twice the read)
+    /// and the background read-ahead is asked for the blocks after it; a request of
+    /// that reader noted out of order keeps the window; any other read closes it.
     fn note_read(
         &self,
         h: &Arc<Handle>,
@@ -154,19 +159,16 @@ impl FileSystem {
         eof_block: u64,
     ) {
         let cache = &self.core.cache;
-        let sequential = first == pages.ra_next;
-        pages.ra_next = last + 1;
-        if sequential {
-            // Twice the read, at least, and doubling while the reader goes on.
-            let max = (cache.config.readahead_max / BLOCK).max(1);
-            pages.ra_window = (pages.ra_window * 2)
-                .max(2 * (last - first + 1))
-                .clamp(READAHEAD_START, max);
-        } else {
-            pages.ra_window = 0;
-        }
+        let max = (cache.config.readahead_max / BLOCK).max(READAHEAD_START);
+        let now = Window {
+            next: pages.ra_next,
+            blocks: pages.ra_window,
+        };
+        let (after, sequential) = next_window(now, (first, last), READAHEAD_START, max);
+        pages.ra_next = after.next;
+        pages.ra_window = after.blocks;
         if let (true, Some(ra)) = (sequential, &self.readahead) {
-            read_ahead(ra, h, pages, (last, eof_block), cache.max_pages());
+            read_ahead(ra, h, pages, (after.next - 1, eof_block), cache.max_pages());
         }
     }
 
