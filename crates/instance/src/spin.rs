@@ -32,6 +32,11 @@ impl Spinner {
         Spinner { spin, paused: 0 }
     }
 
+    /// Whether the next wait spins (else it sleeps at once).
+    pub fn will_spin(&self) -> bool {
+        !self.spin.is_zero() && self.paused == 0
+    }
+
     /// Returns once `fd` has input, or once spinning should stop (the caller's read
     /// then sleeps as usual).
     pub fn wait(&mut self, fd: BorrowedFd<'_>) {
