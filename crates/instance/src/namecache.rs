@@ -36,6 +36,8 @@ pub enum Question {
     ResolveParent { start: u64, path: Vec<u8> },
     /// A name in a directory.
     Lookup { dir: u64, name: Vec<u8> },
+    /// Whether the caller may access an inode as `mask` asks (kept when it may).
+    Access { ino: u64, mask: u32 },
     /// A page of a directory after a name, of at most `max` entries.
     Readdir {
         dir: u64,
@@ -50,6 +52,8 @@ pub enum Answer {
     Ino(u64),
     Parent(u64, Vec<u8>),
     Entries(Vec<DirEntry>),
+    /// An access check passed.
+    Granted,
 }
 
 impl Answer {

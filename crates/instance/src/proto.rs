@@ -18,7 +18,7 @@ use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
 /// The protocol's version: moved by every change of a request or a reply.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
@@ -36,7 +36,7 @@ pub enum Request<'a> {
         /// at once (EPROTO) instead of misreading a reply.
         version: u32,
     },
-    /// Reply (as ResolveParent's, Lookup's and Readdir's): the change count before
+    /// Reply (as ResolveParent's, Lookup's, Readdir's and Access's): the change count before
     /// looking, if quiet (the client may keep the answer while the count stays:
     /// `crate::namecache`), then the answer.
     Resolve {

@@ -193,7 +193,11 @@ impl Session {
                 }
                 proto::put_metadata(w, &m);
             }
-            Request::Access { ino, mask } => fs.access(cx, ino, mask).map_err(e)?,
+            Request::Access { ino, mask } => {
+                let count = caller.cache.and_then(|(page, _)| page.quiet());
+                fs.access(cx, ino, mask).map_err(e)?;
+                w.opt_u64(count);
+            }
             Request::Open {
                 start,
                 flags,

@@ -591,13 +591,11 @@ fn walks_of_an_unchanged_tree_need_only_their_opens(t: Transport) {
         assert_eq!(list().len(), 52);
         a.access(At::Cwd, b"/d/f7", libc::R_OK, true).unwrap();
     }
-    // Each walk: its open and close, and the access check itself; the names and the
-    // directory's pages came from the process's own copy.
-    assert_eq!(
-        inst.requests() - before,
-        20 * 3,
-        "names or pages were asked again"
-    );
+    // Each walk: its open and close (the last close, which has no reply, may not be
+    // counted yet); the names, the directory's pages and the access check came from
+    // the process's own copy.
+    let asked = inst.requests() - before;
+    assert!(asked <= 20 * 2, "names or pages were asked again: {asked}");
     // A name another process adds, and one the vfs removes (as the FUSE mount
     // would): seen at once.
     let fd = b
@@ -611,6 +609,16 @@ fn walks_of_an_unchanged_tree_need_only_their_opens(t: Transport) {
             .unwrap();
     }
     assert!(!list().contains(&b"f7".to_vec()));
+    // A kept access check goes with a change of mode.
+    a.access(At::Cwd, b"/d/f8", libc::X_OK, true).unwrap_err();
+    a.access(At::Cwd, b"/d/f8", libc::R_OK, true).unwrap();
+    let ino = format::InodeNo(a.stat(At::Cwd, b"/d/f8", true, false).unwrap().ino);
+    let changes = vfs::AttrChanges {
+        perm: Some(0o755),
+        ..Default::default()
+    };
+    a.set_attr(ino, &changes).unwrap();
+    a.access(At::Cwd, b"/d/f8", libc::X_OK, true).unwrap();
     assert_eq!(
         a.access(At::Cwd, b"/d/f7", libc::R_OK, true),
         Err(Errno(libc::ENOENT))
