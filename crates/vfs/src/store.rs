@@ -51,6 +51,19 @@ impl Store<'_> {
         }
     }
 
+    /// How many inode records there are (one scan of the inode keys, whose tag no
+    /// other record shares: a mount's count, kept by creates and deletions after).
+    pub fn inode_count(&self) -> Result<u64, VfsError> {
+        let start = [records::INODE_TAG];
+        let end = [records::INODE_TAG + 1];
+        let mut count = 0;
+        for item in self.db.range(&start, Some(&end), None)? {
+            item?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
     /// Makes `high` the durable high-water mark of inode numbers (a synchronous MetaDB
     /// write of its own: numbers below it may be handed out once it returns).
     pub fn put_inode_counter(&self, high: u64) -> Result<(), VfsError> {

@@ -1,0 +1,85 @@
+//! What an administrator checks with the usual tools: `df -i` counts the inodes made
+//! and removed (also after a remount), `df`'s size, used and available add up, and
+//! directories show a size in `ls -l`.
+//!
+//! These tests mount with FUSE (root, or a working fusermount3, and /dev/fuse, as CI
+//! has); the fixture unmounts and kills the daemon even when a test panics.
+
+mod common;
+
+use common::*;
+use testsupport::process::sh;
+
+/// `df --output=FIELDS DIR`'s figures (one line, no header).
+fn df(fields: &str, dir: &std::path::Path) -> Vec<u64> {
+    let out = sh(
+        &format!("df -B1 --output={fields} \"$D\" | tail -n 1"),
+        &[("D", dir)],
+    );
+    out.split_whitespace()
+        .map(|f| {
+            f.parse()
+                .unwrap_or_else(|_| panic!("df field {f:?} in {out:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn df_counts_inodes_and_its_space_adds_up() {
+    let fx = fixture();
+    fx.mount();
+    let v = fx.vars();
+    let before = df("iused,itotal,iavail", &fx.mnt);
+    assert_eq!(before[0], 1, "a fresh image has its root directory only");
+    assert_eq!(before[0] + before[2], before[1], "itotal = iused + iavail");
+    sh(
+        "mkdir \"$MNT/d\" && for i in $(seq 1 300); do echo $i > \"$MNT/d/f$i\"; done \
+         && for i in $(seq 1 20); do mkdir \"$MNT/d/sub$i\"; done \
+         && ln -s f1 \"$MNT/d/link\"",
+        &v,
+    );
+    let made = df("iused", &fx.mnt)[0];
+    assert_eq!(made, 1 + 1 + 300 + 20 + 1, "df -i counts every inode made");
+    sh(
+        "for i in $(seq 1 100); do rm \"$MNT/d/f$i\"; done && rmdir \"$MNT/d/sub1\"",
+        &v,
+    );
+    assert_eq!(df("iused", &fx.mnt)[0], made - 101, "and those removed");
+
+    // Space: size = used + available, and a directory's size is one block.
+    let [size, used, avail] = df("size,used,avail", &fx.mnt)[..] else {
+        panic!("three figures");
+    };
+    assert_eq!(size, used + avail, "df adds up");
+    assert!(
+        size > 400 << 20,
+        "a 512 MiB image shows about 512 MiB: {size}"
+    );
+    let dir_size = sh("stat -c %s \"$MNT/d\"", &v);
+    assert_eq!(dir_size.trim(), "4096", "a directory's size");
+
+    // The count is the records', so a remount finds the same.
+    fx.unmount();
+    fx.mount();
+    assert_eq!(
+        df("iused", &fx.mnt)[0],
+        made - 101,
+        "counted again at mount"
+    );
+    // A big file: used grows by its size, and the figures still add up.
+    sh(
+        "head -c 200M /dev/zero > \"$MNT/big\" && sync \"$MNT/big\"",
+        &v,
+    );
+    let [size2, used2, avail2] = df("size,used,avail", &fx.mnt)[..] else {
+        panic!("three figures");
+    };
+    assert_eq!(
+        (size2, size2),
+        (size, used2 + avail2),
+        "df adds up with data"
+    );
+    assert!(used2 >= used + (200 << 20), "{used} then {used2}");
+    fx.unmount();
+    fx.fsck_clean();
+}
