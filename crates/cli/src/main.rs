@@ -41,6 +41,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Run crash workloads: every crash state recovered and checked (docs/TESTING.md).
     Crashtest(cmd::crashtest::Args),
+    /// Change an unmounted image's label or uuid (as tune2fs -L, xfs_admin -L).
+    Tune(cmd::tune::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
     Fsck(cmd::fsck::Args),
     /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs
@@ -108,6 +110,7 @@ fn main() -> ExitCode {
         Command::Run(args) => return cmd::run::run(args),
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Tune(args) => cmd::tune::run(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
         Command::Amplify(args) => cmd::bench::run(&["amplify"], args),

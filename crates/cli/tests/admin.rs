@@ -1,6 +1,7 @@
 //! What an administrator checks with the usual tools: `df -i` counts the inodes made
 //! and removed (also after a remount), `df`'s size, used and available add up, and
-//! directories show a size in `ls -l`.
+//! directories show a size in `ls -l`; labels and uuids set at mkfs and by `tune`,
+//! shown by inspect, and mounts by `LABEL=` and `UUID=`.
 //!
 //! These tests mount with FUSE (root, or a working fusermount3, and /dev/fuse, as CI
 //! has); the fixture unmounts and kills the daemon even when a test panics.
@@ -8,7 +9,10 @@
 mod common;
 
 use common::*;
-use testsupport::process::sh;
+use std::fs;
+use std::process::Command;
+use testsupport::fuse::is_mounted;
+use testsupport::process::{check, checked_stdout, fails_with, sh};
 
 /// `df --output=FIELDS DIR`'s figures (one line, no header).
 fn df(fields: &str, dir: &std::path::Path) -> Vec<u64> {
@@ -80,6 +84,114 @@ fn df_counts_inodes_and_its_space_adds_up() {
         "df adds up with data"
     );
     assert!(used2 >= used + (200 << 20), "{used} then {used2}");
+    fx.unmount();
+    fx.fsck_clean();
+}
+
+/// `mkfs -L --uuid`, `inspect`, `tune -L` (refused while mounted), and mounts by
+/// `LABEL=` and `UUID=` found through AUGEFS_IMAGE_PATH.
+#[test]
+fn labels_and_uuids_round_trip_and_mount_by_label() {
+    let fx = fixture();
+    let uuid = "0f1e2d3c-4b5a-4697-8877-665544332211";
+    check(
+        "mkfs -L",
+        &mkfs(
+            &fx.image,
+            "256M",
+            &["--force", "-L", "first", "--uuid", uuid],
+        ),
+    );
+    let shown = checked_stdout(
+        "inspect",
+        &augefs(&["inspect".as_ref(), fx.image.as_os_str()]),
+    );
+    assert!(shown.contains("label             first"), "{shown}");
+    assert!(
+        shown.contains(&format!("uuid              {uuid}")),
+        "{shown}"
+    );
+    fails_with(
+        mkfs(&fx.host.join("bad.img"), "256M", &["-L", "two words"]),
+        "space",
+    );
+    assert!(
+        !fx.host.join("bad.img").exists(),
+        "a bad label creates nothing"
+    );
+
+    let tuned = augefs(&[
+        "tune".as_ref(),
+        fx.image.as_os_str(),
+        "-L".as_ref(),
+        "second".as_ref(),
+    ]);
+    check("tune -L", &tuned);
+    let shown = checked_stdout(
+        "inspect",
+        &augefs(&["inspect".as_ref(), fx.image.as_os_str()]),
+    );
+    assert!(shown.contains("label             second"), "{shown}");
+    assert!(shown.contains(uuid), "tune -L keeps the uuid: {shown}");
+
+    // Mount by label: the image's directory on AUGEFS_IMAGE_PATH.
+    let dir = fx.image.parent().expect("image dir");
+    let by_label = Command::new(BIN)
+        .args(["mount", "LABEL=second"])
+        .arg(&fx.mnt)
+        .env("AUGEFS_IMAGE_PATH", dir)
+        .output()
+        .expect("augefs mount LABEL=");
+    check("mount LABEL=second", &by_label);
+    assert!(is_mounted(&fx.mnt));
+    fs::write(fx.mnt.join("by-label"), b"x").expect("write");
+    fails_with(
+        augefs(&[
+            "tune".as_ref(),
+            fx.image.as_os_str(),
+            "-L".as_ref(),
+            "third".as_ref(),
+        ]),
+        "mounted",
+    );
+    fx.unmount();
+    let missing = Command::new(BIN)
+        .args(["mount", "LABEL=nowhere"])
+        .arg(&fx.mnt)
+        .env("AUGEFS_IMAGE_PATH", dir)
+        .output()
+        .expect("augefs mount LABEL=");
+    fails_with(missing, "LABEL=nowhere: no augefs image has it");
+
+    check(
+        "tune --uuid",
+        &augefs(&[
+            "tune".as_ref(),
+            fx.image.as_os_str(),
+            "--uuid".as_ref(),
+            "random".as_ref(),
+        ]),
+    );
+    let shown = checked_stdout(
+        "inspect",
+        &augefs(&["inspect".as_ref(), fx.image.as_os_str()]),
+    );
+    assert!(!shown.contains(uuid), "a new uuid: {shown}");
+    let new_uuid = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("uuid"))
+        .expect("a uuid line")
+        .trim()
+        .to_string();
+    let by_uuid = Command::new(BIN)
+        .arg("mount")
+        .arg(format!("UUID={new_uuid}"))
+        .arg(&fx.mnt)
+        .env("AUGEFS_IMAGE_PATH", dir)
+        .output()
+        .expect("augefs mount UUID=");
+    check("mount UUID=", &by_uuid);
+    assert_eq!(fs::read(fx.mnt.join("by-label")).expect("read"), b"x");
     fx.unmount();
     fx.fsck_clean();
 }

@@ -201,6 +201,7 @@ fn set_up_image_of(workload: &Workload, bytes: u64) -> Result<(Arc<[u8]>, u64), 
         fs_uuid: [0xc7; 16],
         created_unix_ns: 1,
         force: false,
+        label: String::new(),
     };
     format(&base, None, &opts, &NoProgress).map_err(|e| format!("mkfs: {e}"))?;
     let base = Arc::new(base);

@@ -55,6 +55,9 @@ pub enum EngineError {
     },
     #[error("the file system is read-only: {0}")]
     ReadOnly(String),
+    /// A label or uuid that cannot be stored (docs/FORMAT.md §3).
+    #[error("{0}")]
+    BadIdentity(String),
 }
 
 impl EngineError {
@@ -76,6 +79,7 @@ impl EngineError {
             EngineError::Pmr(_) => 5,
             EngineError::Space(e) => e.errno(),
             EngineError::ExistingFileSystem { .. } => 17, // EEXIST
+            EngineError::BadIdentity(_) => 22,            // EINVAL
             EngineError::DeviceTooShort { .. } => 117,    // EUCLEAN
             EngineError::PmrMismatch { .. }
             | EngineError::PmrSizeMismatch { .. }

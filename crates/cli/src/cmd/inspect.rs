@@ -84,6 +84,12 @@ fn print_text(args: &Args, r: &InspectReport) {
     println!("augefs image {}", args.image.display());
     println!("  format version    {}", sb.format_version);
     println!("  uuid              {}", sb.fs_uuid);
+    let label = if sb.label.is_empty() {
+        "(none)"
+    } else {
+        &sb.label
+    };
+    println!("  label             {label}");
     println!("  created           {}", utc(sb.created_unix_ns));
     println!(
         "  superblock        copy {} used (sequence {}); copy 0: {}; copy 1: {}",

@@ -2,8 +2,10 @@
 
 pub mod bench;
 pub mod crashtest;
+pub mod find;
 pub mod fsck;
 pub mod inspect;
 pub mod mkfs;
 pub mod mount;
 pub mod run;
+pub mod tune;
