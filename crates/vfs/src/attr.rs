@@ -217,6 +217,13 @@ impl FileSystem {
         Ok(())
     }
 
+    /// How many inodes there are of each kind (one scan of the inode records: for
+    /// `augefs inspect`, not for a hot path).
+    pub fn inode_kinds(&self) -> Result<Vec<(Kind, u64)>, VfsError> {
+        let counts = self.core.store().inode_kinds()?;
+        Ok(Kind::ALL.iter().map(|&k| (k, counts[k as usize])).collect())
+    }
+
     pub fn statfs(&self) -> StatFs {
         let space = self.core.engine.space_report();
         let used = self.inodes_used.load(std::sync::atomic::Ordering::Relaxed);

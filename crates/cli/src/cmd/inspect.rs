@@ -1,4 +1,6 @@
-//! `augefs inspect IMAGE [--pmr FILE] [--json]`.
+//! `augefs inspect IMAGE [--pmr FILE] [--json] [-v]`: the superblock, geometry and
+//! checkpoints, then the usage table (`super::usage`). Read-only, also on a mounted
+//! image.
 
 use device::{BackendChoice, LockMode, OpenOptions};
 use engine::image::{OwnerCheckpoint, SlotState};
@@ -67,13 +69,25 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let report = engine::inspect::inspect(&dev, pmr.as_ref())
         .map_err(|e| format!("{}: {e}", args.image.display()))?;
+    drop(pmr);
+    // The image's structures are shown even when its contents cannot be read.
+    let usage = super::usage::measure(dev, args.pmr.as_deref());
     if args.json {
+        let mut value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        value["usage"] = match &usage {
+            Ok(u) => serde_json::to_value(u).map_err(|e| e.to_string())?,
+            Err(e) => serde_json::json!({ "error": e }),
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
         );
     } else {
         print_text(&args, &report);
+        match &usage {
+            Ok(u) => super::usage::print(u, args.verbose),
+            Err(e) => println!("usage\n  UNAVAILABLE: {e}"),
+        }
     }
     Ok(())
 }

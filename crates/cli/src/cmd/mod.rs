@@ -9,3 +9,4 @@ pub mod mkfs;
 pub mod mount;
 pub mod run;
 pub mod tune;
+pub mod usage;
