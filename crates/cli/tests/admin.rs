@@ -239,3 +239,64 @@ fn inspect_shows_usage_also_of_a_mounted_image() {
     );
     fx.fsck_clean();
 }
+
+/// fsck names the path of a file whose data is damaged, and ends with e2fsck's kind
+/// of summary: files, how many are not contiguous in the log, blocks used of all.
+#[test]
+fn fsck_names_the_damaged_file_and_sums_up() {
+    let fx = fixture();
+    fx.mount();
+    sh(
+        "mkdir -p \"$MNT/home/ann\" && for i in $(seq 1 9); do echo $i > \"$MNT/home/f$i\"; done \
+         && python3 -c 'import sys; open(sys.argv[1], \"wb\").write(b\"DAMAGE-ME-\" * 4096)' \
+            \"$MNT/home/ann/notes.txt\" && sync \"$MNT\"",
+        &fx.vars(),
+    );
+    fx.unmount();
+    let out = augefs(&["fsck".as_ref(), fx.image.as_os_str(), "-n".as_ref()]);
+    let clean = checked_stdout("fsck -n", &out);
+    let summary = clean
+        .lines()
+        .find(|l| l.contains("non-contiguous"))
+        .unwrap_or_else(|| panic!("a summary line: {clean}"));
+    assert!(summary.contains(": 13 files ("), "{summary}");
+    let json = checked_stdout(
+        "fsck --json",
+        &augefs(&[
+            "fsck".as_ref(),
+            fx.image.as_os_str(),
+            "-n".as_ref(),
+            "--json".as_ref(),
+        ]),
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["stats"]["files_mapped"], 10, "{json}");
+    assert!(v["stats"]["fragments"].as_u64() >= Some(10), "{json}");
+
+    // Damage one block of the file's data on the image.
+    let mut image = fs::read(&fx.image).expect("image");
+    let at = image
+        .windows(20)
+        .position(|w| w == b"DAMAGE-ME-DAMAGE-ME-")
+        .expect("the file's data on the image");
+    image[at + 100] ^= 0xff;
+    fs::write(&fx.image, &image).expect("damage");
+    let out = augefs(&[
+        "fsck".as_ref(),
+        fx.image.as_os_str(),
+        "-n".as_ref(),
+        "--verify-data".as_ref(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        testsupport::process::describe(&out)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("data_checksum_mismatch"))
+        .unwrap_or_else(|| panic!("the damage found: {text}"));
+    assert!(line.contains("/home/ann/notes.txt"), "{line}");
+}
