@@ -300,3 +300,57 @@ fn fsck_names_the_damaged_file_and_sums_up() {
         .unwrap_or_else(|| panic!("the damage found: {text}"));
     assert!(line.contains("/home/ann/notes.txt"), "{line}");
 }
+
+/// `augefs mount` as a user other than root goes through fusermount3: it mounts where
+/// fusermount3 can open /dev/fuse, and otherwise says what is missing and the fix,
+/// naming /dev/fuse (or fusermount3, when it is not installed) and the mount point once.
+#[test]
+fn a_user_mounts_through_fusermount3_or_is_told_the_fix() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let fx = fixture();
+    let root = fx.image.parent().expect("fixture dir");
+    let open = |p: &std::path::Path, mode| {
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    open(root, 0o755);
+    open(&fx.mnt, 0o777);
+    chown(&fx.image, Some(65534), Some(65534)).expect("chown the image");
+    // The binary where that user may run it.
+    let bin = fx.host.join("augefs");
+    fs::copy(BIN, &bin).expect("copy the binary");
+    open(&fx.host, 0o755);
+    let as_nobody = |path: &str| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["env", &format!("PATH={path}")])
+            .arg(&bin)
+            .arg("mount")
+            .arg(&fx.image)
+            .arg(&fx.mnt)
+            .output()
+            .expect("setpriv (util-linux)")
+    };
+    let out = as_nobody(&std::env::var("PATH").unwrap_or_default());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    if out.status.success() {
+        assert!(is_mounted(&fx.mnt));
+        fs::write(fx.mnt.join("by-user"), b"u").expect("write as root on the user's mount");
+        fx.unmount();
+        fx.fsck_clean();
+    } else {
+        assert!(
+            err.contains("/dev/fuse") && err.contains("chmod 0666 /dev/fuse"),
+            "{err}"
+        );
+    }
+    let mnt = fx.mnt.display().to_string();
+    assert!(
+        err.matches(&mnt).count() <= 1,
+        "the mount point once: {err}"
+    );
+    let out = as_nobody("/nonexistent");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fusermount3 is not installed"), "{err}");
+    assert!(err.contains("apt install fuse3"), "{err}");
+}
