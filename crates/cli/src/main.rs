@@ -51,6 +51,9 @@ enum Command {
     /// Benchmarks: device, metadb, engine, fs, report (runs `augefs-bench`, built by
     /// `cargo build --release -p augefs-bench`; `augefs bench --help` lists them).
     Bench(cmd::bench::Args),
+    /// Write the man pages into a directory (scripts/install does).
+    #[command(hide = true)]
+    Man(cmd::man::Args),
 }
 
 /// The arguments, with those of a `mount.fuse.augefs IMAGE DIR [-o OPTS]` invocation
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Tune(args) => cmd::tune::run(args),
+        Command::Man(args) => cmd::man::run::<Cli>(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
         Command::Amplify(args) => cmd::bench::run(&["amplify"], args),

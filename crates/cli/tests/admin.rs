@@ -354,3 +354,50 @@ fn a_user_mounts_through_fusermount3_or_is_told_the_fix() {
     assert!(err.contains("fusermount3 is not installed"), "{err}");
     assert!(err.contains("apt install fuse3"), "{err}");
 }
+
+/// scripts/install (staged with DESTDIR, from the binaries built for the tests) puts the
+/// command, the interposer beside it, a man page per command generated from the
+/// command-line definitions, and the mount helper's link.
+#[test]
+fn install_stages_the_command_man_pages_and_the_mount_helper() {
+    preload_built();
+    let stage = tempfile::TempDir::new().expect("stage");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin_dir = std::path::Path::new(BIN).parent().expect("bin dir");
+    let out = Command::new(repo.join("scripts/install"))
+        .env("DESTDIR", stage.path())
+        .env("PREFIX", "/opt/augefs")
+        .env("AUGEFS_BIN_DIR", bin_dir)
+        .output()
+        .expect("scripts/install");
+    check("scripts/install", &out);
+    let root = stage.path();
+    for f in [
+        "opt/augefs/bin/augefs",
+        "opt/augefs/bin/libaugefs_preload.so",
+    ] {
+        assert!(root.join(f).is_file(), "{f}");
+    }
+    let man = root.join("opt/augefs/share/man/man1");
+    for cmd in [
+        "augefs",
+        "augefs-mkfs",
+        "augefs-tune",
+        "augefs-mount",
+        "augefs-fsck",
+    ] {
+        let page = fs::read_to_string(man.join(format!("{cmd}.1"))).expect(cmd);
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{cmd}: {page}"
+        );
+    }
+    let tune = fs::read_to_string(man.join("augefs-tune.1")).expect("tune page");
+    assert!(tune.contains("label"), "{tune}");
+    assert!(
+        !man.join("augefs-man.1").exists(),
+        "the hidden command has no page"
+    );
+    let link = fs::read_link(root.join("sbin/mount.fuse.augefs")).expect("mount helper");
+    assert_eq!(link, std::path::Path::new("/opt/augefs/bin/augefs"));
+}

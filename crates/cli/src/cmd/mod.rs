@@ -5,6 +5,7 @@ pub mod crashtest;
 pub mod find;
 pub mod fsck;
 pub mod inspect;
+pub mod man;
 pub mod mkfs;
 pub mod mount;
 pub mod run;
