@@ -43,6 +43,8 @@ enum Command {
     Crashtest(cmd::crashtest::Args),
     /// Change an unmounted image's label or uuid (as tune2fs -L, xfs_admin -L).
     Tune(cmd::tune::Args),
+    /// Grow an unmounted file system into a larger image or device (as resize2fs).
+    Resize(cmd::resize::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
     Fsck(cmd::fsck::Args),
     /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs
@@ -114,6 +116,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Tune(args) => cmd::tune::run(args),
+        Command::Resize(args) => cmd::resize::run(args),
         Command::Man(args) => cmd::man::run::<Cli>(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),

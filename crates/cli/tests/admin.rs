@@ -401,3 +401,143 @@ fn install_stages_the_command_man_pages_and_the_mount_helper() {
     let link = fs::read_link(root.join("sbin/mount.fuse.augefs")).expect("mount helper");
     assert_eq!(link, std::path::Path::new("/opt/augefs/bin/augefs"));
 }
+
+/// A full 64 MiB image of two files, on the recording device, grown to 128 MiB by
+/// `engine::resize::grow`: every crash state mounts with both files intact and checks
+/// clean, and the grown ones take data the full image refused.
+#[test]
+fn resize_grows_a_full_image_crash_states_included() {
+    use device::recording::{CrashPolicy, RecordingBackend};
+    use testsupport::image::{from_bytes, image_bytes, memory_image};
+    use testsupport::mount::{mount, unmount};
+    const MIB: u64 = 1 << 20;
+    let dev = memory_image(64 * MIB, 2);
+    let fs = mount(&dev);
+    let small = testsupport::bytes::bytes(1, 100_000);
+    let f = vfs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/small")
+        .unwrap();
+    f.write_at(&small, 0).unwrap();
+    drop(f);
+    // Fill: 1 MiB writes until the device is full.
+    let f = vfs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "/fill")
+        .unwrap();
+    let mut filled = 0u64;
+    while f.write_at(&[7u8; 1 << 20], filled).is_ok() && filled < 256 * MIB {
+        filled += MIB;
+    }
+    let filled = f.metadata().unwrap().size.min(filled);
+    drop(f);
+    fs.sync().unwrap();
+    unmount(fs);
+    assert!(filled < 64 * MIB, "the image filled up: {filled}");
+    let g = engine::image::read_superblock(&dev)
+        .unwrap()
+        .superblock
+        .geometry;
+    let mut bytes = image_bytes(&dev);
+    bytes.resize((128 * MIB) as usize, 0xee); // a larger device, its new bytes not zero
+                                              // What a block device may hold between the summaries and the segment area.
+    bytes[g.summaries.end_block() as usize * 4096..g.segments.start_byte() as usize].fill(0xee);
+    let (backend, handle) = RecordingBackend::new(bytes, 512);
+    let grown =
+        engine::resize::grow(&device::Device::new(Box::new(backend)), 128 * MIB).expect("grow");
+    assert!(grown.new.geometry.segment_count > grown.old_segment_count);
+    let recording = handle.snapshot();
+    let states = recording.crash_states(&CrashPolicy {
+        states_max: 200,
+        ..CrashPolicy::with_seed(3)
+    });
+    assert!(states.states.len() >= 3, "{} states", states.states.len());
+    let mut saw_grown = 0;
+    for state in &states.states {
+        let dev = from_bytes(recording.image(state));
+        let problems = testsupport::check::fsck_problems(&dev);
+        assert!(problems.is_empty(), "state {state}: {problems:?}");
+        let fs = mount(&dev);
+        let read = |path: &str, len: usize| {
+            let f = vfs::OpenOptions::new().read(true).open(&fs, path).unwrap();
+            let mut buf = vec![0u8; len];
+            assert_eq!(
+                f.read_at(&mut buf, 0).unwrap(),
+                len,
+                "state {state}: {path}"
+            );
+            buf
+        };
+        assert!(
+            read("/small", small.len()) == small,
+            "state {state}: /small"
+        );
+        assert!(
+            read("/fill", filled as usize).iter().all(|&b| b == 7),
+            "state {state}"
+        );
+        if fs.statfs().blocks > 64 * MIB / 4096 {
+            saw_grown += 1;
+            let f = vfs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .open(&fs, "/more")
+                .unwrap();
+            f.write_at(&[9u8; 20 << 20], 0)
+                .expect("the grown image takes 20 MiB more");
+            f.sync_all().unwrap();
+        }
+        unmount(fs);
+        let problems = testsupport::check::fsck_problems(&dev);
+        assert!(problems.is_empty(), "state {state} after use: {problems:?}");
+    }
+    assert!(saw_grown > 0, "some crash state is the grown file system");
+    eprintln!(
+        "{} crash states, {saw_grown} of them grown",
+        states.states.len()
+    );
+}
+
+/// `augefs resize`: grows an image file (fsck clean, files intact, more room), refuses
+/// a shrink, a grow that would move the log (leaving the file as it was), and a
+/// mounted image.
+#[test]
+fn resize_cli_grows_refuses_and_names_why() {
+    let fx = fixture();
+    check(
+        "mkfs",
+        &mkfs(&fx.image, "64M", &["--force", "--domains", "2"]),
+    );
+    fx.mount();
+    sh("head -c 3M /dev/urandom > \"$MNT/keep\" && sha256sum \"$MNT/keep\" | cut -c1-64 > \"$HOST/sum\"", &fx.vars());
+    fails_with(
+        augefs(&["resize".as_ref(), fx.image.as_os_str(), "128M".as_ref()]),
+        "resize works on an unmounted file system",
+    );
+    fx.unmount();
+    let grew = augefs(&["resize".as_ref(), fx.image.as_os_str(), "192M".as_ref()]);
+    assert!(checked_stdout("resize", &grew).contains("grown from 64.0 MiB to 192.0 MiB"));
+    fx.fsck_clean();
+    fails_with(
+        augefs(&["resize".as_ref(), fx.image.as_os_str(), "100M".as_ref()]),
+        "shrinking",
+    );
+    fails_with(
+        augefs(&["resize".as_ref(), fx.image.as_os_str(), "2G".as_ref()]),
+        "would move or resize the WAL",
+    );
+    assert_eq!(
+        fs::metadata(&fx.image).unwrap().len(),
+        192 << 20,
+        "a refused grow extends nothing"
+    );
+    fx.mount();
+    let v = fx.vars();
+    let sum = sh("sha256sum \"$MNT/keep\" | cut -c1-64", &v);
+    assert_eq!(sum, fs::read_to_string(fx.host.join("sum")).unwrap());
+    sh("head -c 60M /dev/zero > \"$MNT/more\" && sync \"$MNT\"", &v);
+    fx.unmount();
+    fx.fsck_clean();
+}

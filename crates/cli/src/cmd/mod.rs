@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod man;
 pub mod mkfs;
 pub mod mount;
+pub mod resize;
 pub mod run;
 pub mod tune;
 pub mod usage;
