@@ -23,8 +23,9 @@ pub struct Args {
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
-    /// Every domain's checkpoint slots, a line each (otherwise one line sums up the
-    /// domains whose checkpoints are in order, and only the others are listed).
+    /// Every domain's checkpoint slots and usage, a line each (otherwise one line sums
+    /// up the domains whose checkpoints are in order, and one the domains holding no
+    /// more than their log heads).
     #[arg(short, long)]
     pub verbose: bool,
 }
