@@ -35,6 +35,7 @@ pub fn format(
         fs_uuid,
         created_unix_ns: clock.wall_ns(),
         force: true,
+        label: String::new(),
     };
     mkfs::format(device, pmr, &opts, &NoProgress)
         .map(|_| ())

@@ -14,6 +14,14 @@ pub struct Spread {
     pub max: f64,
 }
 
+impl Spread {
+    /// The largest distance of a value from the median, in percent of it.
+    pub fn off_percent(&self) -> f64 {
+        let off = (self.max - self.median).max(self.median - self.min);
+        100.0 * off / self.median.max(f64::MIN_POSITIVE)
+    }
+}
+
 /// Median, minimum and maximum of `values` (the mean of the middle two for an even count).
 pub fn spread(values: &[f64]) -> Option<Spread> {
     let mut sorted = values.to_vec();

@@ -18,6 +18,7 @@ fn a_truncated_image_is_refused_with_euclean() {
         fs_uuid: [3; 16],
         created_unix_ns: 1,
         force: true,
+        label: String::new(),
     };
     format(&dev, None, &opts, &NoProgress).unwrap();
     drop(dev);

@@ -41,6 +41,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Run crash workloads: every crash state recovered and checked (docs/TESTING.md).
     Crashtest(cmd::crashtest::Args),
+    /// Change an unmounted image's label or uuid (as tune2fs -L, xfs_admin -L).
+    Tune(cmd::tune::Args),
+    /// Grow an unmounted file system into a larger image or device (as resize2fs).
+    Resize(cmd::resize::Args),
     /// Check an image offline (and repair it with -p or -y); e2fsck's exit codes.
     Fsck(cmd::fsck::Args),
     /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs
@@ -49,6 +53,9 @@ enum Command {
     /// Benchmarks: device, metadb, engine, fs, report (runs `augefs-bench`, built by
     /// `cargo build --release -p augefs-bench`; `augefs bench --help` lists them).
     Bench(cmd::bench::Args),
+    /// Write the man pages into a directory (scripts/install does).
+    #[command(hide = true)]
+    Man(cmd::man::Args),
 }
 
 /// The arguments, with those of a `mount.fuse.augefs IMAGE DIR [-o OPTS]` invocation
@@ -108,6 +115,9 @@ fn main() -> ExitCode {
         Command::Run(args) => return cmd::run::run(args),
         Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Tune(args) => cmd::tune::run(args),
+        Command::Resize(args) => cmd::resize::run(args),
+        Command::Man(args) => cmd::man::run::<Cli>(args),
         Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => cmd::crashtest::run(args),
         Command::Amplify(args) => cmd::bench::run(&["amplify"], args),

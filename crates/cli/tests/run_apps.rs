@@ -11,6 +11,7 @@
 mod common;
 
 use common::{fixture, log_of, preload_built, run, BIN};
+use std::fs;
 use std::path::Path;
 use std::process::Command;
 use testsupport::fuse::Fixture;
@@ -404,20 +405,35 @@ fn a_program_that_drops_root_is_checked_as_its_new_self() {
     fx.fsck_clean();
 }
 
-/// `augefs run` on an image a mount serves refuses at once, naming the mount, instead
-/// of starting a program whose every call under the prefix would fail.
+/// `augefs run --image` on an image a mount serves attaches to the mount's instance
+/// (found in the mount table) instead of starting a program whose every call under the
+/// prefix would fail: what it writes under the prefix is on the mount at once, and
+/// what the mount has it reads.
 #[test]
-fn run_refuses_a_mounted_image_naming_the_mount() {
+fn run_on_a_mounted_image_attaches_to_the_mount() {
     let fx = fixture();
     fx.mount();
-    let started = std::time::Instant::now();
-    let out = run(&fx, &["true"]);
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    assert!(!out.status.success());
+    fs::write(fx.mnt.join("from-mount"), b"mounted\n").expect("write on the mount");
+    let out = run(
+        &fx,
+        &[
+            "sh",
+            "-c",
+            "cat /augefs/from-mount && echo attached > /augefs/from-run && ls /augefs",
+        ],
+    );
+    let text = checked_stdout("augefs run on a mounted image", &out);
+    assert!(text.starts_with("mounted\n"), "{text}");
+    assert!(text.contains("from-run"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("is mounted at {}", fx.mnt.display())),
-        "{err}"
+        "says where it attached: {err}"
+    );
+    assert_eq!(
+        fs::read(fx.mnt.join("from-run")).expect("the file on the mount"),
+        b"attached\n"
     );
     fx.unmount();
+    fx.fsck_clean();
 }

@@ -152,9 +152,11 @@ pub fn record_with(
     })
 }
 
+/// The room the engine promises (not statfs's free, which counts free segments a
+/// small image's writes may take now but GC may not make again).
 fn free_bytes(fs: &FileSystem) -> u64 {
-    let s = fs.statfs();
-    s.blocks_free * u64::from(s.block_size)
+    let s = fs.engine().space_report();
+    s.capacity_blocks.saturating_sub(s.live_blocks) * format::constants::BLOCK_SIZE_BYTES
 }
 
 /// The image after mkfs and `workload`'s setup, of the smallest size in
@@ -202,6 +204,7 @@ fn set_up_image_of(workload: &Workload, bytes: u64) -> Result<(Arc<[u8]>, u64), 
         fs_uuid: [0xc7; 16],
         created_unix_ns: 1,
         force: false,
+        label: String::new(),
     };
     format(&base, None, &opts, &NoProgress).map_err(|e| format!("mkfs: {e}"))?;
     let base = Arc::new(base);

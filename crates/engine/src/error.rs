@@ -55,6 +55,12 @@ pub enum EngineError {
     },
     #[error("the file system is read-only: {0}")]
     ReadOnly(String),
+    /// A label or uuid that cannot be stored (docs/FORMAT.md §3).
+    #[error("{0}")]
+    BadIdentity(String),
+    /// A resize that cannot be done (engine::resize).
+    #[error("cannot resize: {0}")]
+    BadResize(String),
 }
 
 impl EngineError {
@@ -76,6 +82,7 @@ impl EngineError {
             EngineError::Pmr(_) => 5,
             EngineError::Space(e) => e.errno(),
             EngineError::ExistingFileSystem { .. } => 17, // EEXIST
+            EngineError::BadIdentity(_) | EngineError::BadResize(_) => 22, // EINVAL
             EngineError::DeviceTooShort { .. } => 117,    // EUCLEAN
             EngineError::PmrMismatch { .. }
             | EngineError::PmrSizeMismatch { .. }

@@ -41,6 +41,42 @@ pub fn add_features(
     Ok(sb)
 }
 
+/// Gives the image a new label and/or uuid (`augefs tune`, offline): both superblock
+/// copies rewritten with the next sequence number, copy 1 first and each flushed, so a
+/// crash leaves the old identity or the new one, never a mix. The uuid of an image
+/// with a PMR stays (the PMR's header carries it).
+pub fn set_identity(
+    device: &Device,
+    label: Option<&str>,
+    uuid: Option<[u8; 16]>,
+) -> Result<superblock::Superblock, EngineError> {
+    let mut sb = read_superblock(device)?.superblock;
+    if let Some(l) = label {
+        superblock::Superblock::check_label(l).map_err(EngineError::BadIdentity)?;
+        sb.label = l.to_string();
+    }
+    if let Some(u) = uuid {
+        if sb.has_pmr() && u != sb.fs_uuid {
+            return Err(EngineError::BadIdentity(
+                "the uuid of an image with a PMR cannot change (the PMR's header names it)".into(),
+            ));
+        }
+        sb.fs_uuid = u;
+    }
+    sb.sequence += 1;
+    for copy in [1u32, 0] {
+        device.run(vec![
+            IoRequest::write(
+                u64::from(copy) * BLOCK_SIZE_BYTES,
+                AlignedBuf::from_slice(&sb.encode(copy)),
+                IoCause::Superblock,
+            ),
+            IoRequest::flush(IoCause::Superblock),
+        ])?;
+    }
+    Ok(sb)
+}
+
 /// Reads both superblock copies and picks the valid one with the highest sequence.
 ///
 /// Every open of an image passes here (mount, fsck, inspect, the C ABI and the

@@ -13,6 +13,8 @@ pub struct SuperblockReport {
     pub format_version: u32,
     pub sequence: u64,
     pub fs_uuid: String,
+    /// Empty for none.
+    pub label: String,
     pub created_unix_ns: u64,
     pub copy_used: u32,
     /// Per copy: "valid" or why it was rejected.
@@ -37,6 +39,20 @@ pub struct InspectReport {
     pub checkpoints: Vec<OwnerCheckpoint>,
     pub device: DeviceInfo,
     pub pmr: Option<PmrReport>,
+}
+
+/// Parses a uuid as [`uuid_string`] writes it (hyphens optional, any case).
+pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    let bad = || format!("{text:?} is not a uuid (32 hex digits, e.g. 0f1e2d3c-...)");
+    if hex.len() != 32 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
 }
 
 pub fn uuid_string(uuid: &[u8; 16]) -> String {
@@ -84,6 +100,7 @@ pub fn inspect(device: &Device, pmr: Option<&Pmr>) -> Result<InspectReport, Engi
             format_version: sb.format_version,
             sequence: sb.sequence,
             fs_uuid: uuid_string(&sb.fs_uuid),
+            label: sb.label.clone(),
             created_unix_ns: sb.created_unix_ns,
             copy_used: choice.copy_index,
             copies,

@@ -27,6 +27,7 @@ pub mod inspect;
 pub mod log;
 pub mod mkfs;
 pub mod progress;
+pub mod resize;
 pub mod space;
 
 pub use error::EngineError;

@@ -33,6 +33,8 @@ pub struct MkfsOptions {
     pub created_unix_ns: u64,
     /// Format even if the device holds a file system.
     pub force: bool,
+    /// The file system's label (docs/FORMAT.md §3), empty for none.
+    pub label: String,
 }
 
 /// Names the file system found on the device, if any: augefs (valid or damaged), or a
@@ -72,6 +74,7 @@ pub fn format(
     opts: &MkfsOptions,
     progress: &dyn Progress,
 ) -> Result<Superblock, EngineError> {
+    Superblock::check_label(&opts.label).map_err(EngineError::BadIdentity)?;
     let size = device.size_bytes();
     let domain_count = match opts.domain_count {
         Some(n) => n,
@@ -133,7 +136,8 @@ pub fn format(
         progress.advance(p.len());
     }
 
-    let superblock = Superblock::new(geometry, opts.fs_uuid, opts.created_unix_ns, pmr_size);
+    let mut superblock = Superblock::new(geometry, opts.fs_uuid, opts.created_unix_ns, pmr_size);
+    superblock.label = opts.label.clone();
     progress.step("writing superblocks", 2 * BLOCK_SIZE_BYTES);
     device.run(vec![
         IoRequest::write(

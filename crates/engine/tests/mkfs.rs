@@ -18,6 +18,7 @@ fn opts() -> MkfsOptions {
         fs_uuid: [0xab; 16],
         created_unix_ns: 1_700_000_000_000_000_000,
         force: false,
+        label: String::new(),
     }
 }
 

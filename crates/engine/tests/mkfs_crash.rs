@@ -21,6 +21,7 @@ fn opts(uuid: [u8; 16], domains: u32) -> MkfsOptions {
         fs_uuid: uuid,
         created_unix_ns: 1,
         force: true,
+        label: String::new(),
     }
 }
 
@@ -87,4 +88,39 @@ fn every_crash_point_of_mkfs_leaves_old_new_or_nothing() {
         saw_old > 0 && saw_new > 0 && saw_none > 0,
         "old {saw_old} new {saw_new} none {saw_none}"
     );
+}
+
+/// `augefs tune` under crashes: at every crash point of a label and uuid change, the
+/// image opens with the old identity or the new one, never a mix and never damaged.
+#[test]
+fn every_crash_point_of_a_label_change_leaves_old_or_new() {
+    let (first, first_handle) = RecordingBackend::new(vec![0; (64 * MIB) as usize], 512);
+    let mut o = opts(OLD, 2);
+    o.label = "old".into();
+    format(&Device::new(Box::new(first)), None, &o, &NoProgress).expect("mkfs");
+    let (backend, handle) = RecordingBackend::new(first_handle.current_image(), 512);
+    let dev = Device::new(Box::new(backend));
+    engine::image::set_identity(&dev, Some("new"), Some(NEW)).expect("tune");
+    let recording = handle.snapshot();
+    let states = recording.crash_states(&CrashPolicy {
+        states_max: 500,
+        ..CrashPolicy::with_seed(11)
+    });
+    assert!(states.states.len() >= 3, "{} states", states.states.len());
+    let (mut saw_old, mut saw_new) = (0, 0);
+    for state in &states.states {
+        let crashed = Device::new(Box::new(MemoryBackend::from_image(
+            recording.image(state),
+            512,
+        )));
+        let sb = read_superblock(&crashed)
+            .unwrap_or_else(|e| panic!("state {state}: {e}"))
+            .superblock;
+        match (sb.label.as_str(), sb.fs_uuid) {
+            ("old", OLD) => saw_old += 1,
+            ("new", NEW) => saw_new += 1,
+            other => panic!("state {state}: a mixed identity {other:?}"),
+        }
+    }
+    assert!(saw_old > 0 && saw_new > 0, "old {saw_old}, new {saw_new}");
 }

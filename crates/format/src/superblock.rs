@@ -30,6 +30,11 @@ pub const FEATURE_EXTENTS: u32 = 1 << 1;
 /// Set by every mkfs since, and by the first read-write open of an older image, before
 /// it writes a record of the new form.
 pub const FEATURE_LANE_DURABLE: u32 = 1 << 2;
+/// The longest label, in bytes of UTF-8 (NUL-padded in the superblock; bytes that were
+/// `reserved` and zero before labels, so an older image has none and older code
+/// ignores one).
+pub const LABEL_BYTES_MAX: usize = 64;
+
 /// Every feature flag this build understands; others make the image unreadable here.
 pub const FEATURES_KNOWN: u32 = FEATURE_PMR | FEATURE_EXTENTS | FEATURE_LANE_DURABLE;
 
@@ -55,8 +60,8 @@ pub const F_SUMMARY_START: Field = Field::after(F_WAL_COUNT, "summary_start_bloc
 pub const F_SUMMARY_COUNT: Field = Field::after(F_SUMMARY_START, "summary_block_count", 8);
 pub const F_SEGMENT_START: Field = Field::after(F_SUMMARY_COUNT, "segment_area_start_block", 8);
 pub const F_SEGMENT_COUNT: Field = Field::after(F_SEGMENT_START, "segment_count", 8);
-pub const F_RESERVED: Field =
-    Field::after(F_SEGMENT_COUNT, "reserved", 508 - F_SEGMENT_COUNT.end());
+pub const F_LABEL: Field = Field::after(F_SEGMENT_COUNT, "label", LABEL_BYTES_MAX);
+pub const F_RESERVED: Field = Field::after(F_LABEL, "reserved", 508 - F_LABEL.end());
 pub const F_CHECKSUM: Field = Field::after(F_RESERVED, "checksum", 4);
 
 pub const LAYOUT: StructLayout = StructLayout {
@@ -85,6 +90,7 @@ pub const LAYOUT: StructLayout = StructLayout {
         F_SUMMARY_COUNT,
         F_SEGMENT_START,
         F_SEGMENT_COUNT,
+        F_LABEL,
         F_RESERVED,
         F_CHECKSUM,
     ],
@@ -103,6 +109,8 @@ pub struct Superblock {
     /// Size of the attached PMR, 0 when the file system runs in ssd mode.
     pub pmr_size_bytes: u64,
     pub geometry: Geometry,
+    /// The file system's name (`mkfs -L`, `augefs tune -L`), empty for none.
+    pub label: String,
 }
 
 impl Superblock {
@@ -123,7 +131,28 @@ impl Superblock {
             feature_flags,
             pmr_size_bytes,
             geometry,
+            label: String::new(),
         }
+    }
+
+    /// Whether `label` can be stored: at most [`LABEL_BYTES_MAX`] bytes, no NUL, no
+    /// `/` or whitespace (so `LABEL=NAME` is one word on a command line and in fstab).
+    pub fn check_label(label: &str) -> Result<(), String> {
+        if label.len() > LABEL_BYTES_MAX {
+            return Err(format!(
+                "label {label:?} is {} bytes; at most {LABEL_BYTES_MAX}",
+                label.len()
+            ));
+        }
+        if let Some(c) = label
+            .chars()
+            .find(|c| *c == '\0' || *c == '/' || c.is_whitespace() || c.is_control())
+        {
+            return Err(format!(
+                "label {label:?} has {c:?}: no NUL, '/', space or control characters"
+            ));
+        }
+        Ok(())
     }
 
     pub fn has_pmr(&self) -> bool {
@@ -163,6 +192,12 @@ impl Superblock {
         }
         F_SEGMENT_START.put_u64(&mut buf, g.segments.start_block);
         F_SEGMENT_COUNT.put_u64(&mut buf, g.segment_count as u64);
+        assert!(
+            Superblock::check_label(&self.label).is_ok(),
+            "a valid label"
+        );
+        buf[F_LABEL.offset..F_LABEL.offset + self.label.len()]
+            .copy_from_slice(self.label.as_bytes());
         let crc = crc32c(&buf[..F_CHECKSUM.offset]);
         F_CHECKSUM.put_u32(&mut buf, crc);
         buf
@@ -246,8 +281,17 @@ impl Superblock {
             feature_flags,
             pmr_size_bytes,
             geometry,
+            label: decode_label(F_LABEL.bytes(buf)),
         })
     }
+}
+
+/// The label in `bytes` (up to the first NUL). A label decides nothing, so bytes that
+/// are not a valid label (only a damaged copy whose checksum still matched could hold
+/// them) are shown, replaced, rather than refused.
+fn decode_label(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// Reports a superblock field that is not what the rest of the superblock implies.
@@ -360,6 +404,24 @@ mod tests {
             assert_eq!(buf.len(), BLOCK_SIZE_BYTES as usize);
             assert!(buf[SUPERBLOCK_BYTES..].iter().all(|&b| b == 0));
             assert_eq!(Superblock::decode(&buf, copy).unwrap(), sb);
+        }
+    }
+
+    #[test]
+    fn labels_round_trip_and_an_older_image_has_none() {
+        let mut sb = sample();
+        let old = sb.encode(0);
+        assert!(
+            F_LABEL.bytes(&old).iter().all(|&b| b == 0),
+            "was reserved, zero"
+        );
+        assert_eq!(Superblock::decode(&old, 0).unwrap().label, "");
+        for label in ["data", "é-64", &"x".repeat(LABEL_BYTES_MAX)] {
+            sb.label = label.to_string();
+            assert_eq!(Superblock::decode(&sb.encode(1), 1).unwrap().label, label);
+        }
+        for bad in ["a b", "a/b", "a\0b", &"x".repeat(LABEL_BYTES_MAX + 1)] {
+            assert!(Superblock::check_label(bad).is_err(), "{bad:?}");
         }
     }
 

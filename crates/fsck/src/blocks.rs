@@ -589,6 +589,8 @@ impl Fsck<'_> {
             }
         }
         self.stats.mappings = b.kept.iter().filter(|&&k| k).count() as u64;
+        self.count_fragments(r, b);
+        self.stats.blocks_total = u64::from(self.geometry.segment_count) * BLOCKS_PER_SEGMENT;
         self.stats.domain_segments = r.seginfo.len() as u64;
         self.stats.table_segments = rec
             .pool
@@ -596,6 +598,33 @@ impl Fsck<'_> {
             .iter()
             .filter(|(_, o)| *o == Owner::MetaDb)
             .count() as u64;
+    }
+}
+
+impl Fsck<'_> {
+    /// How the kept mappings of each file break into runs (the log's fragmentation:
+    /// a file's blocks are contiguous when written together, and split by rewrites,
+    /// GC and interleaved writers).
+    fn count_fragments(&mut self, r: &Records, b: &BlockState) {
+        let mut runs: BTreeMap<InodeNo, Vec<(u64, u64)>> = BTreeMap::new();
+        for (i, m) in r.mappings.iter().enumerate() {
+            if b.kept[i] {
+                runs.entry(m.ino).or_default().push((m.block.0, m.m.addr.0));
+            }
+        }
+        for blocks in runs.values_mut() {
+            blocks.sort_unstable();
+            let breaks = blocks
+                .windows(2)
+                .filter(|w| w[1] != (w[0].0 + 1, w[0].1 + 1))
+                .count() as u64;
+            self.stats.files_mapped += 1;
+            self.stats.fragments += 1 + breaks;
+            if breaks > 0 {
+                self.stats.files_fragmented += 1;
+            }
+        }
+        assert!(self.stats.fragments >= self.stats.files_mapped);
     }
 }
 

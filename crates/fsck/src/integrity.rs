@@ -5,9 +5,10 @@
 //! valid slot.
 //!
 //! Invariants:
-//! - A superblock copy is written only by mkfs, and summaries by no current code, so
-//!   no crash leaves either invalid: any copy or summary that is neither valid nor (for
-//!   summaries) all zero is damage.
+//! - A superblock copy is written whole by one sector-atomic write (mkfs, the feature
+//!   upgrade, tune, resize), and summaries by no current code (resize zeroes the new
+//!   ones), so no crash leaves either invalid: any copy or summary that is neither valid
+//!   nor (for summaries) all zero is damage.
 //! - Repairs rewrite only what no reader depends on: the damaged copy from the valid
 //!   one, a damaged summary as zeros (the unused state).
 

@@ -74,6 +74,15 @@ pub struct Stats {
     pub table_segments: u64,
     pub blocks_verified: u64,
     pub replay_dropped: u64,
+    /// Files with mapped blocks.
+    pub files_mapped: u64,
+    /// Of them, files whose blocks are not one run (file blocks n, n+1 at device
+    /// blocks a, a+1): e2fsck's "non-contiguous".
+    pub files_fragmented: u64,
+    /// Runs over every file (at least `files_mapped`).
+    pub fragments: u64,
+    /// The blocks of the segment area.
+    pub blocks_total: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -411,14 +411,12 @@ impl AugeFuse {
 
     fn statfs(&self, out: &mut Out<'_>) {
         let s = self.fs.statfs();
-        // Inodes cost only metadata records: report a large, never shrinking count.
-        let files = u64::from(u32::MAX);
         let st = abi::Kstatfs {
             blocks: s.blocks,
             bfree: s.blocks_free,
             bavail: s.blocks_free,
-            files,
-            ffree: files,
+            files: s.files,
+            ffree: s.files_free,
             bsize: s.block_size,
             namelen: s.name_max,
             frsize: s.block_size,

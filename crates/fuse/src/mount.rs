@@ -44,14 +44,54 @@ fn kernel_options(opts: &MountOptions) -> (libc::c_ulong, Vec<String>) {
     (flags, fuse)
 }
 
-/// Mounts on `dir`; the session's /dev/fuse descriptor.
+/// Mounts on `dir`; the session's /dev/fuse descriptor. Root mounts with mount(2)
+/// and, if refused that (a container without CAP_SYS_ADMIN, a /dev/fuse it may not
+/// open), through fusermount3 as other users do. A failure says what was missing and
+/// the fix, naming /dev/fuse or fusermount3, not only the errno.
 pub fn mount(dir: &Path, fsname: &str, opts: &MountOptions) -> io::Result<OwnedFd> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        mount_as_root(dir, fsname, opts)
-    } else {
-        mount_with_fusermount(dir, fsname, opts)
+        let root = match mount_as_root(dir, fsname, opts) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => e,
+        };
+        let refused = root.kind() == io::ErrorKind::PermissionDenied; // EPERM, EACCES
+        if !refused || !fusermount_installed() {
+            return Err(root);
+        }
     }
+    mount_with_fusermount(dir, fsname, opts).map_err(|e| explain_fusermount(e, dir))
+}
+
+/// Whether `fusermount3` is on the PATH.
+fn fusermount_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("fusermount3").is_file()))
+}
+
+/// `e`, a failure of the fusermount3 path, with what to do about it; the mount point,
+/// which the caller names, is not repeated.
+fn explain_fusermount(e: io::Error, dir: &Path) -> io::Error {
+    if e.kind() == io::ErrorKind::NotFound {
+        return io::Error::new(
+            e.kind(),
+            "fusermount3 is not installed: users other than root mount through it \
+             (Debian/Ubuntu: apt install fuse3), or mount as root",
+        );
+    }
+    let text = e.to_string().replace(&format!(" {}", dir.display()), "");
+    if text.contains("/dev/fuse") {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata("/dev/fuse")
+            .map(|m| format!("{:o}", m.permissions().mode() & 0o777))
+            .unwrap_or_else(|_| "missing".into());
+        return io::Error::other(format!(
+            "{text} (/dev/fuse mode {mode}: let users open it, `chmod 0666 /dev/fuse` as \
+             fuse3's udev rule does; check that fusermount3 is setuid root and its file \
+             system is not mounted nosuid; or mount as root)"
+        ));
+    }
+    io::Error::other(text)
 }
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
@@ -60,7 +100,12 @@ fn cstr(b: &[u8]) -> io::Result<CString> {
 
 fn mount_as_root(dir: &Path, fsname: &str, opts: &MountOptions) -> io::Result<OwnedFd> {
     use std::os::unix::fs::MetadataExt;
-    let fd = crate::channel::open_dev_fuse()?;
+    let fd = crate::channel::open_dev_fuse().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot open /dev/fuse: {e} (load the fuse module: modprobe fuse)"),
+        )
+    })?;
     let mode = std::fs::metadata(dir)?.mode() & libc::S_IFMT;
     let (flags, fuse) = kernel_options(opts);
     // SAFETY: getuid and getgid have no preconditions.
@@ -83,7 +128,11 @@ fn mount_as_root(dir: &Path, fsname: &str, opts: &MountOptions) -> io::Result<Ow
         )
     };
     if r != 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("mount(2) of a FUSE file system: {e}"),
+        ));
     }
     Ok(fd)
 }

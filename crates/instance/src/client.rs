@@ -794,6 +794,8 @@ impl Backend for Remote {
                 block_size: r.u32()?,
                 blocks: r.u64()?,
                 blocks_free: r.u64()?,
+                files: r.u64()?,
+                files_free: r.u64()?,
                 name_max: r.u32()?,
             })
         })

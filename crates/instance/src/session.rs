@@ -378,6 +378,8 @@ impl Session {
                 w.u32(s.block_size)
                     .u64(s.blocks)
                     .u64(s.blocks_free)
+                    .u64(s.files)
+                    .u64(s.files_free)
                     .u32(s.name_max);
             }
             req => return self.run_on_handle(caller, req, w),

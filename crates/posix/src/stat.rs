@@ -68,7 +68,7 @@ pub fn to_statx(m: &Metadata) -> libc::statx {
     st
 }
 
-/// `s` as `struct statfs` (files are not counted: inodes are not a limited resource).
+/// `s` as `struct statfs`.
 pub fn to_statfs(s: &StatFs) -> libc::statfs {
     // SAFETY: plain old data; zero is valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -78,8 +78,8 @@ pub fn to_statfs(s: &StatFs) -> libc::statfs {
     st.f_blocks = s.blocks;
     st.f_bfree = s.blocks_free;
     st.f_bavail = s.blocks_free;
-    st.f_files = u64::MAX >> 1;
-    st.f_ffree = u64::MAX >> 2;
+    st.f_files = s.files;
+    st.f_ffree = s.files_free;
     st.f_namelen = i64::from(s.name_max);
     st
 }

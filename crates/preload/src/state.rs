@@ -106,15 +106,19 @@ pub fn mount_dir() -> Option<&'static [u8]> {
     .as_deref()
 }
 
-/// The prefix (env AUGEFS_MOUNT, else AUGEFS_PREFIX, default /augefs), without a
-/// trailing slash.
+/// The prefix (env AUGEFS_PREFIX; else, attached, the mount's directory; else
+/// /augefs), without a trailing slash. Attached with a prefix of its own (`augefs run
+/// --image` on a mounted image), paths under the prefix go to the instance and paths
+/// under the mount's directory to the kernel's mount of the same instance, as a
+/// bridged process's paths under the bridge do.
 pub fn prefix() -> &'static [u8] {
-    if let Some(m) = mount_dir() {
-        return m;
-    }
     static P: OnceLock<Vec<u8>> = OnceLock::new();
     P.get_or_init(|| {
-        let mut p = std::env::var_os("AUGEFS_PREFIX")
+        let own = std::env::var_os("AUGEFS_PREFIX");
+        if let (Some(m), None) = (mount_dir(), &own) {
+            return m.to_vec();
+        }
+        let mut p = own
             .map(OsString::into_encoded_bytes)
             .unwrap_or_else(|| b"/augefs".to_vec());
         while p.len() > 1 && p.ends_with(b"/") {

@@ -18,6 +18,7 @@ pub fn mkfs_options(domains: u32) -> MkfsOptions {
         fs_uuid: [7; 16],
         created_unix_ns: 1,
         force: false,
+        label: String::new(),
     }
 }
 

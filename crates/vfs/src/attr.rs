@@ -52,12 +52,21 @@ impl Metadata {
     pub const STATX_MASK: u32 = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
 }
 
-/// File-system totals as `statfs` reports them (4 KiB blocks).
+/// File-system totals as `statfs` reports them (4 KiB blocks). Used blocks are
+/// `blocks - blocks_free`: live data and what the log keeps besides (MetaDB's tables,
+/// the GC reserve, log heads), so `df`'s size, used and available add up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatFs {
     pub block_size: u32,
+    /// The segment area, fixed for an image.
     pub blocks: u64,
+    /// What new data may take now.
     pub blocks_free: u64,
+    /// Inodes in use plus [`StatFs::files_free`].
+    pub files: u64,
+    /// An estimate: an inode costs only metadata records, but a file with data takes
+    /// at least a block, so one per free block (ext4's default is one per 16 KiB).
+    pub files_free: u64,
     pub name_max: u32,
 }
 
@@ -241,12 +250,24 @@ impl FileSystem {
         Ok(())
     }
 
+    /// How many inodes there are of each kind (one scan of the inode records: for
+    /// `augefs inspect`, not for a hot path).
+    pub fn inode_kinds(&self) -> Result<Vec<(Kind, u64)>, VfsError> {
+        let counts = self.core.store().inode_kinds()?;
+        Ok(Kind::ALL.iter().map(|&k| (k, counts[k as usize])).collect())
+    }
+
     pub fn statfs(&self) -> StatFs {
         let space = self.core.engine.space_report();
+        let used = self.inodes_used.load(std::sync::atomic::Ordering::Relaxed);
+        let free = space.room_blocks();
+        assert!(free <= space.area_blocks(), "free within the area");
         StatFs {
             block_size: BLOCK as u32,
-            blocks: space.capacity_blocks,
-            blocks_free: space.capacity_blocks.saturating_sub(space.live_blocks),
+            blocks: space.area_blocks(),
+            blocks_free: free,
+            files: used + free,
+            files_free: free,
             name_max: NAME_MAX as u32,
         }
     }
@@ -260,7 +281,13 @@ fn metadata(ino: InodeNo, inode: &Inode) -> Metadata {
         nlink: inode.nlink,
         uid: inode.uid,
         gid: inode.gid,
-        size: inode.size,
+        // A directory's entries are records, not a file: it shows one block, as ext4's
+        // and xfs's smallest directories do (`ls -l` users expect a size there).
+        size: if inode.kind == Kind::Dir {
+            BLOCK
+        } else {
+            inode.size
+        },
         blocks: inode.blocks * (BLOCK / 512),
         atime_ns: inode.atime_ns,
         mtime_ns: inode.mtime_ns,

@@ -52,6 +52,11 @@ pub struct FileSystem {
     pub(crate) core: Arc<Core>,
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
+    /// Inodes in use (statfs's `f_files - f_ffree`): counted at mount, then kept by
+    /// creates (once their batch is logged) and deletions (once their records are in
+    /// the batch that deletes them: a batch that then fails leaves the count one low
+    /// until the next mount, a figure for df, never used to decide anything).
+    pub(crate) inodes_used: std::sync::atomic::AtomicU64,
     pub(crate) rename_lock: Mutex<()>,
     /// Creates' name locks ([`FileSystem::name_stripe`]).
     pub(crate) name_stripes: Box<[Mutex<()>]>,
@@ -138,6 +143,7 @@ impl FileSystem {
         let fs = FileSystem {
             core,
             next_ino: Mutex::new((high, high)),
+            inodes_used: std::sync::atomic::AtomicU64::new(0),
             rename_lock: Mutex::new(()),
             name_stripes: (0..NAME_STRIPES).map(|_| Mutex::new(())).collect(),
             name_lanes: Mutex::new(HashMap::new()),
@@ -163,6 +169,10 @@ impl FileSystem {
         let root = fs.handle(ROOT)?;
         fs.root.set(root).expect("the root handle is set once");
         fs.reap_orphans()?;
+        let used = fs.core.store().inode_count()?;
+        assert!(used >= 1, "the root directory is counted");
+        fs.inodes_used
+            .store(used, std::sync::atomic::Ordering::Relaxed);
         Ok(fs)
     }
 
@@ -327,5 +337,19 @@ impl FileSystem {
         let ino = n.0;
         n.0 += 1;
         Ok(InodeNo(ino))
+    }
+
+    /// Counts an inode whose creating batch was logged (or, with `-1`, one whose
+    /// deletion is in a batch).
+    pub(crate) fn count_inodes(&self, delta: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if delta >= 0 {
+            self.inodes_used.fetch_add(delta.unsigned_abs(), Relaxed);
+        } else {
+            // Saturating: a count left low by a failed batch never wraps.
+            let _ = self.inodes_used.fetch_update(Relaxed, Relaxed, |n| {
+                Some(n.saturating_sub(delta.unsigned_abs()))
+            });
+        }
     }
 }

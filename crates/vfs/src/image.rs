@@ -21,7 +21,7 @@ use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::pagecache::CacheConfig;
 use device::holder::Holder;
-use device::{BackendChoice, DeviceError, LockMode};
+use device::{BackendChoice, Device, DeviceError, LockMode};
 use engine::log::{EngineConfig, EngineEnv};
 use platform::{Clock, SystemClock};
 use pmr::{Pmr, PmrError, PmrOptions};
@@ -91,6 +91,34 @@ impl ImageError {
             ImageError::Mount { source, .. } => source.errno(),
         }
     }
+}
+
+/// Mounts the image on `dev`, already open, read-only behind a copy-on-write overlay
+/// (recovery's writes go to memory): for a reader such as `augefs inspect` that may
+/// look at an image another instance serves, as dumpe2fs reads a mounted ext4. It
+/// sees what that instance has made durable.
+pub fn mount_snapshot(dev: Device, pmr: Option<&Path>) -> Result<FileSystem, ImageError> {
+    let pmr = match pmr {
+        None => None,
+        Some(p) => Some(Arc::new(Pmr::open_copy(p, PmrOptions::default())?)),
+    };
+    let env = EngineEnv {
+        device: Arc::new(device::cow::overlay(dev)),
+        pmr,
+        clock: ImageOptions::default().clock,
+    };
+    let mut engine = ImageOptions::default().engine;
+    engine.metadb.background = false;
+    let cache = CacheConfig {
+        flush_interval: None,
+        ..CacheConfig::default()
+    };
+    let fs = FileSystem::mount_with(env, engine, cache).map_err(|source| ImageError::Mount {
+        image: PathBuf::from("(snapshot)"),
+        source: Box::new(source),
+    })?;
+    fs.set_read_only(READ_ONLY_REASON);
+    Ok(fs)
 }
 
 /// Opens and mounts `image`; `on_wait` is called once if the open waits for a finishing

@@ -169,6 +169,7 @@ impl FileSystem {
         batch: &mut WriteBatch,
     ) -> Result<(), VfsError> {
         batch.delete(records::inode_key(ino).to_vec());
+        self.count_inodes(-1);
         if inode.kind == Kind::Symlink {
             batch.delete(records::symlink_key(ino).to_vec());
         }

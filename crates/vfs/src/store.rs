@@ -51,6 +51,35 @@ impl Store<'_> {
         }
     }
 
+    /// How many inode records there are (one scan of the inode keys, whose tag no
+    /// other record shares: a mount's count, kept by creates and deletions after).
+    pub fn inode_count(&self) -> Result<u64, VfsError> {
+        let start = [records::INODE_TAG];
+        let end = [records::INODE_TAG + 1];
+        let mut count = 0;
+        for item in self.db.range(&start, Some(&end), None)? {
+            item?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// How many inodes there are of each kind, by on-disk `kind` (index 0 unused).
+    pub fn inode_kinds(&self) -> Result<[u64; 8], VfsError> {
+        let start = [records::INODE_TAG];
+        let end = [records::INODE_TAG + 1];
+        let mut counts = [0u64; 8];
+        for item in self.db.range(&start, Some(&end), None)? {
+            let (key, value) = item?;
+            let ino = match key.get(1..9) {
+                Some(b) => InodeNo(u64::from_be_bytes(b.try_into().expect("8 bytes"))),
+                None => return Err(VfsError::corrupt("inode key", "length", 9, key.len())),
+            };
+            counts[Inode::decode(ino, &value)?.kind as usize] += 1;
+        }
+        Ok(counts)
+    }
+
     /// Makes `high` the durable high-water mark of inode numbers (a synchronous MetaDB
     /// write of its own: numbers below it may be handed out once it returns).
     pub fn put_inode_counter(&self, high: u64) -> Result<(), VfsError> {

@@ -197,6 +197,23 @@ fn print_text(args: &Args, r: &Report) {
             String::new()
         }
     );
+    // As e2fsck's last line: files, how many are not contiguous, blocks.
+    let non_contiguous = if s.files_mapped == 0 {
+        0.0
+    } else {
+        100.0 * s.files_fragmented as f64 / s.files_mapped as f64
+    };
+    println!(
+        "{image}: {} files ({non_contiguous:.1}% non-contiguous, {:.2} runs per file with data), {}/{} blocks",
+        s.files + s.directories + s.symlinks + s.special,
+        if s.files_mapped == 0 {
+            0.0
+        } else {
+            s.fragments as f64 / s.files_mapped as f64
+        },
+        s.mappings,
+        s.blocks_total,
+    );
     let fixed = r.problems.iter().filter(|p| p.fixed).count();
     match (r.problems.len(), r.mode) {
         (0, _) => println!("{image}: clean"),

@@ -1,4 +1,6 @@
-//! `augefs inspect IMAGE [--pmr FILE] [--json]`.
+//! `augefs inspect IMAGE [--pmr FILE] [--json] [-v]`: the superblock, geometry and
+//! checkpoints, then the usage table (`super::usage`). Read-only, also on a mounted
+//! image.
 
 use device::{BackendChoice, LockMode, OpenOptions};
 use engine::image::{OwnerCheckpoint, SlotState};
@@ -21,8 +23,9 @@ pub struct Args {
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
-    /// Every domain's checkpoint slots, a line each (otherwise one line sums up the
-    /// domains whose checkpoints are in order, and only the others are listed).
+    /// Every domain's checkpoint slots and usage, a line each (otherwise one line sums
+    /// up the domains whose checkpoints are in order, and one the domains holding no
+    /// more than their log heads).
     #[arg(short, long)]
     pub verbose: bool,
 }
@@ -67,13 +70,25 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let report = engine::inspect::inspect(&dev, pmr.as_ref())
         .map_err(|e| format!("{}: {e}", args.image.display()))?;
+    drop(pmr);
+    // The image's structures are shown even when its contents cannot be read.
+    let usage = super::usage::measure(dev, args.pmr.as_deref());
     if args.json {
+        let mut value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        value["usage"] = match &usage {
+            Ok(u) => serde_json::to_value(u).map_err(|e| e.to_string())?,
+            Err(e) => serde_json::json!({ "error": e }),
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
         );
     } else {
         print_text(&args, &report);
+        match &usage {
+            Ok(u) => super::usage::print(u, args.verbose),
+            Err(e) => println!("usage\n  UNAVAILABLE: {e}"),
+        }
     }
     Ok(())
 }
@@ -84,6 +99,12 @@ fn print_text(args: &Args, r: &InspectReport) {
     println!("augefs image {}", args.image.display());
     println!("  format version    {}", sb.format_version);
     println!("  uuid              {}", sb.fs_uuid);
+    let label = if sb.label.is_empty() {
+        "(none)"
+    } else {
+        &sb.label
+    };
+    println!("  label             {label}");
     println!("  created           {}", utc(sb.created_unix_ns));
     println!(
         "  superblock        copy {} used (sequence {}); copy 0: {}; copy 1: {}",

@@ -33,9 +33,16 @@ pub struct Args {
     /// IO backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: device::BackendChoice,
+    /// The file system's label (up to 64 bytes; `augefs mount LABEL=NAME DIR` finds it).
+    #[arg(short = 'L', long)]
+    pub label: Option<String>,
+    /// The file system's uuid instead of a random one.
+    #[arg(long, value_parser = engine::inspect::parse_uuid)]
+    pub uuid: Option<[u8; 16]>,
 }
 
-fn fs_uuid() -> Result<[u8; 16], String> {
+/// A random (version 4) uuid.
+pub fn fs_uuid() -> Result<[u8; 16], String> {
     let mut uuid = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut uuid))
@@ -53,6 +60,10 @@ fn is_block_device(path: &Path) -> bool {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    if let Some(l) = &args.label {
+        // Before anything is created or written.
+        format::superblock::Superblock::check_label(l)?;
+    }
     let open_opts = OpenOptions {
         backend: args.backend,
         lock: LockMode::Exclusive,
@@ -116,9 +127,13 @@ pub fn run(args: Args) -> Result<(), String> {
     let clock = platform::SystemClock::new();
     let opts = MkfsOptions {
         domain_count: args.domains,
-        fs_uuid: fs_uuid()?,
+        fs_uuid: match args.uuid {
+            Some(u) => u,
+            None => fs_uuid()?,
+        },
         created_unix_ns: clock.wall_ns(),
         force: args.force,
+        label: args.label.clone().unwrap_or_default(),
     };
     let bar = Bar::new();
     let sb = mkfs::format(&dev, pmr.as_ref(), &opts, &bar).map_err(|e| e.to_string())?;

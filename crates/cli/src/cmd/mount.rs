@@ -24,7 +24,9 @@ const READY: &str = "augefs-mount-ready";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Image file or block device (formatted by `augefs mkfs`).
+    /// Image file or block device (formatted by `augefs mkfs`), or LABEL=NAME or
+    /// UUID=U: the block device, or image file in a directory of env
+    /// AUGEFS_IMAGE_PATH, with that label or uuid.
     pub image: PathBuf,
     /// Directory to mount on.
     pub dir: PathBuf,
@@ -56,7 +58,8 @@ pub struct Args {
     pub daemon_child: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(mut args: Args) -> Result<(), String> {
+    args.image = super::find::resolve(&args.image)?;
     let mut opts = MountOptions::parse(&args.options).map_err(|e| e.to_string())?;
     if args.pmr.is_some() {
         opts.pmr.clone_from(&args.pmr);

@@ -5,7 +5,9 @@
 //! `augefs run --mount DIR -- CMD...` instead attaches CMD (and every process it starts)
 //! to the instance serving the mount at DIR: paths under DIR are served by that
 //! instance directly, without FUSE (env AUGEFS_MOUNT). It execs CMD: nothing is left
-//! to clean up.
+//! to clean up. `--image` on an image an `augefs mount` serves does the same (found in
+//! the mount table: a FUSE mount whose source is the image), paths under the prefix
+//! served by that instance.
 //!
 //! It creates a private bridge mount point (env AUGEFS_BRIDGE) that the first process
 //! to attach the image serves, passes the configuration in the environment, waits for
@@ -72,10 +74,11 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// An image another instance serves (a mount, another `augefs run`) cannot be attached:
-/// say so at once, and where, instead of starting a program whose every call under the
-/// prefix would fail. A holder that is only finishing is waited for by the program.
-fn refuse_if_served(image: &Path) -> Result<(), String> {
+/// The directory of the `augefs mount` serving `image`, if one does; an image another
+/// process serves otherwise (another `augefs run`) cannot be attached: say so at once,
+/// and who, instead of starting a program whose every call under the prefix would
+/// fail. A holder that is only finishing is waited for by the program.
+fn mount_serving(image: &Path) -> Result<Option<PathBuf>, String> {
     let opts = device::OpenOptions {
         read_only: true,
         lock: device::LockMode::Shared,
@@ -84,17 +87,13 @@ fn refuse_if_served(image: &Path) -> Result<(), String> {
     match device::open(image, &opts) {
         Err(device::DeviceError::InUse { .. }) => {
             let h = device::holder::holder(image);
-            match &h.mounted_at {
-                Some(dir) => Err(format!(
-                    "{} is mounted at {}: run the program on the mount, or unmount it first",
-                    image.display(),
-                    dir.display()
-                )),
+            match h.mounted_at {
+                Some(dir) => Ok(Some(dir)),
                 None if h.serving => Err(format!("{} is {h}", image.display())),
-                None => Ok(()),
+                None => Ok(None),
             }
         }
-        _ => Ok(()),
+        _ => Ok(None),
     }
 }
 
@@ -154,21 +153,30 @@ fn preload_var() -> Result<OsString, String> {
     Ok(preload)
 }
 
+/// Execs the command attached to the instance serving `dir`; with `prefix`, paths
+/// under it (not under `dir`) are the ones served directly.
+fn exec_attached(args: &Args, dir: &Path, prefix: Option<&str>) -> Result<ExitCode, String> {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("LD_PRELOAD", preload_var()?)
+        .env_remove("AUGEFS_FDS")
+        .env_remove("AUGEFS_CWD");
+    attach_env(&mut cmd, dir)?;
+    if let Some(p) = prefix {
+        cmd.env("AUGEFS_PREFIX", p);
+    }
+    log_env(&mut cmd, args.log.as_deref())?;
+    // Nothing to clean up afterwards: become the program (its pid, its signals).
+    let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+    Err(format!(
+        "cannot run {}: {err}",
+        Path::new(&args.command[0]).display()
+    ))
+}
+
 fn run_inner(args: Args) -> Result<ExitCode, String> {
     if let Some(dir) = &args.mount {
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..])
-            .env("LD_PRELOAD", preload_var()?)
-            .env_remove("AUGEFS_FDS")
-            .env_remove("AUGEFS_CWD");
-        attach_env(&mut cmd, dir)?;
-        log_env(&mut cmd, args.log.as_deref())?;
-        // Nothing to clean up afterwards: become the program (its pid, its signals).
-        let err = std::os::unix::process::CommandExt::exec(&mut cmd);
-        return Err(format!(
-            "cannot run {}: {err}",
-            Path::new(&args.command[0]).display()
-        ));
+        return exec_attached(&args, dir, None);
     }
     let image = args
         .image
@@ -184,7 +192,15 @@ fn run_inner(args: Args) -> Result<ExitCode, String> {
             args.prefix
         ));
     }
-    refuse_if_served(&image)?;
+    if let Some(dir) = mount_serving(&image)? {
+        // The mount's instance holds the image: attach to it, coherent with the mount.
+        eprintln!(
+            "augefs: {} is mounted at {}: attaching to its instance",
+            image.display(),
+            dir.display()
+        );
+        return exec_attached(&args, &dir, Some(&args.prefix));
+    }
     let preload = preload_var()?;
     let scratch = tempfile_dir()?;
     let bridge = scratch.join("bridge");

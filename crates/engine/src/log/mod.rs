@@ -369,3 +369,21 @@ pub struct SpaceReport {
     /// not see ENOSPC while live data stays within it (GC makes the room).
     pub capacity_blocks: u64,
 }
+
+impl SpaceReport {
+    /// The blocks of the whole segment area (statfs's size: fixed for an image).
+    pub fn area_blocks(&self) -> u64 {
+        u64::from(self.segments) * BLOCKS_PER_SEGMENT
+    }
+
+    /// The blocks new data may take now: the capacity beyond the live blocks, or the
+    /// free segments beyond the reserves if that is more (a small image, whose log
+    /// heads and reserves take all its capacity, still takes writes while it has free
+    /// segments). Never more than the area, so size = used + free adds up.
+    pub fn room_blocks(&self) -> u64 {
+        let promised = self.capacity_blocks.saturating_sub(self.live_blocks);
+        let kept = self.gc_reserve + self.metadb_headroom;
+        let free = u64::from(self.free.saturating_sub(kept)) * BLOCKS_PER_SEGMENT;
+        promised.max(free).min(self.area_blocks())
+    }
+}

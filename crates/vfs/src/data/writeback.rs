@@ -167,12 +167,8 @@ impl Core {
         loop {
             let epoch = self.cache.room_epoch();
             let space = self.engine.space_report();
-            let promised = space.capacity_blocks.saturating_sub(space.live_blocks);
-            let kept = space.gc_reserve + space.metadb_headroom;
-            let free =
-                u64::from(space.free.saturating_sub(kept)) * format::constants::BLOCKS_PER_SEGMENT;
-            let room = promised
-                .max(free)
+            let room = space
+                .room_blocks()
                 .saturating_sub(u64::from(METADB_GROWTH) * format::constants::BLOCKS_PER_SEGMENT);
             if self.cache.set_room(epoch, room * BLOCK) {
                 return;

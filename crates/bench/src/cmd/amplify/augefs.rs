@@ -83,8 +83,9 @@ impl Subject for Augefs {
     }
 
     fn used_bytes(&self) -> Result<u64, String> {
-        let st = self.fs().statfs();
-        Ok((st.blocks - st.blocks_free) * u64::from(st.block_size))
+        // The live data blocks (statfs's used space also counts the log's reserves).
+        let live = self.fs().engine().space_report().live_blocks;
+        Ok(live * format::constants::BLOCK_SIZE_BYTES)
     }
 
     fn sync(&mut self) -> Result<(), String> {

@@ -83,6 +83,7 @@ impl Setup {
             fs_uuid: BENCH_FS_UUID,
             created_unix_ns: self.clock.wall_ns(),
             force: true,
+            label: String::new(),
         };
         mkfs::format(device, None, &opts, &NoProgress)
             .map(|_| ())

@@ -11,6 +11,9 @@
 //! - The ratio compares medians within one cell against the baseline: `--baseline`, or
 //!   else the fastest kernel file system measured in that cell, or else the first
 //!   target measured; its name is printed beside the ratio.
+//! - A ratio is withheld ("noisy") when the spread of the cell or of its baseline
+//!   passes [`NOISY_SPREAD_PERCENT`]: the runs disagree more than most differences
+//!   the table would show.
 
 use super::case::Case;
 use super::workload::Measured;
@@ -119,6 +122,9 @@ fn summary(samples: &[Sample]) -> Option<Summary> {
     })
 }
 
+/// The spread (of a cell or its baseline) past which a ratio means nothing.
+pub const NOISY_SPREAD_PERCENT: f64 = 25.0;
+
 /// Kernel file systems: candidates for the default baseline.
 fn is_kernel(target: &str) -> bool {
     target == "dir" || target.starts_with("dir:") || crate::kernelfs::KERNEL_FS.contains(&target)
@@ -168,6 +174,17 @@ impl Report {
         best_kernel.or_else(|| self.targets.iter().find_map(|t| measured(&t.name)))
     }
 
+    /// Whether `cell`'s ratio against the baseline `base` is noise: the spread of
+    /// either passes [`NOISY_SPREAD_PERCENT`].
+    fn noisy(&self, cell: &Cell, base: &str) -> bool {
+        let off = |c: Option<&Cell>| {
+            c.and_then(|c| summary(&c.samples))
+                .map_or(0.0, |s| s.ops_per_sec.off_percent())
+        };
+        let base_cell = self.cell(&cell.case, cell.threads, base);
+        off(Some(cell)).max(off(base_cell)) > NOISY_SPREAD_PERCENT
+    }
+
     pub fn json(&self) -> Value {
         let targets: Vec<Value> = self
             .targets
@@ -187,8 +204,10 @@ impl Report {
             .map(|c| {
                 let s = summary(&c.samples);
                 let base = self.baseline(&c.case, c.threads);
+                let noisy = base.as_ref().is_some_and(|b| self.noisy(c, &b.0));
                 let ratio = s
                     .zip(base.as_ref())
+                    .filter(|_| !noisy)
                     .map(|(s, b)| s.ops_per_sec.median / b.1);
                 json!({
                     "workload": c.case.name(),
@@ -210,6 +229,7 @@ impl Report {
                     })),
                     "baseline": base.map(|b| b.0),
                     "ratio": ratio,
+                    "noisy": noisy,
                 })
             })
             .collect();
@@ -269,6 +289,17 @@ impl Report {
                     .map(move |e| format!("  {} {} t={}: {e}", c.target, c.case.name(), c.threads))
             }))
             .collect();
+        let noisy = self.cells.iter().any(|c| {
+            self.baseline(&c.case, c.threads)
+                .is_some_and(|b| self.noisy(c, &b.0))
+        });
+        if noisy {
+            println!(
+                "\nnoisy: the runs of the cell or of its baseline spread more than {NOISY_SPREAD_PERCENT}% \
+                 (+- column), so the ratio is withheld: rerun with more --runs and --seconds, \
+                 on an idle machine, before comparing."
+            );
+        }
         if !notes.is_empty() {
             println!("\nnotes:");
             for n in notes {
@@ -309,9 +340,8 @@ impl Report {
             return fields;
         };
         let m = s.ops_per_sec.median;
-        let off = (s.ops_per_sec.max - m).max(m - s.ops_per_sec.min);
         fields.push(plot::short_number(m));
-        fields.push(format!("{:.0}%", 100.0 * off / m.max(f64::MIN_POSITIVE)));
+        fields.push(format!("{:.0}%", s.ops_per_sec.off_percent()));
         fields.push(s.p50_ns.map_or_else(dash, duration));
         fields.push(s.p99_ns.map_or_else(dash, duration));
         fields.push(s.dev_write_per_op.map_or_else(dash, bytes));
@@ -321,6 +351,7 @@ impl Report {
         }
         fields.push(s.cpu_ns_per_op.map_or_else(dash, duration));
         fields.push(match base {
+            Some((name, _)) if self.noisy(cell, name) => format!("noisy {name}"),
             Some((name, b)) => format!("{:.2}x {name}", m / b),
             None => dash(),
         });
@@ -442,6 +473,14 @@ mod tests {
         assert_eq!(api["median"]["cpu_ns_per_op"], 2000.0);
         report.baseline = Some("ext4".to_string());
         assert_eq!(report.json()["results"][0]["ratio"], 3.0);
+        // A baseline whose runs spread past 25%: the ratio is withheld.
+        report.cells[1].samples = vec![sample(200), sample(300), sample(400)];
+        let doc = report.json();
+        assert_eq!(doc["results"][0]["ratio"], Value::Null, "{doc}");
+        assert_eq!(doc["results"][0]["noisy"], true);
+        report.cells[1].samples = vec![sample(290), sample(300), sample(310)];
+        assert_eq!(report.json()["results"][0]["ratio"], 3.0);
+        assert_eq!(report.json()["results"][0]["noisy"], false);
         report.cells.truncate(1);
         report.baseline = None;
         assert_eq!(

@@ -193,6 +193,7 @@ impl Setup {
             fs_uuid: BENCH_FS_UUID,
             created_unix_ns: self.clock.wall_ns(),
             force: true,
+            label: String::new(),
         };
         let superblock = mkfs::format(&device, pmr.as_deref(), &opts, &NoProgress)
             .map_err(|e| format!("formatting {}: {e}", self.image.display()))?;
