@@ -273,6 +273,8 @@ impl Superblock {
                 pmr_size_bytes.to_string(),
             ));
         }
+        let label = decode_label(F_LABEL.bytes(buf))
+            .map_err(|e| corrupt(F_LABEL.name, "a valid label".into(), e))?;
         Ok(Superblock {
             format_version,
             sequence: F_SEQUENCE.get_u64(buf),
@@ -281,17 +283,20 @@ impl Superblock {
             feature_flags,
             pmr_size_bytes,
             geometry,
-            label: decode_label(F_LABEL.bytes(buf)),
+            label,
         })
     }
 }
 
-/// The label in `bytes` (up to the first NUL). A label decides nothing, so bytes that
-/// are not a valid label (only a damaged copy whose checksum still matched could hold
-/// them) are shown, replaced, rather than refused.
-fn decode_label(bytes: &[u8]) -> String {
+/// The label in `bytes` (up to the first NUL), or why it is not one. Only a damaged
+/// copy whose checksum still matched could hold one that is not valid, and that copy
+/// is refused like any other field out of bounds: what decodes always encodes again.
+fn decode_label(bytes: &[u8]) -> Result<String, String> {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    let label = std::str::from_utf8(&bytes[..end])
+        .map_err(|_| format!("{end} bytes that are not UTF-8"))?;
+    Superblock::check_label(label)?;
+    Ok(label.to_string())
 }
 
 /// Reports a superblock field that is not what the rest of the superblock implies.
@@ -422,6 +427,16 @@ mod tests {
         }
         for bad in ["a b", "a/b", "a\0b", &"x".repeat(LABEL_BYTES_MAX + 1)] {
             assert!(Superblock::check_label(bad).is_err(), "{bad:?}");
+        }
+        // A copy whose label bytes are not a label (the checksum resealed over them) is
+        // refused, as any field out of bounds: what decodes must encode again.
+        for bad in [&b"a/b"[..], b"\xff\xfe", b"a b"] {
+            let mut buf = sb.encode(0);
+            buf[F_LABEL.offset..F_LABEL.offset + LABEL_BYTES_MAX].fill(0);
+            buf[F_LABEL.offset..F_LABEL.offset + bad.len()].copy_from_slice(bad);
+            let crc = crc32c(&buf[..F_CHECKSUM.offset]);
+            F_CHECKSUM.put_u32(&mut buf, crc);
+            assert!(Superblock::decode(&buf, 0).is_err(), "{bad:?}");
         }
     }
 
