@@ -45,6 +45,19 @@ impl Setup {
         )
     }
 
+    /// Waits until the instance has no connection left (each holds a socket, and a
+    /// mailbox's descriptor, until its thread ends).
+    fn connections_drop_to_zero(&self) {
+        let t = Instant::now();
+        while self.inst.as_ref().unwrap().connections() > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "connections stay open"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn sessions_drop_to(&self, n: usize) {
         let t = Instant::now();
         while self.inst.as_ref().unwrap().sessions() != n {
@@ -351,6 +364,7 @@ fn thousand_attaches() {
     warm.mkdir(At::Cwd, b"/d", 0o755).unwrap();
     drop(warm);
     s.sessions_drop_to(0);
+    s.connections_drop_to_zero();
     let (fds, rss) = (open_fds(), rss_kib());
     for i in 0..1000 {
         let px = s.client();
@@ -364,14 +378,7 @@ fn thousand_attaches() {
         }
     }
     s.sessions_drop_to(0);
-    let t = Instant::now();
-    while s.inst.as_ref().unwrap().connections() > 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "connections stay open"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    s.connections_drop_to_zero();
     assert_eq!(
         open_fds(),
         fds,
