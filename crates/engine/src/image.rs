@@ -28,16 +28,7 @@ pub fn add_features(
     }
     sb.feature_flags |= add;
     sb.sequence += 1;
-    for copy in [1u32, 0] {
-        device.run(vec![
-            IoRequest::write(
-                u64::from(copy) * BLOCK_SIZE_BYTES,
-                AlignedBuf::from_slice(&sb.encode(copy)),
-                IoCause::Superblock,
-            ),
-            IoRequest::flush(IoCause::Superblock),
-        ])?;
-    }
+    write_superblock(device, &sb)?;
     Ok(sb)
 }
 
@@ -64,6 +55,17 @@ pub fn set_identity(
         sb.fs_uuid = u;
     }
     sb.sequence += 1;
+    write_superblock(device, &sb)?;
+    Ok(sb)
+}
+
+/// Writes `sb` over both superblock copies, copy 1 first and each flushed before the
+/// next: a crash leaves at least one copy whole, the old or the new, and a reader picks
+/// the valid one with the highest sequence.
+pub(crate) fn write_superblock(
+    device: &Device,
+    sb: &format::superblock::Superblock,
+) -> Result<(), EngineError> {
     for copy in [1u32, 0] {
         device.run(vec![
             IoRequest::write(
@@ -74,7 +76,7 @@ pub fn set_identity(
             IoRequest::flush(IoCause::Superblock),
         ])?;
     }
-    Ok(sb)
+    Ok(())
 }
 
 /// Reads both superblock copies and picks the valid one with the highest sequence.

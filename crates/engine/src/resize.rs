@@ -16,9 +16,8 @@
 //!   system on a larger device (which opens as it did) or the grown one.
 
 use crate::error::EngineError;
-use crate::image::read_superblock;
+use crate::image::{read_superblock, write_superblock};
 use device::{AlignedBuf, Device, IoCause, IoRequest};
-use format::constants::BLOCK_SIZE_BYTES;
 use format::geometry::{Geometry, Region};
 use format::superblock::Superblock;
 
@@ -95,16 +94,7 @@ pub fn grow(device: &Device, new_size_bytes: u64) -> Result<Grown, EngineError> 
     let mut sb = old.clone();
     sb.geometry = new;
     sb.sequence += 1;
-    for copy in [1u32, 0] {
-        device.run(vec![
-            IoRequest::write(
-                u64::from(copy) * BLOCK_SIZE_BYTES,
-                AlignedBuf::from_slice(&sb.encode(copy)),
-                IoCause::Superblock,
-            ),
-            IoRequest::flush(IoCause::Superblock),
-        ])?;
-    }
+    write_superblock(device, &sb)?;
     Ok(Grown {
         old_segment_count: g.segment_count,
         new: sb,

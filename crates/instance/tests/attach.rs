@@ -710,21 +710,32 @@ fn a_stray_store_into_a_mailbox_faults() {
         return;
     }
     let s = Setup::new(Transport::Unprotected);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_that_stores_into_a_mailbox",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ATTACH_TEST_MAILBOX", &s.sock)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = dies_of_sigsegv(
+        "child_that_stores_into_a_mailbox",
+        "ATTACH_TEST_MAILBOX",
+        &s,
+    );
     assert!(text.contains("WINDOW"), "{text}");
     assert!(!text.contains("STORED"), "a stray store reached a mailbox");
+}
+
+/// Runs test `child` of this binary as a child process with `env` naming the instance's
+/// socket; it must die of SIGSEGV. Its standard output.
+fn dies_of_sigsegv(child: &str, env: &str, s: &Setup) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, &s.sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{:?}: {text}",
+        out.status
+    );
+    text
 }
 
 /// Run as a child by [`a_stray_store_into_shared_state_faults`].
@@ -749,24 +760,12 @@ fn child_that_stores_into_the_table() {
 #[test]
 fn a_stray_store_into_shared_state_faults() {
     let s = Setup::new(Transport::Unprotected);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_that_stores_into_the_table",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ATTACH_TEST_STRAY", &s.sock)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = dies_of_sigsegv("child_that_stores_into_the_table", "ATTACH_TEST_STRAY", &s);
     assert!(text.contains("MAPPED"), "{text}");
     assert!(
         !text.contains("STORED"),
         "a client wrote the instance's table"
     );
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
 }
 
 /// A test of each transport: the socket only, mailboxes without keys, and what the
