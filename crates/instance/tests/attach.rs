@@ -155,48 +155,39 @@ fn data_calls_need_a_handle_of_the_session_in_the_right_mode(t: Transport) {
     std::mem::forget(fake);
 }
 
+/// Sends one frame of `body` on `c`; the status of its reply.
+fn send(c: &mut UnixStream, body: &[u8]) -> i32 {
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(body);
+    c.write_all(&frame).unwrap();
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len).unwrap();
+    let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
+    c.read_exact(&mut reply).unwrap();
+    i32::from_le_bytes(reply[..4].try_into().unwrap())
+}
+
 #[test]
 fn malformed_requests_get_errnos_and_the_connection_goes_on() {
     let s = Setup::new(Transport::Unprotected);
     let mut c = UnixStream::connect(&s.sock).unwrap();
-    let mut send = |body: &[u8]| -> i32 {
-        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(body);
-        c.write_all(&frame).unwrap();
-        let mut len = [0u8; 4];
-        c.read_exact(&mut len).unwrap();
-        let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
-        c.read_exact(&mut reply).unwrap();
-        i32::from_le_bytes(reply[..4].try_into().unwrap())
-    };
     let mut hello = Writer::new();
     instance::proto::Request::Hello {
         token: 0,
         version: instance::proto::VERSION,
     }
     .encode(&mut hello);
-    assert_eq!(send(hello.body()), 0);
+    assert_eq!(send(&mut c, hello.body()), 0);
     // An empty frame is a ring (look at the mailbox): no reply, nothing else.
     c.write_all(&0u32.to_le_bytes()).unwrap();
-    let mut c = c;
-    let mut send = |body: &[u8]| -> i32 {
-        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(body);
-        c.write_all(&frame).unwrap();
-        let mut len = [0u8; 4];
-        c.read_exact(&mut len).unwrap();
-        let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
-        c.read_exact(&mut reply).unwrap();
-        i32::from_le_bytes(reply[..4].try_into().unwrap())
-    };
-    assert_eq!(send(&[250, 1, 2]), libc::ENOSYS);
-    assert_eq!(send(&[5, 1]), libc::EPROTO, "a short stat");
+    assert_eq!(send(&mut c, &[250, 1, 2]), libc::ENOSYS);
+    assert_eq!(send(&mut c, &[5, 1]), libc::EPROTO, "a short stat");
     let mut w = Writer::new();
     instance::proto::Request::Stat {
         ino: vfs::records::ROOT,
     }
     .encode(&mut w);
-    assert_eq!(send(w.body()), 0, "still served after garbage");
+    assert_eq!(send(&mut c, w.body()), 0, "still served after garbage");
     // A client of another build (another protocol version) is refused at once.
     let mut c3 = UnixStream::connect(&s.sock).unwrap();
     let mut old = Writer::new();
@@ -205,13 +196,7 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
         version: instance::proto::VERSION - 1,
     }
     .encode(&mut old);
-    c3.write_all(old.finish(0)).unwrap();
-    let mut reply = [0u8; 8];
-    c3.read_exact(&mut reply).unwrap();
-    assert_eq!(
-        i32::from_le_bytes(reply[4..8].try_into().unwrap()),
-        libc::EPROTO
-    );
+    assert_eq!(send(&mut c3, old.body()), libc::EPROTO);
     // A second Hello naming another session is refused.
     let mut c2 = UnixStream::connect(&s.sock).unwrap();
     let mut other = Writer::new();
@@ -220,13 +205,7 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
         version: instance::proto::VERSION,
     }
     .encode(&mut other);
-    c2.write_all(other.finish(0)).unwrap();
-    let mut reply = [0u8; 8];
-    c2.read_exact(&mut reply).unwrap();
-    assert_eq!(
-        i32::from_le_bytes(reply[4..8].try_into().unwrap()),
-        libc::EPERM
-    );
+    assert_eq!(send(&mut c2, other.body()), libc::EPERM);
 }
 
 /// Run as a child process by [`a_killed_client_releases_its_locks_and_files`]: with
