@@ -842,6 +842,14 @@ impl Pages {
         }
     }
 
+    /// Drops clean pages of this file beyond the cache's budget with `adding` more
+    /// pages, those farthest from block `near` first; false if they were not enough
+    /// (other files must give pages back: the caller kicks the flusher).
+    pub fn keep_budget(&mut self, near: u64, adding: u64) -> bool {
+        let excess = (self.cache.page_count() + adding).saturating_sub(self.cache.max_pages());
+        excess == 0 || self.evict_clean(excess, near) >= excess
+    }
+
     /// Drops up to `n` clean pages, those farthest from block `near` first; returns how
     /// many were dropped.
     pub fn evict_clean(&mut self, n: u64, near: u64) -> u64 {

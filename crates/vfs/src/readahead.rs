@@ -169,7 +169,13 @@ impl ReadAhead {
         let mut pages = job.h.pages();
         let current = pages.end_fetch(job.fetch);
         let mut cached = 0;
+        let mut within = true;
         if let (true, Ok(blocks)) = (current, read) {
+            // Room for the pages read ahead comes first from this file's pages
+            // farthest from its reader: the flusher's trim would leave the cache over
+            // its budget until it ran.
+            let near = pages.ra_next;
+            within = pages.keep_budget(near, blocks.len() as u64);
             for (i, (block, mapped)) in blocks.into_iter().enumerate() {
                 cached += u64::from(pages.insert_clean(job.first + i as u64, block, Some(mapped)));
             }
@@ -178,7 +184,7 @@ impl ReadAhead {
         job.h.fetched.notify_all();
         let cache = &self.core.cache;
         cache.readahead.fetch_add(cached, Ordering::Relaxed);
-        if cache.page_count() > cache.max_pages() {
+        if !within {
             cache.kick(false);
         }
     }

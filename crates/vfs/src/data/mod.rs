@@ -61,10 +61,8 @@ impl FileSystem {
     /// Evicts clean pages of `h` (those farthest from block `near`) beyond the cache's
     /// budget; if that is not enough, asks the flusher to trim other files.
     fn keep_budget(&self, h: &Handle, near: u64) {
-        let cache = &self.core.cache;
-        let excess = cache.page_count().saturating_sub(cache.max_pages());
-        if excess > 0 && h.pages().evict_clean(excess, near) < excess {
-            cache.kick(false);
+        if !h.pages().keep_budget(near, 0) {
+            self.core.cache.kick(false);
         }
     }
 }
