@@ -246,6 +246,37 @@ fn killed_clients_lose_no_acknowledged_fsync() {
 }
 
 #[test]
+fn relative_paths_into_the_mount_are_served_directly() {
+    let fx = fixture();
+    fx.mount();
+    let parent = fx.mnt.parent().expect("the mount's parent");
+    let name = fx.mnt.file_name().expect("the mount's name");
+    let host_file = fx.host.strip_prefix(parent).unwrap().join("on-host");
+    std::fs::write(fx.host.join("on-host"), "on the host\n").unwrap();
+    // A file of the same name at the mount's root: a ".." that stayed inside would
+    // read it instead of the host's.
+    let decoy = fx.mnt.join(&host_file);
+    std::fs::create_dir_all(decoy.parent().unwrap()).unwrap();
+    std::fs::write(&decoy, "the decoy inside\n").unwrap();
+    let script = script("relative.py");
+    let out = attached(
+        &fx,
+        &[
+            "python3".as_ref(),
+            script.as_os_str(),
+            name,
+            host_file.as_os_str(),
+        ],
+    )
+    .current_dir(parent)
+    .output()
+    .expect("run augefs run --mount");
+    assert_eq!(checked_stdout("relative", &out).trim(), "relative ok");
+    fx.unmount();
+    fx.fsck_clean();
+}
+
+#[test]
 fn git_works_attached() {
     let fx = fixture();
     fx.mount();

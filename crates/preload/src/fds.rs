@@ -670,6 +670,7 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     if r == 0 {
         state::CWD_IN.store(false, std::sync::atomic::Ordering::Relaxed);
         state::CWD_LOST.store(false, std::sync::atomic::Ordering::Relaxed);
+        route::kernel_cwd_changed();
     }
     r
 }

@@ -452,6 +452,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
             if r == 0 {
                 CWD_IN.store(false, Ordering::Relaxed);
                 state::CWD_LOST.store(false, Ordering::Relaxed);
+                route::kernel_cwd_changed();
             }
             r
         }

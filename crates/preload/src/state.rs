@@ -301,6 +301,15 @@ fn attach_instance(dir: &'static [u8]) -> Mode {
     Mode::Owner(px)
 }
 
+/// The kernel's working directory, if inside the attached mount, becomes the posix
+/// layer's (`route::kernel_cwd_changed`).
+pub fn kernel_cwd_in_mount() {
+    if let (Some(dir), Some(px)) = (mount_dir(), remote().and(owner())) {
+        let _g = guard::enter();
+        enter_kernel_cwd(px, dir);
+    }
+}
+
 /// A working directory inside the mount (the kernel's) becomes the posix layer's.
 fn enter_kernel_cwd(px: &Posix, dir: &[u8]) {
     let Ok(cwd) = std::env::current_dir() else {
