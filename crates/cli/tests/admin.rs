@@ -402,11 +402,24 @@ fn install_stages_the_command_man_pages_and_the_mount_helper() {
     assert_eq!(link, std::path::Path::new("/opt/augefs/bin/augefs"));
 }
 
-/// A full 64 MiB image of two files, on the recording device, grown to 128 MiB by
-/// `engine::resize::grow`: every crash state mounts with both files intact and checks
-/// clean, and the grown ones take data the full image refused.
+/// A full 64 MiB image of two files, on the recording device, grown in place to
+/// 128 MiB by `engine::resize::grow`: every crash state mounts with both files intact
+/// and checks clean, and the grown ones take data the full image refused.
 #[test]
 fn resize_grows_a_full_image_crash_states_included() {
+    grow_a_full_image(128 << 20, 0);
+}
+
+/// As above, grown to 320 MiB, where the layout for the larger size would move the WAL:
+/// the grow adds an area after the old end (docs/FORMAT.md §2 "Grown areas").
+#[test]
+fn resize_adds_an_area_to_a_full_image_crash_states_included() {
+    grow_a_full_image(320 << 20, 1);
+}
+
+/// Fills a 64 MiB image, grows it to `new_size` on the recording device (adding
+/// `areas` areas), and checks every crash state.
+fn grow_a_full_image(new_size: u64, areas: u32) {
     use device::recording::{CrashPolicy, RecordingBackend};
     use testsupport::image::{from_bytes, image_bytes, memory_image};
     use testsupport::mount::{mount, unmount};
@@ -441,13 +454,14 @@ fn resize_grows_a_full_image_crash_states_included() {
         .superblock
         .geometry;
     let mut bytes = image_bytes(&dev);
-    bytes.resize((128 * MIB) as usize, 0xee); // a larger device, its new bytes not zero
-                                              // What a block device may hold between the summaries and the segment area.
+    bytes.resize(new_size as usize, 0xee); // a larger device, its new bytes not zero
+                                           // What a block device may hold between the summaries and the segment area.
     bytes[g.summaries.end_block() as usize * 4096..g.segments.start_byte() as usize].fill(0xee);
     let (backend, handle) = RecordingBackend::new(bytes, 512);
     let grown =
-        engine::resize::grow(&device::Device::new(Box::new(backend)), 128 * MIB).expect("grow");
+        engine::resize::grow(&device::Device::new(Box::new(backend)), new_size).expect("grow");
     assert!(grown.new.geometry.segment_count > grown.old_segment_count);
+    assert_eq!(grown.new.geometry.grown_count, areas);
     let recording = handle.snapshot();
     let states = recording.crash_states(&CrashPolicy {
         states_max: 200,
@@ -500,9 +514,9 @@ fn resize_grows_a_full_image_crash_states_included() {
     );
 }
 
-/// `augefs resize`: grows an image file (fsck clean, files intact, more room), refuses
-/// a shrink, a grow that would move the log (leaving the file as it was), and a
-/// mounted image.
+/// `augefs resize`: grows an image file in place and then twice by added areas (fsck
+/// clean, files intact, more room, inspect shows the areas), refuses a shrink, a grow
+/// too small for a segment (leaving the file as it was), and a mounted image.
 #[test]
 fn resize_cli_grows_refuses_and_names_why() {
     let fx = fixture();
@@ -525,19 +539,48 @@ fn resize_cli_grows_refuses_and_names_why() {
         "shrinking",
     );
     fails_with(
-        augefs(&["resize".as_ref(), fx.image.as_os_str(), "2G".as_ref()]),
-        "would move or resize the WAL",
+        augefs(&["resize".as_ref(), fx.image.as_os_str(), "193M".as_ref()]),
+        "adds no whole segment",
     );
     assert_eq!(
         fs::metadata(&fx.image).unwrap().len(),
         192 << 20,
         "a refused grow extends nothing"
     );
+    // The layout for 1 GiB would move the WAL: each of these grows adds an area.
+    for (size, shown) in [("1G", "1.0 GiB"), ("1536M", "1.5 GiB")] {
+        let grew = augefs(&["resize".as_ref(), fx.image.as_os_str(), size.as_ref()]);
+        assert!(
+            checked_stdout("resize", &grew).contains(&format!("to {shown}")),
+            "{grew:?}"
+        );
+        fx.fsck_clean();
+    }
+    let inspect = checked_stdout(
+        "inspect",
+        &augefs(&["inspect".as_ref(), fx.image.as_os_str()]),
+    );
+    assert!(
+        inspect.contains("segments+1") && inspect.contains("segments+2"),
+        "{inspect}"
+    );
     fx.mount();
     let v = fx.vars();
     let sum = sh("sha256sum \"$MNT/keep\" | cut -c1-64", &v);
     assert_eq!(sum, fs::read_to_string(fx.host.join("sum")).unwrap());
-    sh("head -c 60M /dev/zero > \"$MNT/more\" && sync \"$MNT\"", &v);
+    // More than the first two areas hold: the last area's segments take data.
+    sh(
+        "head -c 1100M /dev/zero > \"$MNT/more\" && sync \"$MNT\" && \
+         test $(stat -c %s \"$MNT/more\") = 1153433600",
+        &v,
+    );
     fx.unmount();
     fx.fsck_clean();
+    fx.mount();
+    assert_eq!(
+        sh("sha256sum \"$MNT/keep\" | cut -c1-64", &v),
+        fs::read_to_string(fx.host.join("sum")).unwrap()
+    );
+    sh("cmp -n 1153433600 \"$MNT/more\" /dev/zero", &v);
+    fx.unmount();
 }

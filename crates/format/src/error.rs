@@ -54,6 +54,17 @@ pub enum GeometryError {
     PmrTooSmall { size_bytes: u64, min_bytes: u64 },
     #[error("PMR size {size_bytes} is not a multiple of 4096 bytes")]
     PmrMisaligned { size_bytes: u64 },
+    #[error(
+        "growing from {from_bytes} to {to_bytes} bytes adds no whole segment (an added area \
+         needs {min_bytes} bytes more, at least, for a segment and its summary)"
+    )]
+    GrowTooSmall {
+        from_bytes: u64,
+        to_bytes: u64,
+        min_bytes: u64,
+    },
+    #[error("the file system has grown {max} times already, the most its superblock records")]
+    TooManyGrows { max: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -12,7 +12,7 @@
 use crate::checksum::crc32c;
 use crate::constants::*;
 use crate::error::FormatError;
-use crate::geometry::{Geometry, Region};
+use crate::geometry::{Geometry, Region, GROWS_MAX};
 use crate::layout::{Field, StructLayout};
 use serde::Serialize;
 
@@ -30,13 +30,18 @@ pub const FEATURE_EXTENTS: u32 = 1 << 1;
 /// Set by every mkfs since, and by the first read-write open of an older image, before
 /// it writes a record of the new form.
 pub const FEATURE_LANE_DURABLE: u32 = 1 << 2;
+/// Feature flag: the file system grew by added areas (docs/FORMAT.md §2 "Grown
+/// areas"): `layout_size_bytes` and `grown_sizes` hold what its layout is computed
+/// from. Code older than them would compute the layout from the device size alone.
+pub const FEATURE_GROWN: u32 = 1 << 3;
 /// The longest label, in bytes of UTF-8 (NUL-padded in the superblock; bytes that were
 /// `reserved` and zero before labels, so an older image has none and older code
 /// ignores one).
 pub const LABEL_BYTES_MAX: usize = 64;
 
 /// Every feature flag this build understands; others make the image unreadable here.
-pub const FEATURES_KNOWN: u32 = FEATURE_PMR | FEATURE_EXTENTS | FEATURE_LANE_DURABLE;
+pub const FEATURES_KNOWN: u32 =
+    FEATURE_PMR | FEATURE_EXTENTS | FEATURE_LANE_DURABLE | FEATURE_GROWN;
 
 pub const F_MAGIC: Field = Field::at("magic", 0, 8);
 pub const F_FORMAT_VERSION: Field = Field::after(F_MAGIC, "format_version", 4);
@@ -61,7 +66,9 @@ pub const F_SUMMARY_COUNT: Field = Field::after(F_SUMMARY_START, "summary_block_
 pub const F_SEGMENT_START: Field = Field::after(F_SUMMARY_COUNT, "segment_area_start_block", 8);
 pub const F_SEGMENT_COUNT: Field = Field::after(F_SEGMENT_START, "segment_count", 8);
 pub const F_LABEL: Field = Field::after(F_SEGMENT_COUNT, "label", LABEL_BYTES_MAX);
-pub const F_RESERVED: Field = Field::after(F_LABEL, "reserved", 508 - F_LABEL.end());
+pub const F_LAYOUT_SIZE: Field = Field::after(F_LABEL, "layout_size_bytes", 8);
+pub const F_GROWN_SIZES: Field = Field::after(F_LAYOUT_SIZE, "grown_sizes", 8 * GROWS_MAX);
+pub const F_RESERVED: Field = Field::after(F_GROWN_SIZES, "reserved", 508 - F_GROWN_SIZES.end());
 pub const F_CHECKSUM: Field = Field::after(F_RESERVED, "checksum", 4);
 
 pub const LAYOUT: StructLayout = StructLayout {
@@ -91,6 +98,8 @@ pub const LAYOUT: StructLayout = StructLayout {
         F_SEGMENT_START,
         F_SEGMENT_COUNT,
         F_LABEL,
+        F_LAYOUT_SIZE,
+        F_GROWN_SIZES,
         F_RESERVED,
         F_CHECKSUM,
     ],
@@ -178,7 +187,18 @@ impl Superblock {
         F_SEGMENT_SIZE.put_u32(&mut buf, SEGMENT_SIZE_BYTES as u32);
         F_DEVICE_SIZE.put_u64(&mut buf, g.device_size_bytes);
         F_DOMAIN_COUNT.put_u32(&mut buf, g.domain_count);
-        F_FEATURES.put_u32(&mut buf, self.feature_flags);
+        let grown = g.grown_count > 0;
+        F_FEATURES.put_u32(
+            &mut buf,
+            self.feature_flags & !FEATURE_GROWN | if grown { FEATURE_GROWN } else { 0 },
+        );
+        if grown {
+            F_LAYOUT_SIZE.put_u64(&mut buf, g.layout_size_bytes);
+            for (i, size) in g.grown_sizes().into_iter().enumerate() {
+                let at = F_GROWN_SIZES.offset + 8 * i;
+                buf[at..at + 8].copy_from_slice(&size.to_le_bytes());
+            }
+        }
         F_PMR_SIZE.put_u64(&mut buf, self.pmr_size_bytes);
         let regions = [
             (F_CHECKPOINT_START, F_CHECKPOINT_COUNT, g.checkpoints),
@@ -257,7 +277,20 @@ impl Superblock {
         }
         let device_size_bytes = F_DEVICE_SIZE.get_u64(buf);
         let domain_count = F_DOMAIN_COUNT.get_u32(buf);
-        let geometry = Geometry::compute(device_size_bytes, domain_count).map_err(|e| {
+        let geometry = if feature_flags & FEATURE_GROWN != 0 {
+            let sizes = grown_sizes(buf);
+            if sizes.last() != Some(&device_size_bytes) {
+                return Err(corrupt(
+                    F_GROWN_SIZES.name,
+                    format!("ascending sizes, the last {device_size_bytes}"),
+                    format!("{sizes:?}"),
+                ));
+            }
+            Geometry::compute_grown(F_LAYOUT_SIZE.get_u64(buf), domain_count, &sizes)
+        } else {
+            Geometry::compute(device_size_bytes, domain_count)
+        }
+        .map_err(|e| {
             corrupt(
                 "device_size_bytes/domain_count",
                 "a valid geometry".into(),
@@ -286,6 +319,17 @@ impl Superblock {
             label,
         })
     }
+}
+
+/// The device sizes after each grow by an added area: the non-zero prefix of the
+/// field (a layout check refuses any that do not grow).
+fn grown_sizes(buf: &[u8]) -> Vec<u64> {
+    F_GROWN_SIZES
+        .bytes(buf)
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .take_while(|&size| size != 0)
+        .collect()
 }
 
 /// The label in `bytes` (up to the first NUL), or why it is not one. Only a damaged
@@ -437,6 +481,53 @@ mod tests {
             let crc = crc32c(&buf[..F_CHECKSUM.offset]);
             F_CHECKSUM.put_u32(&mut buf, crc);
             assert!(Superblock::decode(&buf, 0).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Reseals `buf`'s checksum (a copy damaged where the checksum still matches).
+    fn reseal(buf: &mut [u8]) {
+        let crc = crc32c(&buf[..F_CHECKSUM.offset]);
+        F_CHECKSUM.put_u32(buf, crc);
+    }
+
+    #[test]
+    fn a_grown_layout_round_trips_and_a_wrong_one_is_refused() {
+        let mut sb = sample();
+        let plain = sb.encode(0);
+        assert!(F_LAYOUT_SIZE.bytes(&plain).iter().all(|&b| b == 0));
+        assert!(F_GROWN_SIZES.bytes(&plain).iter().all(|&b| b == 0));
+        sb.geometry = sb
+            .geometry
+            .with_area(GIB)
+            .unwrap()
+            .with_area(2 * GIB)
+            .unwrap();
+        sb.feature_flags |= FEATURE_GROWN;
+        let buf = sb.encode(1);
+        assert_eq!(F_FEATURES.get_u32(&buf) & FEATURE_GROWN, FEATURE_GROWN);
+        assert_eq!(Superblock::decode(&buf, 1).unwrap(), sb);
+        let at = |i: usize| F_GROWN_SIZES.offset + 8 * i;
+        type Damage<'a> = &'a dyn Fn(&mut Vec<u8>);
+        let damaged: [Damage; 5] = [
+            // Not ascending, the last not the device size, one size too many, another
+            // layout size, no flag.
+            &|b| b[at(0)..at(1)].copy_from_slice(&(3 * GIB).to_le_bytes()),
+            &|b| b[at(1)..at(2)].copy_from_slice(&(GIB + GIB / 2).to_le_bytes()),
+            &|b| b[at(2)..at(3)].copy_from_slice(&(4 * GIB).to_le_bytes()),
+            &|b| F_LAYOUT_SIZE.put_u64(b, 512 * MIB),
+            &|b| {
+                let flags = F_FEATURES.get_u32(b);
+                F_FEATURES.put_u32(b, flags & !FEATURE_GROWN);
+            },
+        ];
+        for (i, damage) in damaged.iter().enumerate() {
+            let mut b = buf.clone();
+            damage(&mut b);
+            reseal(&mut b);
+            assert!(
+                matches!(Superblock::decode(&b, 1), Err(FormatError::Corruption(_))),
+                "damage {i}"
+            );
         }
     }
 

@@ -118,7 +118,7 @@ fn validate(args: &Args) -> Result<(), String> {
     }
     // The child may issue a quarter more than it is killed at, and tables need room.
     let needed = args.crash_size / 2 * 3;
-    if args.figures.contains(&FigureSet::Recovery) && needed > geometry.segments.size_bytes() {
+    if args.figures.contains(&FigureSet::Recovery) && needed > geometry.segment_bytes() {
         return Err(format!(
             "--image-size {} is too small for --crash-size {}: the recovery figure needs about {} of segments",
             human(args.image_size),

@@ -184,7 +184,7 @@ fn validate(args: &Args) -> Result<(), String> {
         ));
     }
     let needed = args.keys * TABLE_BYTES_PER_KEY_ESTIMATE * 2;
-    if args.figures.contains(&FigureSet::Get) && needed > geometry.segments.size_bytes() {
+    if args.figures.contains(&FigureSet::Get) && needed > geometry.segment_bytes() {
         return Err(format!(
             "--image-size {} is too small for --keys {}: tables need about {} while compacting",
             human(args.image_size),

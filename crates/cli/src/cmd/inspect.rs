@@ -119,7 +119,7 @@ fn print_text(args: &Args, r: &InspectReport) {
     println!(
         "  segments          {} x 2 MiB = {}",
         g.segment_count,
-        human(g.segments.size_bytes())
+        human(g.segment_bytes())
     );
     match &r.pmr {
         None => println!("  mode              ssd (MetaDB WAL on the device)"),
@@ -156,14 +156,20 @@ fn print_text(args: &Args, r: &InspectReport) {
         println!("  notice            {notice}");
     }
     println!("regions (4 KiB blocks)");
-    for (name, region) in [
-        ("superblocks", g.superblocks),
-        ("checkpoints", g.checkpoints),
-        ("manifest", g.manifest),
-        ("wal", g.wal),
-        ("summaries", g.summaries),
-        ("segments", g.segments),
-    ] {
+    let mut regions = vec![
+        ("superblocks".to_string(), g.superblocks),
+        ("checkpoints".into(), g.checkpoints),
+        ("manifest".into(), g.manifest),
+        ("wal".into(), g.wal),
+        ("summaries".into(), g.summaries),
+        ("segments".into(), g.segments),
+    ];
+    // Areas added by `augefs resize`, each after the device's end before it.
+    for (i, a) in g.grown_areas().iter().enumerate() {
+        regions.push((format!("summaries+{}", i + 1), a.summaries));
+        regions.push((format!("segments+{}", i + 1), a.segments));
+    }
+    for (name, region) in regions {
         println!(
             "  {name:<12} start {:>10}  blocks {:>10}  ({})",
             region.start_block,

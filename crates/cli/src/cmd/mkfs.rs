@@ -153,7 +153,7 @@ pub fn run(args: Args) -> Result<(), String> {
         human(g.device_size_bytes),
         g.domain_count,
         g.segment_count,
-        human(g.segments.size_bytes()),
+        human(g.segment_bytes()),
         mode,
         dev.info().backend.name()
     );

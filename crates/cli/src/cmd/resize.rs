@@ -1,7 +1,8 @@
 //! `augefs resize IMAGE|DEVICE [SIZE]`: grows an unmounted file system (as resize2fs
 //! offline): an image file is first extended to SIZE; without SIZE, into the whole
-//! device (a grown partition, an image extended by hand). engine::resize says which
-//! grows are done in place and refuses the others and every shrink, saying why.
+//! device (a grown partition, an image extended by hand). engine::resize grows in
+//! place or by an added area, and refuses a grow too small for a segment, a ninth added
+//! area and every shrink, saying why.
 
 use device::{LockMode, OpenOptions};
 use platform::units::{human, parse_size};

@@ -162,7 +162,7 @@ impl Engine {
             // area is corruption, never a read past the device's end.
             if let Some((i, m)) = wanted
                 .iter()
-                .find(|(_, m)| !self.geometry.segments.contains(m.addr))
+                .find(|(_, m)| self.geometry.segment_of(m.addr).is_none())
             {
                 return Err(EngineError::corruption(
                     "block mapping",

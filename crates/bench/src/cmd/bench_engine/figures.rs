@@ -73,7 +73,7 @@ fn engine_sample(
 ) -> Result<Sample, String> {
     let mounted = setup.create(Some(domains), path)?;
     env.note(&mounted);
-    let limit = limit(args, threads, mounted.geometry().segments.size_bytes());
+    let limit = limit(args, threads, mounted.geometry().segment_bytes());
     let before = mounted.io();
     let run = workload::engine_appends(&mounted.engine, threads, limit);
     let io = mounted.io().since(&before);
