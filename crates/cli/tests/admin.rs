@@ -12,7 +12,7 @@ use common::*;
 use std::fs;
 use std::process::Command;
 use testsupport::fuse::is_mounted;
-use testsupport::process::{check, checked_stdout, fails_with, sh};
+use testsupport::process::{check, checked_stdout, fails_with, sh, wait_until};
 
 /// `df --output=FIELDS DIR`'s figures (one line, no header).
 fn df(fields: &str, dir: &std::path::Path) -> Vec<u64> {
@@ -301,9 +301,11 @@ fn fsck_names_the_damaged_file_and_sums_up() {
     assert!(line.contains("/home/ann/notes.txt"), "{line}");
 }
 
-/// `augefs mount` as a user other than root goes through fusermount3: it mounts where
-/// fusermount3 can open /dev/fuse, and otherwise says what is missing and the fix,
-/// naming /dev/fuse (or fusermount3, when it is not installed) and the mount point once.
+/// `augefs mount` as a user other than root goes through fusermount3: where /dev/fuse
+/// is closed to users (mode 0600, as on this kind of machine) it says what is missing
+/// and the fix, naming /dev/fuse and the mount point once; opened as fuse3's udev rule
+/// opens it (0666, for the test only) the user mounts, uses and unmounts; without
+/// fusermount3 it names the package.
 #[test]
 fn a_user_mounts_through_fusermount3_or_is_told_the_fix() {
     use std::os::unix::fs::{chown, PermissionsExt};
@@ -312,6 +314,12 @@ fn a_user_mounts_through_fusermount3_or_is_told_the_fix() {
     let open = |p: &std::path::Path, mode| {
         fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod")
     };
+    // A directory the user may write in (the root is root's).
+    fx.mount();
+    fs::create_dir(fx.mnt.join("shared")).expect("mkdir");
+    open(&fx.mnt.join("shared"), 0o777);
+    fs::write(fx.mnt.join("hello"), b"from root\n").expect("write");
+    fx.unmount();
     open(root, 0o755);
     open(&fx.mnt, 0o777);
     chown(&fx.image, Some(65534), Some(65534)).expect("chown the image");
@@ -319,36 +327,63 @@ fn a_user_mounts_through_fusermount3_or_is_told_the_fix() {
     let bin = fx.host.join("augefs");
     fs::copy(BIN, &bin).expect("copy the binary");
     open(&fx.host, 0o755);
-    let as_nobody = |path: &str| {
+    let as_nobody = |path: &str, args: &[&std::ffi::OsStr]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .args(["env", &format!("PATH={path}")])
-            .arg(&bin)
-            .arg("mount")
-            .arg(&fx.image)
-            .arg(&fx.mnt)
+            .args(args)
             .output()
             .expect("setpriv (util-linux)")
     };
-    let out = as_nobody(&std::env::var("PATH").unwrap_or_default());
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    if out.status.success() {
-        assert!(is_mounted(&fx.mnt));
-        fs::write(fx.mnt.join("by-user"), b"u").expect("write as root on the user's mount");
-        fx.unmount();
-        fx.fsck_clean();
-    } else {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mount = [
+        bin.as_os_str(),
+        "mount".as_ref(),
+        fx.image.as_os_str(),
+        fx.mnt.as_os_str(),
+    ];
+    let fuse = std::path::Path::new("/dev/fuse");
+    let mode = fs::metadata(fuse).expect("/dev/fuse").permissions().mode() & 0o7777;
+    if mode & 0o006 != 0o006 {
+        let out = as_nobody(&path, &mount);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(
             err.contains("/dev/fuse") && err.contains("chmod 0666 /dev/fuse"),
             "{err}"
         );
+        let mnt = fx.mnt.display().to_string();
+        assert!(
+            err.matches(&mnt).count() <= 1,
+            "the mount point once: {err}"
+        );
     }
-    let mnt = fx.mnt.display().to_string();
-    assert!(
-        err.matches(&mnt).count() <= 1,
-        "the mount point once: {err}"
-    );
-    let out = as_nobody("/nonexistent");
+    {
+        /// Puts /dev/fuse's mode back, even when the test fails.
+        struct Restore(u32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let p = fs::Permissions::from_mode(self.0);
+                fs::set_permissions("/dev/fuse", p).expect("restore /dev/fuse's mode");
+            }
+        }
+        let _restore = Restore(mode);
+        open(fuse, 0o666);
+        let out = as_nobody(&path, &mount);
+        check("mount by a user", &out);
+        assert!(is_mounted(&fx.mnt));
+        // Only the user reaches a mount without allow_other: it writes and reads.
+        let script = format!(
+            "cat {m}/hello && echo u > {m}/shared/by-user && cat {m}/shared/by-user && \
+             fusermount3 -u {m}",
+            m = fx.mnt.display()
+        );
+        let out = as_nobody(&path, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+        assert_eq!(checked_stdout("the user's mount", &out), "from root\nu\n");
+    }
+    wait_until("the user's daemon to end", || !is_mounted(&fx.mnt));
+    fx.fsck_clean();
+    let out = as_nobody("/nonexistent", &mount);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("fusermount3 is not installed"), "{err}");
