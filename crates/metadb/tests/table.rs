@@ -669,3 +669,14 @@ fn get_latency_from_cache() {
         table_ns / btree_ns
     );
 }
+
+/// The default block cache is a sixteenth of memory, 64 MiB to 2 GiB.
+#[test]
+fn the_block_cache_is_sized_from_memory() {
+    use metadb::MetaDbConfig;
+    const MIB: u64 = 1 << 20;
+    assert_eq!(MetaDbConfig::block_cache_for_memory(0), 64 << 20);
+    assert_eq!(MetaDbConfig::block_cache_for_memory(512 * MIB), 64 << 20);
+    assert_eq!(MetaDbConfig::block_cache_for_memory(24 << 30), 1536 << 20);
+    assert_eq!(MetaDbConfig::block_cache_for_memory(1 << 40), 2 << 30);
+}

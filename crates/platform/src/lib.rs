@@ -14,6 +14,7 @@
 
 pub mod accounting;
 pub mod clock;
+pub mod memory;
 pub mod rng;
 pub mod signal;
 pub mod units;

@@ -58,19 +58,7 @@ pub struct CacheConfig {
 impl Default for CacheConfig {
     /// Sized to this machine's memory ([`CacheConfig::for_memory`]).
     fn default() -> Self {
-        // SAFETY: sysconf has no preconditions.
-        let (pages, page) = unsafe {
-            (
-                libc::sysconf(libc::_SC_PHYS_PAGES),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
-        let memory = if pages > 0 && page > 0 {
-            pages as u64 * page as u64
-        } else {
-            0
-        };
-        CacheConfig::for_memory(memory)
+        CacheConfig::for_memory(platform::memory::physical_bytes())
     }
 }
 

@@ -83,9 +83,10 @@ pub struct Args {
     #[arg(long)]
     pub ops: Option<u64>,
     /// Block cache of both stores, e.g. 1G (fjall also reads through the kernel's page
-    /// cache; MetaDB reads with O_DIRECT, so this is all the caching it gets).
-    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
-    pub cache: u64,
+    /// cache; MetaDB reads with O_DIRECT, so this is all the caching it gets). Default:
+    /// MetaDB's own for this machine, a sixteenth of memory (64 MiB to 2 GiB).
+    #[arg(long, value_parser = parse_size)]
+    pub cache: Option<u64>,
     /// Keys loaded for the get figure, e.g. 10M.
     #[arg(long, value_parser = parse_count, default_value = "10M")]
     pub keys: u64,
@@ -204,10 +205,17 @@ impl Args {
         }
     }
 
+    /// The block cache of both stores: `--cache`, or MetaDB's default.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.unwrap_or_else(|| {
+            metadb::MetaDbConfig::block_cache_for_memory(platform::memory::physical_bytes()) as u64
+        })
+    }
+
     /// MetaDB's configuration in this run: the defaults with the `--cache` block cache.
     fn metadb_config(&self) -> MetaDbConfig {
         MetaDbConfig {
-            block_cache_bytes: usize::try_from(self.cache).expect("cache size fits memory"),
+            block_cache_bytes: usize::try_from(self.cache_bytes()).expect("cache size fits memory"),
             ..MetaDbConfig::default()
         }
     }

@@ -77,6 +77,24 @@ pub struct MetaDbConfig {
     pub salvage_damage: bool,
 }
 
+impl MetaDbConfig {
+    /// The smallest and largest block cache [`MetaDbConfig::block_cache_for_memory`]
+    /// chooses.
+    pub const BLOCK_CACHE_MIN: usize = 64 << 20;
+    pub const BLOCK_CACHE_MAX: usize = 2 << 30;
+
+    /// The block cache for a machine with `memory` bytes: a sixteenth of it, between
+    /// [`MetaDbConfig::BLOCK_CACHE_MIN`] and [`MetaDbConfig::BLOCK_CACHE_MAX`]. Tables
+    /// are read with O_DIRECT, so this is all the caching their blocks get (a store
+    /// over the kernel's page cache gets the rest of memory); with the page cache's
+    /// eighth, augefs's caches take at most about a fifth of memory. Blocks are cached
+    /// as they are read: an idle store holds none.
+    pub fn block_cache_for_memory(memory: u64) -> usize {
+        let share = usize::try_from(memory / 16).unwrap_or(usize::MAX);
+        share.clamp(Self::BLOCK_CACHE_MIN, Self::BLOCK_CACHE_MAX)
+    }
+}
+
 impl Default for MetaDbConfig {
     fn default() -> Self {
         MetaDbConfig {
@@ -85,7 +103,9 @@ impl Default for MetaDbConfig {
             memtable_bytes: 8 << 20,
             immutables_max: 4,
             level0_stop_tables: 32,
-            block_cache_bytes: 64 << 20,
+            block_cache_bytes: MetaDbConfig::block_cache_for_memory(
+                platform::memory::physical_bytes(),
+            ),
             table: TableOptions::default(),
             compaction: CompactionConfig::default(),
             background: true,

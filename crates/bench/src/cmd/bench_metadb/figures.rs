@@ -125,7 +125,7 @@ fn put_fjall(
     sync: bool,
     limit: Limit,
 ) -> Result<Sample, String> {
-    let fjall = Fjall::create(&paths.fjall, args.cache)?;
+    let fjall = Fjall::create(&paths.fjall, args.cache_bytes())?;
     let before = process_write_bytes();
     let run = workload::put_throughput(&fjall, threads, sync, limit, 0)?;
     fjall.persist()?;
@@ -268,7 +268,7 @@ fn load_augefs(
 
 /// fjall, loaded, flushed and compacted.
 fn load_fjall(args: &Args, paths: &Paths, report: &mut Report) -> Result<Fjall, String> {
-    let fjall = Fjall::create(&paths.fjall, args.cache)?;
+    let fjall = Fjall::create(&paths.fjall, args.cache_bytes())?;
     let io = || IoMark::Process(process_write_bytes());
     load_rows(args, &fjall, System::Fjall, report, &io, || {
         fjall.settle()?;
@@ -384,7 +384,7 @@ fn load_small_augefs(args: &Args, setup: &Setup) -> Result<Augefs, String> {
 }
 
 fn load_small_fjall(args: &Args, paths: &Paths) -> Result<Fjall, String> {
-    let fjall = Fjall::create(&paths.small_fjall, args.cache)?;
+    let fjall = Fjall::create(&paths.small_fjall, args.cache_bytes())?;
     workload::load(&fjall, args.keys / 10, |_, _| {})?;
     fjall.settle()?;
     Ok(fjall)
@@ -571,14 +571,14 @@ fn recover_augefs(
 }
 
 fn recover_fjall(args: &Args, paths: &Paths, shape: RecoveryShape) -> Result<Sample, String> {
-    let fjall = Fjall::create(&paths.fjall, args.cache)?;
+    let fjall = Fjall::create(&paths.fjall, args.cache_bytes())?;
     put_range(&fjall, 0..shape.flushed)?;
     fjall.flush()?;
     let end = shape.flushed + shape.unflushed;
     put_range(&fjall, shape.flushed..end)?;
     fjall.persist()?;
     fjall.close();
-    let (fjall, open_ns) = Fjall::reopen(&paths.fjall, args.cache)?;
+    let (fjall, open_ns) = Fjall::reopen(&paths.fjall, args.cache_bytes())?;
     check_recovered(&|k| fjall.get(k), &[0, shape.flushed, end - 1])?;
     fjall.close();
     remove_dir(&paths.fjall)?;

@@ -96,7 +96,7 @@ pub(super) fn print_header(args: &Args, paths: &Paths, env: &Environment) {
     println!(
         "fjall 3 in {}: sync put = 1-item batch with PersistMode::SyncData (fdatasync per write), buffered = Keyspace::insert; {} cache; bytes/put from /proc/self/io",
         paths.fjall.display(),
-        human(args.cache),
+        human(args.cache_bytes()),
     );
     println!(
         "keys m:<parent>:<name> (24 B), values 100 random B; load and gets: 1 thread, ssd mode, {} keys, {} gets per round",
@@ -127,7 +127,7 @@ pub(super) fn report_json(args: &Args, paths: &Paths, env: &Environment, report:
             "runs": args.common.runs,
             "fjall_sync": "write batch with PersistMode::SyncData",
             "fjall_buffered": "Keyspace::insert (default: write to the OS, no sync)",
-            "cache_bytes": args.cache,
+            "cache_bytes": args.cache_bytes(),
         },
         "environment": {
             "backend": env.device.backend,
