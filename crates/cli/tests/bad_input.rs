@@ -215,3 +215,24 @@ fn a_closed_pipe_ends_the_command_quietly() {
         assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
 }
+
+/// A mount point in the kernel's own file systems (a process's /proc entry, a sysfs
+/// directory) is refused before anything is opened, naming the file system; nothing
+/// gets mounted there.
+#[test]
+fn a_mount_on_proc_or_sys_is_refused() {
+    let dir = scratch!();
+    let image = dir.path().join("img");
+    mkfs_64m(&image);
+    for target in ["/proc/1", "/sys/kernel"] {
+        let o = augefs(&["mount".as_ref(), image.as_os_str(), target.as_ref()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{target}: {}", describe(&o));
+        assert!(
+            stderr.contains("the kernel's") && stderr.contains(target),
+            "{target}: {}",
+            describe(&o)
+        );
+        assert!(!is_mounted(Path::new(target)), "{target} was mounted");
+    }
+}

@@ -192,9 +192,39 @@ fn check_paths(args: &Args) -> Result<(), String> {
         ));
     }
     match std::fs::metadata(&args.dir) {
-        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.is_dir() => kernel_owned(&args.dir),
         Ok(_) => Err(format!("{}: not a directory", args.dir.display())),
         Err(e) => Err(format!("{}: {e}", args.dir.display())),
+    }
+}
+
+/// Refuses a directory of the kernel's own file systems (/proc, /sys and the like):
+/// a mount there hides what the system reads (a process's /proc entry, a device's
+/// attributes).
+fn kernel_owned(dir: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    const KERNEL: [(i64, &str); 5] = [
+        (0x9fa0, "proc"),
+        (0x6265_6572, "sysfs"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0x6367_7270, "cgroup2"),
+    ];
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: a path with a NUL byte", dir.display()))?;
+    // SAFETY: statfs is plain data; all zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs writes one struct into `st`, which is live; `c` is NUL-terminated.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(()); // Whatever stops the mount says so itself.
+    }
+    match KERNEL.iter().find(|(magic, _)| *magic == st.f_type as i64) {
+        Some((_, name)) => Err(format!(
+            "{}: a directory of the kernel's {name} file system: mount on a directory of \
+             an ordinary file system",
+            dir.display()
+        )),
+        None => Ok(()),
     }
 }
 
