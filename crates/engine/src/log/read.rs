@@ -237,9 +237,10 @@ impl Engine {
     }
 }
 
-/// The most blocks one read request carries (256 KiB): a long run is split so that
-/// several requests are in flight at once, which the device serves faster than one.
-pub const READ_RUN_BLOCKS_MAX: usize = 64;
+/// The most blocks one read request carries (512 KiB): a long run is split so that
+/// several requests are in flight at once, which the device serves faster than one,
+/// while a read-ahead job (512 KiB) is one request.
+pub const READ_RUN_BLOCKS_MAX: usize = 128;
 
 /// Splits `wanted` (ascending file blocks with their mappings) into runs of
 /// consecutive file blocks at consecutive device addresses, each at most
@@ -283,8 +284,12 @@ mod tests {
             (5, at(41)),
         ];
         assert_eq!(device_runs(&wanted), vec![0..3, 3..4, 4..5]);
-        let long: Vec<_> = (0..150u64).map(|i| (i, at(100 + i))).collect();
-        assert_eq!(device_runs(&long), vec![0..64, 64..128, 128..150]);
+        let max = READ_RUN_BLOCKS_MAX;
+        let long: Vec<_> = (0..2 * max as u64 + 22).map(|i| (i, at(100 + i))).collect();
+        assert_eq!(
+            device_runs(&long),
+            vec![0..max, max..2 * max, 2 * max..2 * max + 22]
+        );
         assert!(device_runs(&[]).is_empty());
     }
 }
