@@ -141,6 +141,20 @@ impl Engine {
         ino: InodeNo,
         first: FileBlock,
         count: u64,
+        deliver: impl FnMut(u64, Option<&[u8]>),
+    ) -> Result<(), EngineError> {
+        self.read_blocks_into(ino, first, count, |_, _| None, deliver)
+    }
+
+    /// [`Engine::read_blocks`] into the caller's memory: `dest(i, n)` may give the
+    /// buffer blocks `i..i + n` (from `first`) are read into (else a scratch buffer is),
+    /// and the slices handed to `deliver` then lie in it.
+    pub fn read_blocks_into(
+        &self,
+        ino: InodeNo,
+        first: FileBlock,
+        count: u64,
+        mut dest: impl FnMut(u64, usize) -> Option<AlignedBuf>,
         mut deliver: impl FnMut(u64, Option<&[u8]>),
     ) -> Result<(), EngineError> {
         assert!(count > 0);
@@ -175,12 +189,11 @@ impl Engine {
             let requests = runs
                 .iter()
                 .map(|run| {
-                    let (_, m) = wanted[run.start];
-                    IoRequest::read(
-                        m.addr.byte_offset(),
-                        AlignedBuf::scratch(run.len() * BLOCK),
-                        IoCause::UserData,
-                    )
+                    let (i, m) = wanted[run.start];
+                    let buf = dest(i, run.len())
+                        .unwrap_or_else(|| AlignedBuf::scratch(run.len() * BLOCK));
+                    assert_eq!(buf.len(), run.len() * BLOCK, "a run's buffer");
+                    IoRequest::read(m.addr.byte_offset(), buf, IoCause::UserData)
                 })
                 .collect();
             let done = self.device.run(requests)?;
