@@ -151,6 +151,68 @@ pub unsafe extern "C" fn augefs_pread(
     neg(unsafe { fs(h) }.pread(fd, b, off).map(|n| n as i64)) as ssize_t
 }
 
+/// A zero-copy read's view ([`augefs_pread_view`]): the bytes and the iovecs that point
+/// into them, valid until [`augefs_view_release`].
+#[derive(Debug)]
+pub struct AugefsView {
+    view: vfs::ReadView,
+    iov: Vec<libc::iovec>,
+}
+
+/// `pread` without a copy: `*view` lends up to `n` bytes at `off` (the cache's own
+/// blocks); returns the bytes lent (0 at the end), or a negative errno with `*view`
+/// NULL.
+#[no_mangle]
+pub unsafe extern "C" fn augefs_pread_view(
+    h: *mut Augefs,
+    fd: c_int,
+    n: size_t,
+    off: i64,
+    view: *mut *mut AugefsView,
+) -> ssize_t {
+    assert!(!view.is_null(), "augefs: a NULL view pointer");
+    let (out, r) = match unsafe { fs(h) }.pread_view(fd, n, off) {
+        Ok(v) => {
+            let iov = v
+                .slices()
+                .map(|s| libc::iovec {
+                    iov_base: s.as_ptr().cast_mut().cast::<c_void>(),
+                    iov_len: s.len(),
+                })
+                .collect();
+            let len = v.len() as ssize_t;
+            // The iovecs point into the blocks (or the owned vector's heap), which do
+            // not move with the box.
+            (Box::into_raw(Box::new(AugefsView { view: v, iov })), len)
+        }
+        Err(posix::Errno(e)) => (std::ptr::null_mut(), -(e as ssize_t)),
+    };
+    unsafe { *view = out };
+    r
+}
+
+/// The view's bytes as iovecs, in order (`*iov` valid until the view is released);
+/// returns their count.
+#[no_mangle]
+pub unsafe extern "C" fn augefs_view_iov(
+    view: *const AugefsView,
+    iov: *mut *const libc::iovec,
+) -> c_int {
+    assert!(!view.is_null() && !iov.is_null(), "augefs: a NULL view");
+    let v = unsafe { &*view };
+    debug_assert_eq!(v.iov.iter().map(|i| i.iov_len).sum::<usize>(), v.view.len());
+    unsafe { *iov = v.iov.as_ptr() };
+    c_int::try_from(v.iov.len()).expect("a view's iovecs fit an int")
+}
+
+/// Ends the loan of `view` (NULL: nothing); its iovecs are invalid after.
+#[no_mangle]
+pub unsafe extern "C" fn augefs_view_release(view: *mut AugefsView) {
+    if !view.is_null() {
+        drop(unsafe { Box::from_raw(view) });
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn augefs_pwrite(
     h: *mut Augefs,

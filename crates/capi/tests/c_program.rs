@@ -20,6 +20,20 @@ int main(int argc, char **argv) {
     if (augefs_write(h, fd, "hello", 5) != 5) return 4;
     char buf[16] = {0};
     if (augefs_pread(h, fd, buf, sizeof buf, 0) != 5 || strcmp(buf, "hello")) return 5;
+    augefs_view_t *view = NULL;
+    const struct iovec *iov = NULL;
+    if (augefs_pread_view(h, fd, 16, 1, &view) != 4 || !view) return 12;
+    if (augefs_view_iov(view, &iov) != 1 || iov[0].iov_len != 4) return 13;
+    /* A write and a truncate do not change what the view lends. */
+    if (augefs_pwrite(h, fd, "HELLO", 5, 0) != 5) return 14;
+    int t = augefs_open(h, "/d/f", O_WRONLY | O_TRUNC, 0);
+    if (t < 0 || augefs_close(h, t) != 0) return 15;
+    if (memcmp(iov[0].iov_base, "ello", 4)) return 16;
+    augefs_view_release(view);
+    if (augefs_pread_view(h, fd, 16, 0, &view) != 0) return 17;
+    augefs_view_release(view);
+    if (augefs_pread_view(h, 999, 16, 0, &view) >= 0 || view) return 18;
+    if (augefs_pwrite(h, fd, "hello", 5, 0) != 5) return 19;
     if (augefs_fsync(h, fd) != 0 || augefs_close(h, fd) != 0) return 6;
     if (augefs_rename(h, "/d/f", "/d/g") != 0) return 7;
     struct stat st;

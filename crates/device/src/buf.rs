@@ -88,9 +88,12 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     capacity: usize,
+    /// Memory the creator lent ([`AlignedBuf::lent`]): never freed or recycled here.
+    lent: bool,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8>.
+// SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8> (a lent one has it
+// exclusively until dropped, by `lent`'s contract).
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared references only allow reads of the owned bytes.
 unsafe impl Sync for AlignedBuf {}
@@ -125,7 +128,37 @@ impl AlignedBuf {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, capacity }
+        AlignedBuf {
+            ptr,
+            len,
+            capacity,
+            lent: false,
+        }
+    }
+
+    /// A buffer over `len` bytes at `ptr` that its creator owns, so that a device read
+    /// lands in its final place (the page cache's blocks) without a copy. Dropping it
+    /// frees nothing.
+    ///
+    /// # Safety
+    /// `ptr` is aligned to [`BUF_ALIGN_BYTES`], `len` a multiple of it, and the bytes
+    /// are valid for reads and writes and used by nothing else until the buffer drops.
+    pub unsafe fn lent(ptr: NonNull<u8>, len: usize) -> AlignedBuf {
+        assert!(
+            len > 0 && len % BUF_ALIGN_BYTES == 0,
+            "a lent buffer of whole units"
+        );
+        assert_eq!(
+            ptr.as_ptr() as usize % BUF_ALIGN_BYTES,
+            0,
+            "a lent buffer's alignment"
+        );
+        AlignedBuf {
+            ptr,
+            len,
+            capacity: len,
+            lent: true,
+        }
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -179,12 +212,16 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.lent {
+            return;
+        }
         if self.capacity >= RECYCLE_MIN_BYTES {
             // The allocation moves to a new owner, kept for reuse or freed here.
             let owned = AlignedBuf {
                 ptr: self.ptr,
                 len: 0,
                 capacity: self.capacity,
+                lent: false,
             };
             self.capacity = 0;
             if let Some(mut back) = keep_recycled(owned) {

@@ -21,8 +21,8 @@ use format::InodeNo;
 use vfs::creds::{MAY_READ, MAY_WRITE};
 use vfs::locks::{LockKind, LockOwner, RangeLock};
 use vfs::{
-    AttrChanges, Creds, DirEntry, Fallocate, FileSystem, Kind, Metadata, OpenInode, RenameMode,
-    StatFs, VfsError, XattrMode,
+    AttrChanges, Creds, DirEntry, Fallocate, FileSystem, Kind, Metadata, OpenInode, ReadView,
+    RenameMode, StatFs, VfsError, XattrMode,
 };
 
 /// Which lock table a lock call means.
@@ -171,6 +171,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn statfs(&self) -> Result<StatFs>;
 
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Up to `len` bytes at `offset` as a view (docs/DESIGN.md §10.7, "Views"): the
+    /// cache's own blocks where the cache is in this process; a backend without one
+    /// reads them into a view of its own (one copy, the same lifetime rule).
+    fn read_view(&self, f: &OpenFile, offset: u64, len: usize) -> Result<ReadView> {
+        let mut buf = vec![0u8; len];
+        let n = self.read(f, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(ReadView::of_bytes(buf))
+    }
     fn write(&self, f: &OpenFile, offset: u64, data: &[u8]) -> Result<usize>;
     /// Writes at the file's end, atomically; returns where and how much.
     fn append(&self, f: &OpenFile, data: &[u8]) -> Result<(u64, usize)>;
@@ -487,6 +496,10 @@ impl Backend for FileSystem {
 
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.read_open(local(f)?, offset, buf).map_err(e)
+    }
+
+    fn read_view(&self, f: &OpenFile, offset: u64, len: usize) -> Result<ReadView> {
+        self.read_view_open(local(f)?, offset, len).map_err(e)
     }
 
     fn write(&self, f: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {

@@ -58,6 +58,15 @@ impl Posix {
         self.fs.read(d.file()?, offset, buf)
     }
 
+    /// `pread` without a copy: up to `n` bytes at `offset` as a [`vfs::ReadView`] of
+    /// the page cache's blocks, valid and unchanging until dropped whatever happens to
+    /// the file (docs/DESIGN.md §10.7, "Views"). The file offset does not move.
+    pub fn pread_view(&self, fd: i32, n: usize, offset: i64) -> Result<vfs::ReadView> {
+        let d = self.readable(fd)?;
+        let offset = u64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        self.fs.read_view(d.file()?, offset, n)
+    }
+
     /// Writes at the offset (or the end, with O_APPEND) and moves it past the data.
     pub fn write(&self, fd: i32, buf: &[u8]) -> Result<usize> {
         self.write_to(&*self.writable(fd)?, buf)

@@ -8,6 +8,7 @@
 
 use crate::attr::Metadata;
 use crate::creds::{MAY_READ, MAY_WRITE};
+use crate::data::view::ReadView;
 use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::handle::Handle;
@@ -185,6 +186,14 @@ impl File {
             return Err(VfsError::BadAccess("not open for reading".into()));
         }
         self.fs.read_data(&self.handle, offset, buf)
+    }
+
+    /// Up to `len` bytes at `offset` without a copy ([`FileSystem::read_view_at`]).
+    pub fn read_view(&self, offset: u64, len: usize) -> Result<ReadView, VfsError> {
+        if !self.read {
+            return Err(VfsError::BadAccess("not open for reading".into()));
+        }
+        self.fs.read_view(&self.handle, offset, len)
     }
 
     /// Writes at `offset` (at the end, for a handle opened with append).

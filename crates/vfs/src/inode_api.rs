@@ -82,6 +82,16 @@ impl FileSystem {
         self.read_data(&open.handle, offset, buf)
     }
 
+    /// Reads an open file at `offset` without a copy (as [`FileSystem::read_view_at`]).
+    pub fn read_view_open(
+        &self,
+        open: &OpenInode,
+        offset: u64,
+        len: usize,
+    ) -> Result<crate::ReadView, VfsError> {
+        self.read_view(&open.handle, offset, len)
+    }
+
     /// Writes to an open file at `offset` (as [`FileSystem::write_at`]).
     pub fn write_open(
         &self,

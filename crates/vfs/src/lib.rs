@@ -78,6 +78,7 @@ pub mod xattr;
 
 pub use attr::{AttrChanges, Metadata, StatFs, TimeChange};
 pub use creds::Creds;
+pub use data::view::ReadView;
 pub use error::VfsError;
 pub use file::{File, OpenOptions};
 pub use fs::FileSystem;

@@ -52,6 +52,9 @@ const SLOTS: usize = CHUNK_BYTES / PAGE;
 const WORDS: usize = SLOTS / 64;
 /// Slots a thread takes from, or gives back to, the bitmaps at a time.
 const BATCH: usize = 32;
+/// The most chunks a search for a run of consecutive free slots looks at (it holds
+/// the slab's lock: 512 bits a chunk).
+const RUN_SEARCH_CHUNKS: usize = 16;
 
 /// A chunk's header: where its bytes are and how many blocks hold each slot (0 when
 /// free). Allocated once and never freed, like the mapping.
@@ -156,6 +159,35 @@ impl State {
         }
     }
 
+    /// `count` consecutive free slots of one chunk taken from the bitmaps: the first fit
+    /// in the first [`RUN_SEARCH_CHUNKS`] chunks with room, or a new chunk when no chunk
+    /// has a free slot; `None` when none fits or `count` exceeds a chunk (the caller
+    /// takes slots one by one).
+    fn take_run(&mut self, count: usize) -> Option<(&'static Chunk, usize)> {
+        assert!(count > 0);
+        if count > SLOTS {
+            return None;
+        }
+        if self.with_free.is_empty() {
+            self.add_chunk();
+        }
+        let (c, start) = self
+            .with_free
+            .iter()
+            .take(RUN_SEARCH_CHUNKS)
+            .filter(|&&c| self.chunks[c].free >= count)
+            .find_map(|&c| first_fit(&self.chunks[c].bits, count).map(|start| (c, start)))?;
+        let chunk = &mut self.chunks[c];
+        for slot in start..start + count {
+            chunk.bits[slot / 64] &= !(1u64 << (slot % 64));
+        }
+        chunk.free -= count;
+        if chunk.free == 0 {
+            self.with_free.remove(&c);
+        }
+        Some((chunk.chunk, start))
+    }
+
     fn add_chunk(&mut self) {
         let id = u32::try_from(self.chunks.len()).expect("fewer than 2^32 chunks");
         let chunk: &'static Chunk = Box::leak(Box::new(Chunk {
@@ -193,6 +225,42 @@ impl State {
             }
         }
     }
+}
+
+/// The first of `count` consecutive set bits (free slots) of `bits`.
+fn first_fit(bits: &[u64; WORDS], count: usize) -> Option<usize> {
+    let (mut start, mut len) = (0, 0);
+    for (w, &word) in bits.iter().enumerate() {
+        if word == u64::MAX || word == 0 {
+            // A whole word free or taken: one step.
+            if word == 0 {
+                len = 0;
+                continue;
+            }
+            if len == 0 {
+                start = w * 64;
+            }
+            len += 64;
+            if len >= count {
+                return Some(start);
+            }
+            continue;
+        }
+        for bit in 0..64 {
+            if word >> bit & 1 == 0 {
+                len = 0;
+                continue;
+            }
+            if len == 0 {
+                start = w * 64 + bit;
+            }
+            len += 1;
+            if len >= count {
+                return Some(start);
+            }
+        }
+    }
+    None
 }
 
 /// A thread's batches: slots to take (highest first, so popping takes the lowest) and
@@ -270,6 +338,48 @@ impl Block {
         block
     }
 
+    /// `count` new blocks in consecutive slots of one chunk (so one device read can
+    /// fill them all: [`Block::run_buf`]), their bytes unspecified until written; `None`
+    /// if no such run is free now.
+    pub fn run(count: usize) -> Option<Vec<Block>> {
+        let (chunk, start) = state().take_run(count)?;
+        Some(
+            (start..start + count)
+                .map(|index| {
+                    let refs = &chunk.refs[index];
+                    assert_eq!(refs.load(Ordering::Relaxed), 0, "a free slot has no holder");
+                    refs.store(1, Ordering::Relaxed);
+                    Block {
+                        chunk,
+                        index: index as u16,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// A device buffer over blocks `run[from..from + n]`, to read into.
+    ///
+    /// # Safety
+    /// `run` came from [`Block::run`] and no block of it is cloned, read or written
+    /// until the buffer drops (the device's writes are then its only use).
+    pub unsafe fn run_buf(run: &[Block], from: usize, n: usize) -> device::AlignedBuf {
+        assert!(n > 0 && from + n <= run.len(), "a range of the run");
+        let first = &run[from];
+        assert!(run[from..from + n]
+            .iter()
+            .all(|b| b.refs().load(Ordering::Relaxed) == 1));
+        let ptr = std::ptr::NonNull::new(first.ptr()).expect("a slot is not at address 0");
+        // SAFETY: the slots are consecutive (`run`), page-aligned in a mapped chunk, and
+        // held only by `run` (count 1), which the caller does not use meanwhile.
+        unsafe { device::AlignedBuf::lent(ptr, n * PAGE) }
+    }
+
+    /// Whether `bytes` are this block's own (not a copy elsewhere).
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        std::ptr::eq(bytes.as_ptr(), self.ptr()) && bytes.len() == PAGE
+    }
+
     fn ptr(&self) -> *mut u8 {
         // SAFETY: the index is a slot of the chunk.
         unsafe { self.chunk.base.as_ptr().add(usize::from(self.index) * PAGE) }
@@ -345,6 +455,37 @@ impl std::fmt::Debug for Block {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_fit_finds_the_first_run_of_free_slots() {
+        let mut bits = [0u64; WORDS];
+        assert_eq!(first_fit(&bits, 1), None);
+        bits[0] = 0b1011_0000;
+        assert_eq!(first_fit(&bits, 1), Some(4));
+        assert_eq!(first_fit(&bits, 2), Some(4));
+        assert_eq!(first_fit(&bits, 3), None);
+        // A run across words: the last 3 bits of word 1, word 2 whole, word 3's first.
+        bits[1] = 0b111 << 61;
+        bits[2] = u64::MAX;
+        bits[3] = 1;
+        assert_eq!(first_fit(&bits, 68), Some(64 + 61));
+        assert_eq!(first_fit(&bits, 69), None);
+        assert_eq!(first_fit(&[u64::MAX; WORDS], SLOTS), Some(0));
+    }
+
+    #[test]
+    fn a_run_is_consecutive_slots_that_a_device_buffer_covers() {
+        let run = Block::run(100).expect("a fresh chunk has room");
+        for (i, b) in run.iter().enumerate() {
+            assert_eq!(b.ptr() as usize, run[0].ptr() as usize + i * PAGE);
+        }
+        // SAFETY: the run is fresh and unused until the buffer drops.
+        let mut buf = unsafe { Block::run_buf(&run, 10, 5) };
+        buf.fill(0xab);
+        drop(buf);
+        assert!(run[10..15].iter().all(|b| b.iter().all(|&x| x == 0xab)));
+        assert!(run[15].holds(&run[15]) && !run[15].holds(&run[16]));
+    }
 
     #[test]
     fn blocks_hold_their_bytes_and_slots_are_reused() {

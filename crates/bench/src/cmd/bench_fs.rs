@@ -65,7 +65,8 @@ pub struct Args {
     pub quick: bool,
     #[command(flatten)]
     pub common: Common,
-    /// Targets, comma-separated: api, api-pmr (MetaDB's WAL on an emulated PMR), dir (or
+    /// Targets, comma-separated: api, api-view (api, reads by zero-copy views), api-pmr
+    /// (MetaDB's WAL on an emulated PMR), dir (or
     /// dir:PATH), fuse, interposer, attached (processes attached to a mount's instance),
     /// ext2, ext4, xfs, btrfs. Default: api, and ext4 when
     /// run as root.
@@ -133,6 +134,8 @@ pub struct Args {
 #[derive(Debug, Clone, PartialEq)]
 enum TargetKind {
     Api,
+    /// The api target with reads made by `File::read_view` (no copy).
+    ApiView,
     ApiPmr,
     Dir(PathBuf),
     Fuse,
@@ -144,6 +147,7 @@ enum TargetKind {
 fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
     Ok(match text {
         "api" => TargetKind::Api,
+        "api-view" => TargetKind::ApiView,
         "api-pmr" => TargetKind::ApiPmr,
         "dir" => TargetKind::Dir(dir.to_path_buf()),
         "fuse" => TargetKind::Fuse,
@@ -157,9 +161,9 @@ fn parse_target(text: &str, dir: &Path) -> Result<TargetKind, String> {
             (_, Some(&k)) => TargetKind::Kernel(k),
             _ => {
                 return Err(format!(
-                    "--target: unknown target {text:?} (api, api-pmr, dir, dir:PATH, fuse, \
+                "--target: unknown target {text:?} (api, api-view, api-pmr, dir, dir:PATH, fuse, \
                      interposer, ext2, ext4, xfs, btrfs)"
-                ))
+            ))
             }
         },
     })
@@ -472,6 +476,7 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
         matches!(
             k,
             TargetKind::Api
+                | TargetKind::ApiView
                 | TargetKind::ApiPmr
                 | TargetKind::Fuse
                 | TargetKind::Interposer
@@ -482,8 +487,8 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             .map(|()| images.augefs)
             .map_err(|e| format!("skipped: {e}"));
         header.push(format!(
-            "augefs (api, api-pmr, fuse, interposer, attached): {} image {}, formatted afresh \
-             for every cell",
+            "augefs (api, api-view, api-pmr, fuse, interposer, attached): {} image {}, formatted \
+             afresh for every cell",
             human(plan.image_bytes),
             images.augefs.display()
         ));
@@ -514,8 +519,10 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
         .map(|(name, kind)| {
             let image = augefs_image.clone();
             let runner = match kind {
-                TargetKind::Api => image.map(|i| {
-                    Runner::InProcess(Box::new(target::Api::new(i, images.backend, None)))
+                TargetKind::Api | TargetKind::ApiView => image.map(|i| {
+                    let view = *kind == TargetKind::ApiView;
+                    let api = target::Api::new(i, images.backend, None).reading_views(view);
+                    Runner::InProcess(Box::new(api))
                 }),
                 TargetKind::ApiPmr => image.and_then(|i| {
                     let (_, region) = pmr.as_ref().map_err(Clone::clone)?;

@@ -141,6 +141,20 @@ impl Engine {
         ino: InodeNo,
         first: FileBlock,
         count: u64,
+        deliver: impl FnMut(u64, Option<&[u8]>),
+    ) -> Result<(), EngineError> {
+        self.read_blocks_into(ino, first, count, |_, _| None, deliver)
+    }
+
+    /// [`Engine::read_blocks`] into the caller's memory: `dest(i, n)` may give the
+    /// buffer blocks `i..i + n` (from `first`) are read into (else a scratch buffer is),
+    /// and the slices handed to `deliver` then lie in it.
+    pub fn read_blocks_into(
+        &self,
+        ino: InodeNo,
+        first: FileBlock,
+        count: u64,
+        mut dest: impl FnMut(u64, usize) -> Option<AlignedBuf>,
         mut deliver: impl FnMut(u64, Option<&[u8]>),
     ) -> Result<(), EngineError> {
         assert!(count > 0);
@@ -175,12 +189,11 @@ impl Engine {
             let requests = runs
                 .iter()
                 .map(|run| {
-                    let (_, m) = wanted[run.start];
-                    IoRequest::read(
-                        m.addr.byte_offset(),
-                        AlignedBuf::scratch(run.len() * BLOCK),
-                        IoCause::UserData,
-                    )
+                    let (i, m) = wanted[run.start];
+                    let buf = dest(i, run.len())
+                        .unwrap_or_else(|| AlignedBuf::scratch(run.len() * BLOCK));
+                    assert_eq!(buf.len(), run.len() * BLOCK, "a run's buffer");
+                    IoRequest::read(m.addr.byte_offset(), buf, IoCause::UserData)
                 })
                 .collect();
             let done = self.device.run(requests)?;
@@ -237,9 +250,10 @@ impl Engine {
     }
 }
 
-/// The most blocks one read request carries (256 KiB): a long run is split so that
-/// several requests are in flight at once, which the device serves faster than one.
-pub const READ_RUN_BLOCKS_MAX: usize = 64;
+/// The most blocks one read request carries (512 KiB): a long run is split so that
+/// several requests are in flight at once, which the device serves faster than one,
+/// while a read-ahead job (512 KiB) is one request.
+pub const READ_RUN_BLOCKS_MAX: usize = 128;
 
 /// Splits `wanted` (ascending file blocks with their mappings) into runs of
 /// consecutive file blocks at consecutive device addresses, each at most
@@ -283,8 +297,12 @@ mod tests {
             (5, at(41)),
         ];
         assert_eq!(device_runs(&wanted), vec![0..3, 3..4, 4..5]);
-        let long: Vec<_> = (0..150u64).map(|i| (i, at(100 + i))).collect();
-        assert_eq!(device_runs(&long), vec![0..64, 64..128, 128..150]);
+        let max = READ_RUN_BLOCKS_MAX;
+        let long: Vec<_> = (0..2 * max as u64 + 22).map(|i| (i, at(100 + i))).collect();
+        assert_eq!(
+            device_runs(&long),
+            vec![0..max, max..2 * max, 2 * max..2 * max + 22]
+        );
         assert!(device_runs(&[]).is_empty());
     }
 }

@@ -93,21 +93,34 @@ impl Core {
     }
 
     /// Blocks `first..first + count` of `ino` read from the device as pages, each with
-    /// whether it is mapped (a hole is the shared zero block).
+    /// whether it is mapped (a hole is the shared zero block). The device reads straight
+    /// into new cache blocks where a run of consecutive free slots is at hand (no copy);
+    /// otherwise each block is copied from the device's buffer.
     pub(crate) fn read_pages(
         &self,
         ino: InodeNo,
         first: u64,
         count: u64,
     ) -> Result<Vec<(Block, bool)>, VfsError> {
+        let run = Block::run(count as usize);
         let mut blocks: Vec<Option<(Block, bool)>> = vec![None; count as usize];
+        let dest = |i: u64, n: usize| {
+            // SAFETY: the run's blocks are cloned below only once the engine hands out
+            // what it read into them, after the device is done with them.
+            run.as_ref()
+                .map(|run| unsafe { Block::run_buf(run, i as usize, n) })
+        };
+        let deliver = |i: u64, block: Option<&[u8]>| {
+            blocks[i as usize] = Some(match (block, &run) {
+                (Some(bytes), Some(run)) if run[i as usize].holds(bytes) => {
+                    (run[i as usize].clone(), true)
+                }
+                (Some(bytes), _) => (Block::from(bytes), true),
+                (None, _) => (zero_block(), false),
+            });
+        };
         self.engine
-            .read_blocks(ino, FileBlock(first), count, |i, block| {
-                blocks[i as usize] = Some(match block {
-                    Some(block) => (Block::from(block), true),
-                    None => (zero_block(), false),
-                });
-            })?;
+            .read_blocks_into(ino, FileBlock(first), count, dest, deliver)?;
         Ok(blocks
             .into_iter()
             .map(|b| b.expect("every block delivered"))

@@ -28,12 +28,14 @@
 //!   over (a truncate may have left old bytes in the block on the device).
 //!
 //! Modules: `write`, `read`, `truncate`, `writeback` (write-back, fsync, sync and the
-//! room for dirty pages), `flusher` and `blocks` (blocks to and from the engine).
+//! room for dirty pages), `flusher`, `blocks` (blocks to and from the engine) and `view`
+//! (the cache's blocks lent to a reader without a copy).
 
 mod blocks;
 mod flusher;
 mod read;
 mod truncate;
+pub mod view;
 mod write;
 mod writeback;
 
@@ -61,6 +63,12 @@ impl FileSystem {
     /// Evicts clean pages of `h` (those farthest from block `near`) beyond the cache's
     /// budget; if that is not enough, asks the flusher to trim other files.
     fn keep_budget(&self, h: &Handle, near: u64) {
+        // Within the budget (every warm read), the pages' lock is not taken: the count
+        // is read again under it.
+        let cache = &self.core.cache;
+        if cache.page_count() <= cache.max_pages() {
+            return;
+        }
         if !h.pages().keep_budget(near, 0) {
             self.core.cache.kick(false);
         }

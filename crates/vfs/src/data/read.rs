@@ -8,6 +8,7 @@
 //!   and the pass starts again; the last pass holds the state lock, so a reader
 //!   cannot starve.
 
+use crate::data::view::ReadView;
 use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
@@ -38,21 +39,69 @@ impl FileSystem {
         self.read_data(&h, offset, buf)
     }
 
+    /// Up to `len` bytes at `offset` of file `ino` without a copy: a [`ReadView`] of the
+    /// page cache's own blocks, read as [`FileSystem::read_at`] reads (misses from the
+    /// device, read-ahead for sequential readers, one moment of the file). Its bytes
+    /// never change and stay valid until it is dropped (see [`ReadView`]).
+    pub fn read_view_at(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        len: usize,
+    ) -> Result<ReadView, VfsError> {
+        let h = self.handle(ino)?;
+        self.read_view(&h, offset, len)
+    }
+
     pub(crate) fn read_data(
         &self,
         h: &Arc<Handle>,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<usize, VfsError> {
+        let Some(snap) = self.snapshot(h, offset, buf.len())? else {
+            return Ok(0);
+        };
+        copy_out(&snap.blocks, snap.first, (offset, snap.end), buf);
+        Ok((snap.end - offset) as usize)
+    }
+
+    /// Up to `len` bytes at `offset` of the file of `h` as a [`ReadView`] of the
+    /// cache's own blocks (no copy): the file as it was at one moment, as
+    /// [`FileSystem::read_at`] returns it. Empty at or past the end.
+    pub(crate) fn read_view(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        len: usize,
+    ) -> Result<ReadView, VfsError> {
+        Ok(match self.snapshot(h, offset, len)? {
+            None => ReadView::empty(),
+            Some(snap) => {
+                let skip = (offset - snap.first * BLOCK) as usize;
+                ReadView::of_blocks(snap.blocks, skip, (snap.end - offset) as usize)
+            }
+        })
+    }
+
+    /// The blocks holding bytes `offset..offset + len` of the file of `h` (within its
+    /// size) as they were at one moment; `None` if there are none (at or past the end,
+    /// or `len` 0).
+    fn snapshot(
+        &self,
+        h: &Arc<Handle>,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Snapshot>, VfsError> {
         for pass in 1..=READ_PASSES {
-            if let Some(n) = self.read_pass(h, offset, buf, pass)? {
-                return Ok(n);
+            if let Some(snap) = self.read_pass(h, offset, len, pass)? {
+                return Ok(snap);
             }
         }
         unreachable!("the last read pass holds the state lock and always completes")
     }
 
-    /// Attempt `pass` of [`FileSystem::read_data`]: `None` if a writer installed blocks
+    /// Attempt `pass` of [`FileSystem::snapshot`]: `None` if a writer installed blocks
     /// the pass was reading from the device, or it waited for another's fetch (unless it
     /// is the last pass: that one holds the state lock throughout, which keeps writers
     /// from installing). Only the first pass counts for read-ahead: a retry is the same
@@ -61,9 +110,9 @@ impl FileSystem {
         &self,
         h: &Arc<Handle>,
         offset: u64,
-        buf: &mut [u8],
+        len: usize,
         pass: u32,
-    ) -> Result<Option<usize>, VfsError> {
+    ) -> Result<Option<Option<Snapshot>>, VfsError> {
         let hold = pass == READ_PASSES;
         let ino = h.ino;
         let st = h.read();
@@ -71,11 +120,11 @@ impl FileSystem {
         if inode.kind == Kind::Dir {
             return Err(VfsError::IsDir(format!("inode {ino}")));
         }
-        if offset >= inode.size || buf.is_empty() {
-            return Ok(Some(0));
+        if offset >= inode.size || len == 0 {
+            return Ok(Some(None));
         }
         let size = inode.size;
-        let end = size.min(offset + buf.len() as u64);
+        let end = size.min(offset + len as u64);
         let first = offset / BLOCK;
         let last = (end - 1) / BLOCK;
         let eof_block = (size - 1) / BLOCK;
@@ -104,47 +153,73 @@ impl FileSystem {
             }
         };
         let hits = got.iter().filter(|g| g.is_some()).count() as u64;
-        if let Some(miss) = got.iter().position(Option::is_none) {
-            let miss = first + miss as u64;
-            // Without background read-ahead the reader reads the window itself.
-            let mut fetch_end = last;
-            if self.readahead.is_none() && got.last().is_some_and(Option::is_none) {
-                let ahead_end = eof_block.min(last + pages.ra_window);
-                while fetch_end < ahead_end && pages.get(fetch_end + 1).is_none() {
-                    fetch_end += 1;
-                }
-            }
-            let fetch = pages.begin_fetch(miss, fetch_end);
-            drop(pages);
-            let fetched = self.fetch_runs(ino, &got, first, last, fetch_end);
-            pages = h.pages();
-            let current = pages.end_fetch(fetch);
-            h.fetched.notify_all();
-            let fetched = fetched?;
-            if !current && held.is_none() {
+        if got.iter().any(Option::is_none) {
+            let (p, done) = self.fill_misses(h, pages, &mut got, (first, last), eof_block);
+            pages = p;
+            if !done? && held.is_none() {
                 return Ok(None);
             }
-            let mut missed = 0;
-            for (b, block, mapped) in fetched {
-                if b <= last {
-                    got[(b - first) as usize] = Some(block.clone());
-                    missed += 1;
-                }
-                if current {
-                    pages.insert_clean(b, block, Some(mapped));
-                }
-            }
-            cache.misses.fetch_add(missed, Ordering::Relaxed);
-            cache
-                .readahead
-                .fetch_add(fetch_end - last, Ordering::Relaxed);
         }
         drop(pages);
-        cache.hits.fetch_add(hits, Ordering::Relaxed);
-        copy_out(&got, first, (offset, end), buf);
         drop(held);
+        cache.hits.fetch_add(hits, Ordering::Relaxed);
         self.keep_budget(h, last);
-        Ok(Some((end - offset) as usize))
+        let blocks = got
+            .into_iter()
+            .map(|b| b.expect("every block read"))
+            .collect();
+        Ok(Some(Some(Snapshot { blocks, first, end })))
+    }
+
+    /// Reads the blocks missing in `got` (blocks `first..=last`) from the device with
+    /// the `pages` lock released meanwhile (and, without background read-ahead, the
+    /// window after them), caching them if no writer installed over them meanwhile.
+    /// Returns the pages locked again and whether the fetch was current; a stale
+    /// fetch's blocks still fill `got` (the last pass, holding the state lock, uses
+    /// them).
+    fn fill_misses<'a>(
+        &self,
+        h: &'a Arc<Handle>,
+        mut pages: std::sync::MutexGuard<'a, Pages>,
+        got: &mut [Option<Block>],
+        (first, last): (u64, u64),
+        eof_block: u64,
+    ) -> (std::sync::MutexGuard<'a, Pages>, Result<bool, VfsError>) {
+        let cache = &self.core.cache;
+        let miss = first + got.iter().position(Option::is_none).expect("a miss") as u64;
+        // Without background read-ahead the reader reads the window itself.
+        let mut fetch_end = last;
+        if self.readahead.is_none() && got.last().is_some_and(Option::is_none) {
+            let ahead_end = eof_block.min(last + pages.ra_window);
+            while fetch_end < ahead_end && pages.get(fetch_end + 1).is_none() {
+                fetch_end += 1;
+            }
+        }
+        let fetch = pages.begin_fetch(miss, fetch_end);
+        drop(pages);
+        let fetched = self.fetch_runs(h.ino, got, first, last, fetch_end);
+        let mut pages = h.pages();
+        let current = pages.end_fetch(fetch);
+        h.fetched.notify_all();
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(e) => return (pages, Err(e)),
+        };
+        let mut missed = 0;
+        for (b, block, mapped) in fetched {
+            if b <= last {
+                got[(b - first) as usize] = Some(block.clone());
+                missed += 1;
+            }
+            if current {
+                pages.insert_clean(b, block, Some(mapped));
+            }
+        }
+        cache.misses.fetch_add(missed, Ordering::Relaxed);
+        cache
+            .readahead
+            .fetch_add(fetch_end - last, Ordering::Relaxed);
+        (pages, Ok(current))
     }
 
     /// Notes a read of blocks `first..=last` in `h`'s read-ahead state (`pages`) by
@@ -268,11 +343,19 @@ fn read_ahead(
     }
 }
 
-/// Copies bytes `offset..end` of the file into `buf` from `got`, its blocks from
-/// `first` on.
-fn copy_out(got: &[Option<Block>], first: u64, (offset, end): (u64, u64), buf: &mut [u8]) {
-    for (i, block) in got.iter().enumerate() {
-        let block = block.as_ref().expect("every block read");
+/// The blocks a read found: blocks `first..` of the file, holding its bytes up to
+/// `end` (the read's end within the size).
+struct Snapshot {
+    blocks: Vec<Block>,
+    first: u64,
+    end: u64,
+}
+
+/// Copies bytes `offset..end` of the file into `buf` from `blocks`, the file's blocks
+/// from `first` on.
+fn copy_out(blocks: &[Block], first: u64, (offset, end): (u64, u64), buf: &mut [u8]) {
+    debug_assert_eq!(blocks.len() as u64, (end - 1) / BLOCK - first + 1);
+    for (i, block) in blocks.iter().enumerate() {
         let (lo, hi) = ((first + i as u64) * BLOCK, (first + i as u64 + 1) * BLOCK);
         let from = offset.max(lo);
         let to = end.min(hi);

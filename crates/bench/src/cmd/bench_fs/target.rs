@@ -1,8 +1,9 @@
 //! The targets of `bench fs`: where a cell runs and how its device bytes are counted.
 //!
 //! - `api`: augefs through the vfs Rust API on the augefs image (opened with O_DIRECT),
-//!   counted by the device layer's accounting; `api-pmr`: the same with MetaDB's WAL on
-//!   an emulated PMR (`crate::pmr`), whose persisted bytes are counted apart;
+//!   counted by the device layer's accounting; `api-view`: the same, reading by
+//!   zero-copy views (`File::read_view`); `api-pmr`: the same with MetaDB's WAL on an
+//!   emulated PMR (`crate::pmr`), whose persisted bytes are counted apart;
 //! - `dir[:PATH]`: a directory through std::fs (whatever kernel file system is under
 //!   it), not counted;
 //! - `ext2`, `ext4`, `xfs`, `btrfs`: made afresh on the loop device (direct IO) over the
@@ -94,6 +95,8 @@ pub struct Api {
     pmr: Option<Arc<Pmr>>,
     device: Option<Arc<Device>>,
     fs: Option<ApiFs>,
+    /// Reads by zero-copy views (the api-view target).
+    view: bool,
 }
 
 impl Api {
@@ -105,7 +108,14 @@ impl Api {
             pmr,
             device: None,
             fs: None,
+            view: false,
         }
+    }
+
+    /// Reads by zero-copy views (`File::read_view`) instead of copying reads.
+    pub fn reading_views(mut self, view: bool) -> Api {
+        self.view = view;
+        self
     }
 
     fn device(&self) -> &Arc<Device> {
@@ -114,7 +124,10 @@ impl Api {
 
     fn mount(&mut self) -> Result<(), String> {
         let fs = bench_augefs::mount(self.device(), self.pmr.as_ref(), &self.clock)?;
-        self.fs = Some(ApiFs { fs });
+        self.fs = Some(ApiFs {
+            fs,
+            view: self.view,
+        });
         Ok(())
     }
 

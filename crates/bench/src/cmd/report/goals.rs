@@ -239,6 +239,19 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
             "warm 4 KiB random read >= 5x the kernel's (best of api and interposer)".to_string(),
             "x",
         ),
+        // Issue 32: large reads at device speed, and reads without a copy.
+        versus_kernel(inputs, &["seqread-cold/1M"], &["api"], 1.0).verdict(
+            "cold 1 MiB sequential read >= 1.0x the best kernel fs (api)".to_string(),
+            "x",
+        ),
+        versus_kernel(inputs, &["randread"], &["api", "interposer"], 2.5).verdict(
+            "warm 4 KiB POSIX read >= 2.5x the kernel's (best of api and interposer)".to_string(),
+            "x",
+        ),
+        versus_kernel(inputs, &["randread"], &["api-view"], 5.0).verdict(
+            "warm 4 KiB zero-copy read >= 5x the kernel's (api-view)".to_string(),
+            "x",
+        ),
         versus_kernel(inputs, &["stat"], &["api", "interposer"], 5.0).verdict(
             "stat >= 5x the kernel's (best of api and interposer)".to_string(),
             "x",

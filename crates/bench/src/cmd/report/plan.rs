@@ -62,9 +62,9 @@ pub struct Settings<'a> {
 }
 
 /// Every target of the comparison (issue 7).
-const TARGETS: &str = "api,api-pmr,interposer,attached,fuse,ext2,ext4,xfs,btrfs";
+const TARGETS: &str = "api,api-view,api-pmr,interposer,attached,fuse,ext2,ext4,xfs,btrfs";
 /// The quick run's targets: every augefs target and one kernel file system.
-const QUICK_TARGETS: &str = "api,api-pmr,interposer,attached,fuse,ext4";
+const QUICK_TARGETS: &str = "api,api-view,api-pmr,interposer,attached,fuse,ext4";
 
 /// Thread counts of the full run: 1, 2, 4, ... up to the CPU count, at most 8.
 pub fn default_threads(cpus: usize) -> Vec<usize> {
@@ -256,7 +256,7 @@ mod tests {
         assert!(metadata
             .argv
             .join(" ")
-            .contains("--target api,api-pmr,interposer,attached,fuse"));
+            .contains("--target api,api-view,api-pmr,interposer,attached,fuse"));
         assert!(metadata.argv.join(" ").contains("--threads 1,2"));
     }
 
