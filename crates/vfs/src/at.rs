@@ -36,7 +36,12 @@ impl FileSystem {
         start: InodeNo,
         path: &'p [u8],
     ) -> Result<(InodeNo, &'p [u8]), VfsError> {
-        let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+        // Every trailing slash goes ("d//" names d, as Linux resolves it; Gluster's
+        // index directories are made by such paths).
+        let mut trimmed = path;
+        while let Some(t) = trimmed.strip_suffix(b"/") {
+            trimmed = t;
+        }
         let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
             Some(0) => (&b"/"[..], &trimmed[1..]),
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
