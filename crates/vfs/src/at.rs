@@ -58,6 +58,26 @@ impl FileSystem {
         Ok((parent, name))
     }
 
+    /// [`FileSystem::resolve_parent_at`] for a call that creates the last component
+    /// (mkdir, mknod, symlink, O_CREAT, a link's new name): a path whose last component
+    /// is no name (the root, `.`, `..`) but which resolves names a directory that exists,
+    /// EEXIST as Linux has it (a mkdir of each prefix of a path, as Gluster's bricks do,
+    /// meets the mount's root).
+    pub fn create_parent_at<'p>(
+        &self,
+        cx: &Creds,
+        start: InodeNo,
+        path: &'p [u8],
+    ) -> Result<(InodeNo, &'p [u8]), VfsError> {
+        match self.resolve_parent_at(cx, start, path) {
+            Err(VfsError::Invalid(why)) => {
+                self.resolve_at(cx, start, path, true)?;
+                Err(VfsError::Exists(why))
+            }
+            r => r,
+        }
+    }
+
     /// Writes `data` at the end of file `ino` (O_APPEND): returns where it was written
     /// and how many bytes.
     pub fn append_ino(&self, ino: InodeNo, data: &[u8]) -> Result<(u64, usize), VfsError> {

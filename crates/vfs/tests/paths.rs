@@ -1,6 +1,8 @@
 //! Paths as the front ends hand them to `resolve_parent_at`: trailing slashes, however
 //! many, name the last component (Linux: mkdir("d//") makes d); a path of slashes alone
-//! names no entry.
+//! names no entry; a create of such a path that resolves is EEXIST (Linux's mkdir of
+//! "/" or of a mount point, which Gluster's bricks make when they make each prefix of a
+//! path).
 
 use testsupport::image::memory_image;
 use testsupport::mount::mount;
@@ -37,4 +39,23 @@ fn trailing_slashes_name_the_last_component() {
             String::from_utf8_lossy(path)
         );
     }
+}
+
+#[test]
+fn a_create_of_the_root_dot_or_dotdot_is_eexist() {
+    let dev = memory_image(64 << 20, 1);
+    let fs = mount(&dev);
+    let cx = Creds::root();
+    fs.create_dir("/a", 0o755).unwrap();
+    for path in [&b"/"[..], b"//", b"/a/.", b"a/..//"] {
+        let r = fs.create_parent_at(&cx, ROOT, path);
+        assert!(
+            matches!(r, Err(VfsError::Exists(_))),
+            "{}: {r:?}",
+            String::from_utf8_lossy(path)
+        );
+    }
+    let r = fs.create_parent_at(&cx, ROOT, b"/missing/..");
+    assert!(matches!(r, Err(VfsError::NotFound(_))), "{r:?}");
+    assert_eq!(fs.create_parent_at(&cx, ROOT, b"/a/b//").unwrap().1, b"b");
 }
