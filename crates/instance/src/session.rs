@@ -225,7 +225,7 @@ impl Session {
                 path,
                 target,
             } => {
-                let (parent, name) = fs.resolve_parent_at(cx, start, path).map_err(e)?;
+                let (parent, name) = fs.create_parent_at(cx, start, path).map_err(e)?;
                 let req = Request::Create {
                     parent,
                     kind,

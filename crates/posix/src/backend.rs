@@ -409,6 +409,20 @@ impl Backend for FileSystem {
         FileSystem::create(self, cx, parent, name, kind, perm, target).map_err(e)
     }
 
+    fn create_at(
+        &self,
+        cx: &Creds,
+        start: InodeNo,
+        path: &[u8],
+        kind: Kind,
+        perm: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeNo> {
+        // EEXIST for a path ending in the root, `.` or `..` (mkdir of a mount point).
+        let (parent, name) = self.create_parent_at(cx, start, path).map_err(e)?;
+        FileSystem::create(self, cx, parent, name, kind, perm, target).map_err(e)
+    }
+
     fn mknod(
         &self,
         cx: &Creds,

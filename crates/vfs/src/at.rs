@@ -36,7 +36,12 @@ impl FileSystem {
         start: InodeNo,
         path: &'p [u8],
     ) -> Result<(InodeNo, &'p [u8]), VfsError> {
-        let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+        // Every trailing slash goes ("d//" names d, as Linux resolves it; Gluster's
+        // index directories are made by such paths).
+        let mut trimmed = path;
+        while let Some(t) = trimmed.strip_suffix(b"/") {
+            trimmed = t;
+        }
         let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
             Some(0) => (&b"/"[..], &trimmed[1..]),
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
@@ -51,6 +56,26 @@ impl FileSystem {
         let mut links = 0;
         let parent = self.walk(cx, start, dir, true, &mut links)?;
         Ok((parent, name))
+    }
+
+    /// [`FileSystem::resolve_parent_at`] for a call that creates the last component
+    /// (mkdir, mknod, symlink, O_CREAT, a link's new name): a path whose last component
+    /// is no name (the root, `.`, `..`) but which resolves names a directory that exists,
+    /// EEXIST as Linux has it (a mkdir of each prefix of a path, as Gluster's bricks do,
+    /// meets the mount's root).
+    pub fn create_parent_at<'p>(
+        &self,
+        cx: &Creds,
+        start: InodeNo,
+        path: &'p [u8],
+    ) -> Result<(InodeNo, &'p [u8]), VfsError> {
+        match self.resolve_parent_at(cx, start, path) {
+            Err(VfsError::Invalid(why)) => {
+                self.resolve_at(cx, start, path, true)?;
+                Err(VfsError::Exists(why))
+            }
+            r => r,
+        }
     }
 
     /// Writes `data` at the end of file `ino` (O_APPEND): returns where it was written
