@@ -17,6 +17,7 @@ use std::process::Command;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
     RandRead,
+    SeqRead,
     /// Random writes, each followed by `fdatasync`.
     RandWriteSync,
     SeqWrite,
@@ -26,6 +27,7 @@ impl Pattern {
     fn rw(self) -> &'static str {
         match self {
             Pattern::RandRead => "randread",
+            Pattern::SeqRead => "read",
             Pattern::RandWriteSync => "randwrite",
             Pattern::SeqWrite => "write",
         }
@@ -33,7 +35,7 @@ impl Pattern {
 
     fn direction(self) -> &'static str {
         match self {
-            Pattern::RandRead => "read",
+            Pattern::RandRead | Pattern::SeqRead => "read",
             Pattern::RandWriteSync | Pattern::SeqWrite => "write",
         }
     }

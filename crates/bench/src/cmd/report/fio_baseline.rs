@@ -1,11 +1,11 @@
 //! The fio baseline of `augefs bench report`: issue 7 compares augefs's 4 KiB append +
 //! fsync with fio's 4 KiB write + fdatasync and its cold 4 KiB random reads with fio's
-//! random reads, on a file of the same disk. Both jobs run one request at a time (depth
-//! 1), as one bench fs thread does, with O_DIRECT on an image written in full first
-//! (`crate::fio` builds the jobs).
+//! random reads, and issue 32 its cold 1 MiB sequential reads with fio's, on a file of
+//! the same disk. Every job runs one request at a time (depth 1), as one bench fs thread
+//! asks, with O_DIRECT on an image written in full first (`crate::fio` builds the jobs).
 //!
 //! Invariants:
-//! - The two jobs take turns, `--runs` times, so drift hits both alike.
+//! - The jobs take turns, `--runs` times, so drift hits them alike.
 //! - The image carries the process id and is removed at the end, also after an error.
 
 use crate::fio::{self, Job, Pattern};
@@ -32,18 +32,24 @@ pub struct Args {
     pub runs: u32,
 }
 
-/// The jobs: (name in the JSON, pattern).
-pub const JOBS: [(&str, Pattern); 2] = [
-    ("write_fdatasync_4k", Pattern::RandWriteSync),
-    ("randread_4k", Pattern::RandRead),
+/// The jobs: (name in the JSON, pattern, request size).
+pub const JOBS: [(&str, Pattern, u64); 3] = [
+    ("write_fdatasync_4k", Pattern::RandWriteSync, 4096),
+    ("randread_4k", Pattern::RandRead, 4096),
+    ("read_1m", Pattern::SeqRead, 1 << 20),
 ];
 
-/// One 4 KiB job at depth 1 over the whole image.
-fn job<'a>(args: &Args, path: &'a Path, pattern: Pattern, seed: u64) -> Job<'a> {
+/// One job at depth 1 over the whole image.
+fn job<'a>(
+    args: &Args,
+    path: &'a Path,
+    (pattern, block_bytes): (Pattern, u64),
+    seed: u64,
+) -> Job<'a> {
     Job {
         filename: path,
         pattern,
-        block_bytes: 4096,
+        block_bytes,
         iodepth: 1,
         span_bytes: args.size,
         seconds: args.seconds,
@@ -60,8 +66,8 @@ pub fn measure_json(args: &Args) -> Result<Value, String> {
     let measured = image::prepare(&path, args.size, BackendChoice::Auto).and_then(|()| {
         let mut iops: Vec<Vec<f64>> = vec![Vec::new(); JOBS.len()];
         for run in 0..args.runs {
-            for (i, (name, pattern)) in JOBS.iter().enumerate() {
-                let report = fio::run(&job(args, &path, *pattern, u64::from(run) + 1))
+            for (i, (name, pattern, bytes)) in JOBS.iter().enumerate() {
+                let report = fio::run(&job(args, &path, (*pattern, *bytes), u64::from(run) + 1))
                     .map_err(|e| format!("fio {name}: {e}"))?;
                 eprintln!(
                     "augefs bench report: fio {name} run {}/{}: {:.0} IOPS",
@@ -79,10 +85,10 @@ pub fn measure_json(args: &Args) -> Result<Value, String> {
     let jobs: serde_json::Map<String, Value> = JOBS
         .iter()
         .zip(&iops)
-        .map(|((name, pattern), runs)| {
+        .map(|((name, pattern, bytes), runs)| {
             let s = spread(runs);
             let value = json!({
-                "fio_args": fio::args(&job(args, &path, *pattern, 1)),
+                "fio_args": fio::args(&job(args, &path, (*pattern, *bytes), 1)),
                 "iops_runs": runs,
                 "iops_median": s.map(|s| s.median),
                 "iops_min": s.map(|s| s.min),

@@ -244,6 +244,11 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
             "cold 1 MiB sequential read >= 1.0x the best kernel fs (api)".to_string(),
             "x",
         ),
+        versus_fio(inputs, "seqread-cold/1M", "api", "read_1m", 0.9).verdict(
+            "cold 1 MiB sequential read >= 0.9x fio's 1 MiB sequential read (api, 1 thread)"
+                .to_string(),
+            "x",
+        ),
         versus_kernel(inputs, &["randread"], &["api", "interposer"], 2.5).verdict(
             "warm 4 KiB POSIX read >= 2.5x the kernel's (best of api and interposer)".to_string(),
             "x",
@@ -417,9 +422,11 @@ mod tests {
         let d = doc(&[
             ("append/4K", 1, "api", 900.0),
             ("randread-cold", 1, "api", 950.0),
+            ("seqread-cold/1M", 1, "api", 800.0),
         ]);
         let fio = json!({"jobs": {"write_fdatasync_4k": {"iops_median": 1000.0},
-                                  "randread_4k": {"iops_median": 1000.0}}});
+                                  "randread_4k": {"iops_median": 1000.0},
+                                  "read_1m": {"iops_median": 1000.0}}});
         let row = |fs: &str, total: f64| json!({"workload": "create", "fs": fs, "median": {"write_fsync": 1.0, "write_total": total}});
         let amp = json!({"results": [row("augefs", 10.0), row("ext2", 18.0), row("ext4", 52.0),
                                      row("xfs", 31.0), row("btrfs", 342.0)]});
@@ -435,6 +442,12 @@ mod tests {
         assert_eq!(
             cold.evidence,
             "randread-cold 1 thr api vs fio randread_4k: 0.95x"
+        );
+        let seq = goal(&goals, "cold 1 MiB sequential read >= 0.9x fio");
+        assert_eq!(seq.met, Some(false), "0.8x of fio: {seq:?}");
+        assert_eq!(
+            seq.evidence,
+            "seqread-cold/1M 1 thr api vs fio read_1m: 0.80x"
         );
         let a = goal(&goals, "amplification");
         assert_eq!(a.met, Some(true), "{a:?}");
