@@ -143,17 +143,22 @@ fn to_augefs(rest: &[u8]) -> Route<'_> {
 }
 
 /// The part of the prefix below the kernel's working directory while that is outside
-/// augefs ("m" for /tmp/m from /tmp; None when the prefix is not below it), found on
-/// first use after each change of the kernel's working directory (`forget_kernel_cwd`).
+/// augefs ("m" for /tmp/m from /tmp; None when the prefix is not below it): found on
+/// first use, and again after each change of the kernel's working directory
+/// ([`kernel_cwd_changed`]).
 static LEAD: RwLock<Option<Option<Vec<u8>>>> = RwLock::new(None);
 
 /// After the kernel changed the working directory (a relative path, a kernel
-/// descriptor): its lead is found again on next use, and a directory inside the
+/// descriptor): its lead is found again (one getcwd), and a directory inside the
 /// attached mount becomes the posix layer's working directory, so the calls that follow
 /// are served directly, not through FUSE.
 pub fn kernel_cwd_changed() {
-    *LEAD.write().unwrap_or_else(|e| e.into_inner()) = None;
-    state::kernel_cwd_in_mount();
+    let cwd = kernel_cwd();
+    let lead = cwd.as_deref().and_then(|c| lead_of(c, state::prefix()));
+    *LEAD.write().unwrap_or_else(|e| e.into_inner()) = Some(lead);
+    if let Some(cwd) = cwd {
+        state::kernel_cwd_in_mount(&cwd);
+    }
 }
 
 /// The part of `prefix` below the directory `cwd`, if any.

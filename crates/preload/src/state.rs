@@ -297,25 +297,24 @@ fn attach_instance(dir: &'static [u8]) -> Mode {
     let _ = REMOTE.set(remote.clone());
     let pid = started();
     let px: &'static Posix = Box::leak(Box::new(Posix::new(remote, vfs::Creds::of_process(), pid)));
-    enter_kernel_cwd(px, dir);
+    if let Ok(cwd) = std::env::current_dir() {
+        enter_kernel_cwd(px, dir, &cwd.into_os_string().into_encoded_bytes());
+    }
     Mode::Owner(px)
 }
 
-/// The kernel's working directory, if inside the attached mount, becomes the posix
-/// layer's (`route::kernel_cwd_changed`).
-pub fn kernel_cwd_in_mount() {
+/// The kernel's working directory `cwd`, if inside the attached mount, becomes the
+/// posix layer's (`route::kernel_cwd_changed`).
+pub fn kernel_cwd_in_mount(cwd: &[u8]) {
     if let (Some(dir), Some(px)) = (mount_dir(), remote().and(owner())) {
         let _g = guard::enter();
-        enter_kernel_cwd(px, dir);
+        enter_kernel_cwd(px, dir, cwd);
     }
 }
 
-/// A working directory inside the mount (the kernel's) becomes the posix layer's.
-fn enter_kernel_cwd(px: &Posix, dir: &[u8]) {
-    let Ok(cwd) = std::env::current_dir() else {
-        return;
-    };
-    let cwd = cwd.into_os_string().into_encoded_bytes();
+/// A working directory `cwd` inside the mount `dir` (the kernel's) becomes the posix
+/// layer's.
+fn enter_kernel_cwd(px: &Posix, dir: &[u8], cwd: &[u8]) {
     let Some(rest) = cwd.strip_prefix(dir) else {
         return;
     };
