@@ -340,3 +340,61 @@ fn an_unmount_keeps_what_attached_writers_were_told_was_written() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+#[test]
+fn the_kernel_view_sees_posted_writes_once_they_returned() {
+    // An attached writer's small writes are posted (acknowledged before they run,
+    // docs/DESIGN.md §12.5 "Posted requests"); the kernel's view, read the moment the
+    // writer says its writes returned, must show every one of them. Each post waits
+    // 200 us in the instance before it runs, so they lag far behind the writer.
+    let fx = fixture();
+    fx.mount_with(
+        "env",
+        &["AUGEFS_POST_DELAY_US=200", common::BIN, "mount"],
+        &[],
+    );
+    let f = fx.mnt.join("posted");
+    std::fs::write(&f, "").unwrap();
+    // Cached by the kernel before the writer starts: attributes and (empty) data.
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 0);
+    let writer = "import os, sys\n\
+         fd = os.open(sys.argv[1], os.O_WRONLY)\n\
+         for r in range(8):\n\
+         \x20   for i in range(500):\n\
+         \x20       os.write(fd, b'%04d:%06d|' % (r, i))\n\
+         \x20   print(os.lseek(fd, 0, os.SEEK_CUR), flush=True)\n\
+         \x20   sys.stdin.readline()\n";
+    let mut child = attached(
+        &fx,
+        &[
+            "python3".as_ref(),
+            "-c".as_ref(),
+            writer.as_ref(),
+            f.as_os_str(),
+        ],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .expect("start the writer");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for r in 0..8u64 {
+        let said: u64 = lines.next().expect("a round").unwrap().parse().unwrap();
+        assert_eq!(said, (r + 1) * 500 * 12);
+        let size = std::fs::metadata(&f).unwrap().len();
+        let data = std::fs::read(&f).unwrap();
+        assert_eq!(
+            (size, data.len() as u64),
+            (said, said),
+            "round {r}: the kernel's view lags the writes that returned"
+        );
+        let last = format!("{r:04}:{:06}|", 499);
+        assert!(data.ends_with(last.as_bytes()), "round {r}: last record");
+        std::io::Write::write_all(&mut stdin, b"\n").unwrap();
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    fx.unmount();
+    fx.fsck_clean();
+}

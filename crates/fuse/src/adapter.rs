@@ -258,6 +258,14 @@ impl AugeFuse {
         }
     }
 
+    /// The write-behind leases of the instance's clients: every request is marked a
+    /// kernel call from before it runs (which ends any lease, so every acknowledged
+    /// change of an attached client has run first) until its reply reached the kernel
+    /// (vfs::leases), by the transport that delivers the reply.
+    pub(crate) fn leases(&self) -> &vfs::leases::Leases {
+        self.fs.leases()
+    }
+
     /// Answers one request (exactly once, or not at all for those that take no reply).
     pub(crate) fn dispatch(&self, req: &Request<'_>, out: &mut Out<'_>) {
         let h = &req.header;

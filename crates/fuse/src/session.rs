@@ -396,6 +396,8 @@ fn serve_loop(
             Ok(req) => {
                 reply.begin(req.header.unique);
                 let mut out = Out::new(&mut reply, Sink::Channel(ch), notifier);
+                // The reply is written before the mark ends.
+                let _kernel = fs.leases().kernel_call();
                 fs.dispatch(&req, &mut out);
                 out.check(&req.op);
                 counters.end(req.header.opcode, stamp);

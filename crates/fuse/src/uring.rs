@@ -233,6 +233,8 @@ struct Queue<'a> {
     scratch: ReplyBuf,
     /// The eventfd read's target.
     wakeup: Box<u64>,
+    /// Requests served whose replies are not submitted yet (vfs::leases).
+    kernel_calls: u64,
 }
 
 impl Queue<'_> {
@@ -310,6 +312,9 @@ impl Queue<'_> {
             }
         };
         let (header, opcode) = (req.header, req.header.opcode);
+        // Ended once the commit of the reply was submitted (serve_queue).
+        self.fs.leases().begin_kernel();
+        self.kernel_calls += 1;
         let state = match req.op.detached() {
             // Nothing of the request is in the payload any more: the reply is built
             // there (a READ's data in place).
@@ -399,6 +404,7 @@ pub(crate) fn serve_queue(
             mailbox: Arc::new(Mailbox::new()?),
             scratch: ReplyBuf::new(spec.scratch_bytes),
             wakeup: Box::new(0),
+            kernel_calls: 0,
         })
     })();
     let mut q = match start {
@@ -453,6 +459,19 @@ pub(crate) fn serve_queue(
                 }
                 _ => q.commit(i),
             }
+        }
+        if q.kernel_calls > 0 {
+            // The replies reach the kernel here: only then are their calls over
+            // (vfs::leases).
+            loop {
+                match q.ring.submit() {
+                    Ok(_) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            q.fs.leases()
+                .end_kernel(std::mem::take(&mut q.kernel_calls));
         }
         match q.ring.submit_and_wait(1) {
             Ok(_) => {}

@@ -19,6 +19,7 @@ use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
 use crate::forklock::ForkLock;
 use crate::mailbox::{Conn, Mailbox};
 use crate::namecache::{Answer, NameCache, Question};
+use crate::posting::Poster;
 use crate::proto::{self, Request, READDIR_MAX};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
@@ -98,6 +99,8 @@ pub struct Remote {
     /// Inodes on which this process set record locks: a close of another file asks the
     /// instance to release nothing.
     locked: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// Posted requests: the posting connection and the leases (`crate::posting`).
+    poster: Poster,
 }
 
 impl Remote {
@@ -122,6 +125,7 @@ impl Remote {
             names: NameCache::default(),
             identity: std::sync::Mutex::new(Creds::of_process()),
             locked: std::sync::Mutex::new(std::collections::HashSet::new()),
+            poster: Poster::default(),
         };
         r.anchor()?;
         // AUGEFS_NO_SHARED_TABLE: every stat asks (for comparisons and diagnosis).
@@ -232,6 +236,7 @@ impl Remote {
     pub fn before_fork(&self) {
         self.anchor.lock();
         self.pool.lock();
+        self.poster.before_fork();
         self.files.before_fork();
         self.names.before_fork();
     }
@@ -240,6 +245,7 @@ impl Remote {
     pub fn after_fork_parent(&self) {
         self.names.after_fork();
         self.files.after_fork_parent();
+        self.poster.after_fork_parent();
         self.pool.unlock();
         self.anchor.unlock();
     }
@@ -254,6 +260,7 @@ impl Remote {
         // SAFETY: as above.
         let anchor = std::mem::take(unsafe { self.anchor.held() });
         drop((old, anchor));
+        self.poster.forked();
         self.files.forked();
         self.names.after_fork();
         self.pool.unlock();
@@ -332,18 +339,80 @@ impl Remote {
         }
     }
 
-    /// One request on a pooled connection.
+    /// One request on a pooled connection (after this process's posts).
     fn call<T>(
         &self,
         req: &Request<'_>,
         reply: impl FnOnce(&mut Reader<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut c = self.take()?;
+        let fence = self.barrier(&mut c.1)?;
         let r = self.exchange(&mut c.1, req, reply);
         if !matches!(r, Err(Errno(libc::ENOTCONN))) {
+            if let Some(n) = fence {
+                self.poster.fenced(n);
+            }
             self.put(c);
         }
         r
+    }
+
+    /// Sends a Barrier on `conn` if some of this process's posts may not have run: the
+    /// next request on it waits for them (its count).
+    fn barrier(&self, conn: &mut Conn) -> Result<Option<u64>> {
+        let Some(n) = self.poster.fence() else {
+            return Ok(None);
+        };
+        let mut w = Writer::new();
+        Request::Barrier { count: n }.encode(&mut w);
+        conn.send(w.finish(0), &[]).map_err(|_| notconn())?;
+        Ok(Some(n))
+    }
+
+    /// Opens the posting connection if this process has none (`crate::posting`): its
+    /// opens for writing may then be leased. Nothing is said if it cannot be.
+    fn open_posts(&self) {
+        // AUGEFS_POSTS=off: every call waits for its reply (for comparisons).
+        static OFF: OnceLock<bool> = OnceLock::new();
+        if *OFF.get_or_init(|| std::env::var_os("AUGEFS_POSTS").is_some_and(|v| v == "off")) {
+            return;
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.poster.has_channel(generation) || self.anchor().is_err() {
+            return;
+        }
+        let token = self.token.load(Ordering::Acquire);
+        let Ok(s) = UnixStream::connect(&self.path) else {
+            return;
+        };
+        let Ok(server) = crate::peer::of(s.as_fd()) else {
+            return;
+        };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if server.creds.uid != 0 && server.creds.uid != me {
+            return;
+        }
+        let Ok(copy) = s.try_clone() else {
+            return;
+        };
+        let mut conn = Conn::new(copy);
+        let hello = Request::Posts {
+            token,
+            version: proto::VERSION,
+            sent: self.poster.sent(),
+        };
+        if self.exchange(&mut conn, &hello, |r| r.u64()).is_ok() {
+            self.poster.set_channel(generation, s);
+        }
+    }
+
+    /// Posts `req` (with `data` after its frame): false if it must be sent as a
+    /// request instead.
+    fn post(&self, req: &Request<'_>, data: &[u8]) -> bool {
+        let mut w = Writer::new();
+        req.encode(&mut w);
+        self.poster.post(&[w.finish(data.len()), data])
     }
 
     fn unit(&self, req: &Request<'_>) -> Result<()> {
@@ -535,9 +604,15 @@ impl Backend for Remote {
     }
 
     fn access(&self, _cx: &Creds, ino: InodeNo, mask: u32) -> Result<()> {
+        let req = Request::Access { ino, mask };
+        // A leased file's mode may have changed by a post not run yet (crate::posts).
+        if let Some((page, _)) = self.cache() {
+            if page.data_quiet(ino).is_none() {
+                return self.call(&req, |r| r.opt_u64().map(drop));
+            }
+        }
         let q = Question::Access { ino: ino.0, mask };
         let granted = |a| matches!(a, Answer::Granted).then_some(());
-        let req = Request::Access { ino, mask };
         self.ask_names(q, &req, granted, |_| Ok(()), |()| Answer::Granted)
     }
 
@@ -549,6 +624,9 @@ impl Backend for Remote {
         flags: i32,
         mode: u32,
     ) -> Result<Found> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.open_posts();
+        }
         self.call(
             &Request::Open {
                 start,
@@ -560,6 +638,10 @@ impl Backend for Remote {
                 let ino = InodeNo(r.u64()?);
                 let kind = proto::get_kind(r)?;
                 let (handle, read, write) = (r.u64()?, r.bool()?, r.bool()?);
+                let (budget, owner) = (r.u64()?, r.u32()?);
+                if handle != 0 {
+                    self.poster.leased(handle, ino, budget, owner);
+                }
                 let file = (handle != 0).then_some(OpenFile {
                     ino,
                     owner: LockOwner::Description(handle),
@@ -583,13 +665,16 @@ impl Backend for Remote {
     fn close(&self, file: OpenFile) -> Result<()> {
         // Nothing to wait for: a close reports no error here (writes were acknowledged
         // when made), and the connection runs its next request after it.
-        let req = Request::CloseQuiet {
-            handle: Self::handle(&file)?,
-        };
+        let handle = Self::handle(&file)?;
+        let req = Request::CloseQuiet { handle };
         if file.read {
             self.files.closed(file.ino);
         }
+        if self.poster.unlease(handle) && self.post(&req, &[]) {
+            return Ok(());
+        }
         let mut c = self.take()?;
+        self.barrier(&mut c.1)?;
         let mut w = Writer::new();
         req.encode(&mut w);
         c.1.send(w.finish(0), &[]).map_err(|_| notconn())?;
@@ -701,11 +786,15 @@ impl Backend for Remote {
         })
     }
 
-    fn set_attr(&self, _cx: &Creds, ino: InodeNo, changes: &AttrChanges) -> Result<()> {
-        self.unit(&Request::SetAttr {
+    fn set_attr(&self, cx: &Creds, ino: InodeNo, changes: &AttrChanges) -> Result<()> {
+        let req = Request::SetAttr {
             ino,
             changes: *changes,
-        })
+        };
+        if self.poster.may_set_attr(cx, ino, changes) && self.post(&req, &[]) {
+            return Ok(());
+        }
+        self.unit(&req)
     }
 
     fn truncate_ino(&self, _cx: &Creds, ino: InodeNo, size: u64) -> Result<()> {
@@ -829,6 +918,10 @@ impl Backend for Remote {
                 offset: offset + done as u64,
                 data: chunk,
             };
+            if self.poster.may_write(handle, chunk.len()) && self.post(&req, chunk) {
+                done += chunk.len();
+                continue;
+            }
             let n = self.call(&req, |r| Ok(r.u64()? as usize))?;
             done += n;
             if n < chunk.len() {
@@ -986,5 +1079,6 @@ impl Backend for Remote {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let old = self.pool.with(std::mem::take);
         drop(old);
+        self.poster.drop_channel();
     }
 }

@@ -18,7 +18,7 @@ use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
 /// The protocol's version: moved by every change of a request or a reply.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
@@ -54,6 +54,21 @@ pub enum Request<'a> {
     },
     Stat {
         ino: InodeNo,
+    },
+    /// First request of a connection that carries the session's posted requests
+    /// (docs/DESIGN.md §12.5 "Posted requests"): answered once, then never again; its
+    /// frames (Write, SetAttr and CloseQuiet only) run in order and report failures at
+    /// the file's next fsync. `sent`: posted requests the session sent before, on
+    /// earlier such connections.
+    Posts {
+        token: u64,
+        version: u32,
+        sent: u64,
+    },
+    /// No reply: the connection's next request runs only once the session's first
+    /// `count` posted requests have run (or its posting connection is gone).
+    Barrier {
+        count: u64,
     },
     /// Close, with no reply: the client goes on at once (a close has nothing to
     /// report; the next request on the connection runs after it).
@@ -100,6 +115,9 @@ pub enum Request<'a> {
         ino: InodeNo,
         mask: u32,
     },
+    /// Reply: the inode, its kind, then the handle (0: none), read and write, then the
+    /// lease's budget in bytes (0: none; writes and attribute changes of this handle
+    /// may then be posted, up to that many bytes written) and the file's owner.
     Open {
         start: InodeNo,
         flags: i32,
@@ -281,6 +299,8 @@ mod op {
     pub const CREATE_AT: u8 = 39;
     pub const REMOVE_AT: u8 = 40;
     pub const RENAME_AT: u8 = 41;
+    pub const POSTS: u8 = 42;
+    pub const BARRIER: u8 = 43;
 }
 
 fn inval() -> Errno {
@@ -409,6 +429,12 @@ impl<'a> Request<'a> {
                 writable: r.bool()?,
             },
             op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
+            op::POSTS => Request::Posts {
+                token: r.u64()?,
+                version: r.u32()?,
+                sent: r.u64()?,
+            },
+            op::BARRIER => Request::Barrier { count: r.u64()? },
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -660,6 +686,12 @@ impl<'a> Request<'a> {
             Request::Tables => w.u8(op::TABLES),
             Request::Mailbox { writable } => w.u8(op::MAILBOX).u8(u8::from(writable)),
             Request::CloseQuiet { handle } => w.u8(op::CLOSE_QUIET).u64(handle),
+            Request::Posts {
+                token,
+                version,
+                sent,
+            } => w.u8(op::POSTS).u64(token).u32(version).u64(sent),
+            Request::Barrier { count } => w.u8(op::BARRIER).u64(count),
             Request::StatAt {
                 start,
                 follow,
@@ -946,6 +978,12 @@ mod tests {
                 token: 9,
                 version: VERSION,
             },
+            Request::Posts {
+                token: 9,
+                version: VERSION,
+                sent: 3,
+            },
+            Request::Barrier { count: 12 },
             Request::Resolve {
                 start: InodeNo(1),
                 follow: true,

@@ -16,7 +16,7 @@
 use crate::mailbox::{Conn, Mailbox};
 use crate::peer::{self, Peer};
 use crate::proto::Request;
-use crate::session::{Caller, Session};
+use crate::session::{Caller as SessionCaller, Session};
 use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
 use crate::{Notify, CONNECTIONS_MAX};
@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use vfs::changes::Event;
+use vfs::leases::Caller;
 use vfs::FileSystem;
 
 /// What every connection thread shares.
@@ -118,6 +119,13 @@ impl Instance {
             tables: Mutex::new(HashMap::new()),
             requests: std::sync::atomic::AtomicU64::new(0),
         });
+        // Every other caller's call first runs a lease holder's posts (crate::posts).
+        let weak = Arc::downgrade(&shared);
+        shared.fs.leases().set_breaker(Box::new(move |who| {
+            if let Some(s) = weak.upgrade() {
+                end_leases(&s, who);
+            }
+        }));
         let fd = listener.as_raw_fd();
         let s = shared.clone();
         let accept = std::thread::Builder::new()
@@ -208,20 +216,62 @@ fn new_token() -> u64 {
     u64::from_le_bytes(t) | 1
 }
 
-/// The first request, Hello: the caller's session (joined or new), or None after
-/// answering with an errno.
-fn handshake(shared: &Arc<Shared>, peer: &Peer, conn: &mut Conn) -> Option<Arc<Session>> {
+/// Ends the leases of every session but `who` (vfs::leases): returns once their posts
+/// have run.
+fn end_leases(shared: &Shared, who: Caller) {
+    let holders: Vec<Arc<Session>> = {
+        let sessions = shared.sessions.lock().expect("sessions lock");
+        sessions
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|s| who != Caller::Session(s.token) && s.posts.holds())
+            .collect()
+    };
+    for s in holders {
+        s.posts.end();
+    }
+}
+
+/// What a connection is for, by its first request.
+enum Role {
+    /// Requests answered in order (Hello).
+    Calls,
+    /// The session's posted requests (Posts): the client's count of earlier ones.
+    Posts { sent: u64 },
+}
+
+/// The first request, Hello or Posts: the caller's session (joined or new), or None
+/// after answering with an errno.
+fn handshake(shared: &Arc<Shared>, peer: &Peer, conn: &mut Conn) -> Option<(Arc<Session>, Role)> {
     let session = match conn.recv().ok()?.map(Request::decode) {
         Some(Ok(Request::Hello { token, version })) if version == crate::proto::VERSION => {
-            join(shared, peer, token)
+            join(shared, peer, token).map(|s| (s, Role::Calls))
+        }
+        Some(Ok(Request::Posts {
+            token,
+            version,
+            sent,
+        })) if version == crate::proto::VERSION && token != 0 => {
+            join(shared, peer, token).map(|s| (s, Role::Posts { sent }))
         }
         _ => Err(Errno(libc::EPROTO)),
     };
     let mut w = Writer::new();
     match session {
-        Ok(s) => {
+        Ok((s, role)) => {
+            if let Role::Posts { sent } = role {
+                // Registered before the client hears so: its opens may be leased.
+                s.posts.open(conn.stream.as_raw_fd(), sent);
+            }
             w.i32(0).u64(s.token);
-            conn.send(w.finish(0), &[]).is_ok().then_some(s)
+            if conn.send(w.finish(0), &[]).is_ok() {
+                Some((s, role))
+            } else {
+                if let Role::Posts { .. } = role {
+                    s.posts.close(|l| s.end_lease(l));
+                }
+                None
+            }
         }
         Err(Errno(e)) => {
             w.i32(e);
@@ -236,7 +286,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         return;
     };
     let mut conn = Conn::new(stream);
-    let Some(session) = handshake(shared, &peer, &mut conn) else {
+    let Some((session, role)) = handshake(shared, &peer, &mut conn) else {
         return;
     };
     let mut w = Writer::new();
@@ -247,11 +297,15 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(socket) = conn.stream.try_clone() else {
         return;
     };
-    let caller = Caller {
+    let caller = SessionCaller {
         creds: &peer.creds,
         socket: socket.as_fd(),
         cache,
     };
+    if let Role::Posts { .. } = role {
+        return serve_posts(&session, &caller, conn);
+    }
+    let me = vfs::leases::Caller::Session(session.token);
     loop {
         let buf = match conn.recv() {
             Ok(Some(b)) => b,
@@ -259,8 +313,13 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         };
         w.clear();
         w.i32(0);
-        shared.requests.fetch_add(1, Ordering::Relaxed);
         let req = Request::decode(buf);
+        // A Barrier (no reply) holds the connection's next request back.
+        if let Ok(Request::Barrier { count }) = req {
+            session.posts.wait_applied(count);
+            continue;
+        }
+        shared.requests.fetch_add(1, Ordering::Relaxed);
         // Requests answered with descriptors (on the socket).
         let sock = socket.as_raw_fd();
         match (&req, cache) {
@@ -283,6 +342,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
             }
             _ => {}
         }
+        shared.fs.leases().call(me);
         let quiet = matches!(req, Ok(Request::CloseQuiet { .. }));
         let r = req.and_then(|req| match req {
             Request::Tables | Request::Mailbox { .. } => Err(Errno(libc::EOPNOTSUPP)),
@@ -301,6 +361,47 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     }
 }
 
+/// Runs a session's posted requests in order until the connection ends (the client
+/// closed it, died, or a lease ended: crate::posts), then ends its leases.
+fn serve_posts(session: &Session, caller: &SessionCaller<'_>, mut conn: Conn) {
+    crate::session::posting_thread();
+    let delay = post_delay();
+    let mut w = Writer::new();
+    while let Ok(Some(buf)) = conn.recv() {
+        if let Some(d) = delay {
+            std::thread::sleep(d);
+        }
+        w.clear();
+        let failed = match Request::decode(buf) {
+            Ok(
+                req
+                @ (Request::Write { .. } | Request::SetAttr { .. } | Request::CloseQuiet { .. }),
+            ) => {
+                let ino = session.ino_of(&req);
+                session
+                    .run(caller, req, &mut w)
+                    .err()
+                    .map(|Errno(e)| (ino, e))
+            }
+            // Nothing else is posted: a client that does is not ours.
+            _ => break,
+        };
+        session.posts.applied(failed);
+    }
+    session.posts.close(|l| session.end_lease(l));
+}
+
+/// AUGEFS_POST_DELAY_US: each posted request waits that long before it runs, so that
+/// posts lag far behind the client (fault injection for the tests that a post the
+/// client was told was done is seen by every other caller: docs/TESTING.md).
+fn post_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let us: u64 = std::env::var("AUGEFS_POST_DELAY_US").ok()?.parse().ok()?;
+        Some(std::time::Duration::from_micros(us))
+    })
+}
+
 /// The session `token` names (its process must be the caller), or a new one.
 fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, Errno> {
     let mut sessions = shared.sessions.lock().expect("sessions lock");
@@ -317,6 +418,7 @@ fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, E
         peer.pid,
         shared.fs.clone(),
         shared.notify.clone(),
+        shared.page.clone(),
     ));
     sessions.insert(s.token, Arc::downgrade(&s));
     Ok(s)

@@ -10,6 +10,7 @@
 //! - When the session goes (its last connection closed), its process's record locks
 //!   are released and every handle is closed (with its description's locks).
 
+use crate::posts::{Lease, Posts};
 use crate::proto::{self, Request};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::Writer;
@@ -59,6 +60,30 @@ pub(crate) struct Session {
     notify: Option<Notify>,
     handles: Mutex<HashMap<u64, Arc<Held>>>,
     next_handle: AtomicU64,
+    /// The change page clients read, if the instance keeps one (a lease is a change
+    /// of its file's data in flight there).
+    page: Option<Arc<ChangePage>>,
+    /// Its posted requests and leases (`crate::posts`).
+    pub posts: Posts,
+}
+
+/// Most bytes a lease lets a client post before it sends its writes again (and at
+/// most a sixteenth of the free space).
+const LEASE_BUDGET: u64 = 64 << 20;
+/// Most space leases leave free besides the bytes reserved for posts (and at most a
+/// quarter of the free space): what MetaDB and cleaning need meanwhile.
+const LEASE_MARGIN: u64 = 256 << 20;
+
+thread_local! {
+    /// Set on a posting connection's thread: the changes it runs are not told to the
+    /// kernel (it was told to forget the file when the lease began, and any call of
+    /// the kernel's ends the lease before it runs; vfs::leases).
+    static POSTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as a posting connection's.
+pub(crate) fn posting_thread() {
+    POSTING.with(|p| p.set(true));
 }
 
 /// The connection a request came on: who sent it, and its socket (a lock wait watches
@@ -72,7 +97,13 @@ pub(crate) struct Caller<'a> {
 }
 
 impl Session {
-    pub fn new(token: u64, pid: i32, fs: Arc<FileSystem>, notify: Option<Notify>) -> Session {
+    pub fn new(
+        token: u64,
+        pid: i32,
+        fs: Arc<FileSystem>,
+        notify: Option<Notify>,
+        page: Option<Arc<ChangePage>>,
+    ) -> Session {
         Session {
             token,
             pid,
@@ -80,7 +111,63 @@ impl Session {
             notify,
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
+            page,
+            posts: Posts::default(),
         }
+    }
+
+    /// The file a posted request changes (0 if its handle is unknown: its error is
+    /// then reported by a sync).
+    pub fn ino_of(&self, req: &Request<'_>) -> InodeNo {
+        match *req {
+            Request::SetAttr { ino, .. } => ino,
+            Request::Write { handle, .. } | Request::CloseQuiet { handle } => {
+                self.held(handle).map_or(InodeNo(0), |h| h.file().ino)
+            }
+            _ => InodeNo(0),
+        }
+    }
+
+    /// Ends a lease: its change in flight, its hold and its reservation.
+    pub fn end_lease(&self, l: Lease) {
+        if let Some(page) = &self.page {
+            page.data_changed(l.ino, false);
+        }
+        self.fs.leases().release();
+        self.fs.leases().unreserve(l.budget);
+    }
+
+    /// Leases `handle` (open for writing on regular file `ino`) to the client if it
+    /// can be: the budget granted (0: none). `created`: the open made the file (the
+    /// kernel has nothing of it to forget).
+    fn grant(&self, handle: u64, ino: InodeNo, created: bool) -> u64 {
+        if !self.posts.has_channel() {
+            return 0;
+        }
+        let leases = self.fs.leases();
+        let st = self.fs.statfs();
+        let free = st.blocks_free.saturating_mul(u64::from(st.block_size));
+        let budget = LEASE_BUDGET.min(free / 16);
+        if budget == 0 || !leases.reserve(budget, free, LEASE_MARGIN.min(free / 4)) {
+            return 0;
+        }
+        let mark = leases.kernel_calls();
+        if !created {
+            self.tell(Change::Data { ino: ino.0 });
+        }
+        if !leases.try_hold(mark) {
+            leases.unreserve(budget);
+            return 0;
+        }
+        if let Some(page) = &self.page {
+            page.data_changed(ino, true);
+        }
+        let lease = Lease { ino, budget };
+        if !self.posts.lease(handle, lease) {
+            self.end_lease(lease);
+            return 0;
+        }
+        budget
     }
 
     fn held(&self, handle: u64) -> Result<Arc<Held>> {
@@ -109,6 +196,9 @@ impl Session {
     }
 
     fn tell(&self, c: Change<'_>) {
+        if POSTING.with(std::cell::Cell::get) {
+            return;
+        }
         if let Some(n) = &self.notify {
             (n.0)(c);
         }
@@ -207,6 +297,9 @@ impl Session {
             Request::Close { handle } | Request::CloseQuiet { handle } => {
                 let gone = self.handles.lock().expect("handles lock").remove(&handle);
                 gone.ok_or(Errno(libc::EBADF))?;
+                if let Some(l) = self.posts.unlease(handle) {
+                    self.end_lease(l);
+                }
             }
             req => return self.run_names(caller, req, w),
         }
@@ -460,11 +553,21 @@ impl Session {
                         .map_err(e)?,
                 );
             }
+            // A posted request's failure is reported here, once (as the kernel
+            // reports a failed write-back).
             Request::Fsync { handle, data_only } => {
-                fs.fsync_ino(self.held(handle)?.file().ino, data_only)
-                    .map_err(e)?;
+                let ino = self.held(handle)?.file().ino;
+                fs.fsync_ino(ino, data_only).map_err(e)?;
+                if let Some(err) = self.posts.take_error(ino) {
+                    return Err(Errno(err));
+                }
             }
-            Request::Sync => fs.sync().map_err(e)?,
+            Request::Sync => {
+                fs.sync().map_err(e)?;
+                if let Some(err) = self.posts.take_any_error() {
+                    return Err(Errno(err));
+                }
+            }
             _ => return self.run_locks(caller, req, w),
         }
         Ok(())
@@ -577,7 +680,7 @@ impl Session {
         proto::put_kind(w, found.kind);
         match found.file {
             None => {
-                w.u64(0).u8(0).u8(0);
+                w.u64(0).u8(0).u8(0).u64(0).u32(u32::MAX);
             }
             Some(file) => {
                 let (read, write) = (file.read, file.write);
@@ -590,7 +693,21 @@ impl Session {
                     .lock()
                     .expect("handles lock")
                     .insert(handle, held);
-                w.u64(handle).u8(read.into()).u8(write.into());
+                let budget = if write && found.kind == vfs::Kind::File {
+                    self.grant(handle, found.ino, found.created.is_some())
+                } else {
+                    0
+                };
+                let owner = if budget > 0 {
+                    self.fs.stat_ino(found.ino).map_or(u32::MAX, |m| m.uid)
+                } else {
+                    u32::MAX
+                };
+                w.u64(handle)
+                    .u8(read.into())
+                    .u8(write.into())
+                    .u64(budget)
+                    .u32(owner);
             }
         }
         Ok(())

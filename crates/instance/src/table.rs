@@ -19,6 +19,8 @@
 //!   compute it: its fill count must equal the change page's `started`, and `finished`
 //!   must equal `started` (none in flight). Any change anywhere therefore invalidates
 //!   every slot; a miss costs one request, never a wrong answer.
+//! - A slot of a file whose data count is not quiet (a write in flight, or a lease:
+//!   crate::posts) answers nothing.
 //! - A client sees only the table of its own identity: a stat answered for another
 //!   user (whose permissions differ) is never in it.
 
@@ -390,6 +392,10 @@ impl Table {
         if !same || s.seq.load(Ordering::Relaxed) != seq || changes.started() != now {
             return None;
         }
-        metadata(&words)
+        let m = metadata(&words)?;
+        // A file whose data is changing, or leased to a client whose posts may not
+        // have run (crate::posts), is asked about.
+        changes.data_quiet(InodeNo(m.ino))?;
+        Some(m)
     }
 }

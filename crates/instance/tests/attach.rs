@@ -208,6 +208,70 @@ fn malformed_requests_get_errnos_and_the_connection_goes_on() {
     assert_eq!(send(&mut c2, other.body()), libc::EPERM);
 }
 
+/// Sends one frame of `body` on `c` with no reply awaited.
+fn post(c: &mut UnixStream, req: &instance::proto::Request<'_>) {
+    let mut w = Writer::new();
+    req.encode(&mut w);
+    let mut frame = (w.body().len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(w.body());
+    c.write_all(&frame).unwrap();
+}
+
+/// Encodes `req` and sends it on `c`; the status of its reply.
+fn ask(c: &mut UnixStream, req: &instance::proto::Request<'_>) -> i32 {
+    let mut w = Writer::new();
+    req.encode(&mut w);
+    send(c, w.body())
+}
+
+#[test]
+fn a_failed_post_is_reported_by_the_next_sync_once() {
+    use instance::proto::{Request, VERSION};
+    let s = Setup::new(Transport::Socket);
+    let mut c = UnixStream::connect(&s.sock).unwrap();
+    let mut hello = Writer::new();
+    Request::Hello {
+        token: 0,
+        version: VERSION,
+    }
+    .encode(&mut hello);
+    let mut frame = (hello.body().len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(hello.body());
+    c.write_all(&frame).unwrap();
+    let mut reply = [0u8; 16];
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(i32::from_le_bytes(reply[4..8].try_into().unwrap()), 0);
+    let token = u64::from_le_bytes(reply[8..16].try_into().unwrap());
+    // The posting connection of that session: answered once.
+    let mut p = UnixStream::connect(&s.sock).unwrap();
+    let posts = Request::Posts {
+        token,
+        version: VERSION,
+        sent: 0,
+    };
+    assert_eq!(ask(&mut p, &posts), 0);
+    // A post that fails (no such file) is acknowledged by nobody: the next sync,
+    // after a barrier for it, reports it, and only that one.
+    let changes = vfs::AttrChanges {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    post(
+        &mut p,
+        &Request::SetAttr {
+            ino: format::InodeNo(987_654),
+            changes,
+        },
+    );
+    post(&mut c, &Request::Barrier { count: 1 });
+    assert_ne!(ask(&mut c, &Request::Sync), 0, "the failed post");
+    assert_eq!(ask(&mut c, &Request::Sync), 0, "reported once");
+    // A post of another kind ends the posting connection.
+    post(&mut p, &Request::Sync);
+    let mut byte = [0u8; 1];
+    assert_eq!(p.read(&mut byte).unwrap(), 0, "the instance hung up");
+}
+
 /// Run as a child process by [`a_killed_client_releases_its_locks_and_files`]: with
 /// the socket in the environment it attaches, takes locks, says so, and waits to die.
 #[test]
@@ -399,10 +463,18 @@ fn repeated_stats_need_no_request_until_something_changes(t: Transport) {
     let inst = s.inst.as_ref().unwrap();
     let px = s.client();
     px.mkdir(At::Cwd, b"/d", 0o755).unwrap();
-    let fd = px
+    let w = px
         .open_fd(At::Cwd, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
         .unwrap();
-    px.write(fd, b"12345").unwrap();
+    px.write(w, b"12345").unwrap();
+    // While a descriptor open for writing holds a lease (its writes may be posted),
+    // stats of the file ask (crate::posts); once it is closed they need not.
+    let before = inst.requests();
+    assert_eq!(px.fstat(w).unwrap().size, 5);
+    assert_eq!(px.fstat(w).unwrap().size, 5);
+    assert_eq!(inst.requests() - before, 2, "a leased file's stats ask");
+    px.close(w).unwrap();
+    let fd = px.open_fd(At::Cwd, b"/d/f", libc::O_RDONLY, 0).unwrap();
     assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 5);
     let before = inst.requests();
     for _ in 0..100 {
@@ -415,8 +487,10 @@ fn repeated_stats_need_no_request_until_something_changes(t: Transport) {
         inst.requests() - before
     );
     // A change through the instance: the next stat asks, and sees it.
-    px.write(fd, b"678").unwrap();
+    let w = px.open_fd(At::Cwd, b"/d/f", libc::O_WRONLY, 0).unwrap();
+    px.pwrite(w, b"678", 5).unwrap();
     assert_eq!(px.stat(At::Cwd, b"/d/f", true, false).unwrap().size, 8);
+    px.close(w).unwrap();
     // A change another front end makes (marked, as the FUSE adapter marks its
     // requests): seen at once too.
     let ino =

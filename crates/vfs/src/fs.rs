@@ -77,6 +77,8 @@ pub struct FileSystem {
     flocks: crate::locks::LockTable,
     /// Changes the front ends make, for caches kept outside the vfs.
     changes: crate::changes::Changes,
+    /// Write-behind leases of the instance's clients ([`crate::leases`]).
+    leases: crate::leases::Leases,
     /// The background flusher (stopped by unmount and drop).
     flusher: Mutex<Option<crate::data::Flusher>>,
     /// The background commit, if asked for (stopped by unmount and drop).
@@ -151,6 +153,7 @@ impl FileSystem {
             record_locks: crate::locks::LockTable::default(),
             flocks: crate::locks::LockTable::default(),
             changes: crate::changes::Changes::default(),
+            leases: crate::leases::Leases::default(),
             flusher: Mutex::new(flusher),
             committer: Mutex::new(None),
             root: std::sync::OnceLock::new(),
@@ -286,6 +289,11 @@ impl FileSystem {
     /// The changes front ends mark ([`crate::changes`]).
     pub fn changes(&self) -> &crate::changes::Changes {
         &self.changes
+    }
+
+    /// The write-behind leases front ends coordinate on ([`crate::leases`]).
+    pub fn leases(&self) -> &crate::leases::Leases {
+        &self.leases
     }
 
     /// Who the path-level API and `File` act as from now on (default: the process that

@@ -59,6 +59,7 @@ mod handle;
 pub mod image;
 pub mod inode_api;
 mod lanes;
+pub mod leases;
 pub mod locks;
 mod namespace;
 pub mod pagecache;

@@ -37,6 +37,11 @@ enum StateAccess<'a> {
     Own(&'a Handle),
 }
 
+/// Most threads [`Core::write_back_all`] writes back with.
+const WRITE_BACK_WORKERS: usize = 8;
+/// Files with dirty pages per write-back thread (fewer: fewer threads).
+const WRITE_BACK_FILES_PER_WORKER: usize = 16;
+
 impl Core {
     /// Writes back `h`'s dirty pages, for a caller that holds its record lock
     /// ([`Handle::write`]) as `st` (an operation about to write the record).
@@ -176,12 +181,36 @@ impl Core {
         }
     }
 
-    /// Writes back every file's dirty pages.
+    /// Writes back every file's dirty pages: several files at once, so that their
+    /// device writes overlap (each write-back waits for its own; with thousands of
+    /// small files, as an untar leaves, one at a time is bound by the device's latency).
     pub(crate) fn write_back_all(&self) -> Result<(), VfsError> {
-        for h in self.dirty_handles() {
-            self.write_back(&h)?;
+        let handles = self.dirty_handles();
+        let workers = (handles.len() / WRITE_BACK_FILES_PER_WORKER).min(WRITE_BACK_WORKERS);
+        if workers <= 1 {
+            for h in &handles {
+                self.write_back(h)?;
+            }
+            return Ok(());
         }
-        Ok(())
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> Result<(), VfsError> {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(h) = handles.get(i) else {
+                    return Ok(());
+                };
+                self.write_back(h)?;
+            }
+        };
+        std::thread::scope(|scope| {
+            let others: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+            let mine = work();
+            others
+                .into_iter()
+                .map(|t| t.join().expect("a write-back worker panicked"))
+                .fold(mine, Result::and)
+        })
     }
 
     /// The handles of the inodes with dirty pages (the inode table keeps them).

@@ -1,0 +1,230 @@
+//! The attached side of posted requests (`crate::posts`, docs/DESIGN.md §12.5): the
+//! posting connection, the leases the instance granted, and the count that orders the
+//! process's later requests after its posts.
+//!
+//! Invariants:
+//! - A post is counted (`sent`) only once its whole frame is in the socket: the
+//!   instance runs exactly the counted posts (a partial frame, cut by the end of a
+//!   lease, is dropped by the instance, and the call is then sent as a request).
+//! - A lease is used only while the connection it was granted under is the one open
+//!   (its epoch): once a post fails, every lease of that connection is void.
+//! - `fenced` moves only after a request that followed a Barrier was answered: a
+//!   thread that reads `fenced >= n` knows the first `n` posts have run.
+//! - The connection is never used after a fork by the child, nor after a change of
+//!   identity ([`Poster::drop_channel`]).
+
+use crate::forklock::ForkLock;
+use format::InodeNo;
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vfs::{AttrChanges, Creds};
+
+/// Largest write posted (larger ones are few, and cost little more as requests).
+pub const POST_BYTES_MAX: usize = 64 << 10;
+
+/// A lease of one handle, as the client keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    ino: InodeNo,
+    /// Bytes it may still post.
+    left: u64,
+    /// The file's owner when leased.
+    owner: u32,
+    epoch: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Poster {
+    /// The posting connection and the epoch it is of.
+    channel: ForkLock<Option<(u64, UnixStream)>>,
+    /// Bumped whenever the connection goes: older leases are void.
+    epoch: AtomicU64,
+    /// Posts sent whole.
+    sent: AtomicU64,
+    /// Posts known to have run.
+    fenced: AtomicU64,
+    leases: ForkLock<HashMap<u64, Lease>>,
+}
+
+/// Sends all of `parts` on `s` without raising SIGPIPE: false if the connection
+/// refused any of it (a partial frame is then the instance's to drop).
+fn send_all(s: &UnixStream, parts: &[&[u8]]) -> bool {
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    let mut at = 0;
+    while at < iov.len() {
+        // SAFETY: a zeroed msghdr is valid; it names `iov[at..]`, live for the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov[at..].as_mut_ptr();
+        msg.msg_iovlen = iov.len() - at;
+        // SAFETY: `msg` names buffers that live for the call.
+        let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        let mut n = n as usize;
+        while at < iov.len() && n >= iov[at].iov_len {
+            n -= iov[at].iov_len;
+            at += 1;
+        }
+        if n > 0 {
+            // SAFETY: `n` is within iov[at]'s buffer.
+            iov[at].iov_base = unsafe { iov[at].iov_base.cast::<u8>().add(n) }.cast();
+            iov[at].iov_len -= n;
+        }
+    }
+    true
+}
+
+impl Poster {
+    /// Whether a posting connection of `generation` is open.
+    pub fn has_channel(&self, generation: u64) -> bool {
+        self.channel
+            .with(|c| matches!(c, Some((g, _)) if *g == generation))
+    }
+
+    /// Posts sent so far (what a new posting connection tells the instance).
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// Takes `s` as the posting connection of `generation`.
+    pub fn set_channel(&self, generation: u64, s: UnixStream) {
+        let old = self.channel.with(|c| c.replace((generation, s)));
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        drop(old);
+    }
+
+    /// Closes the posting connection (a change of identity): its leases are void.
+    pub fn drop_channel(&self) {
+        let old = self.channel.with(Option::take);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.leases.with(HashMap::clear);
+        drop(old);
+    }
+
+    /// The fork prepare handler: holds the connection so the child copies it whole.
+    pub fn before_fork(&self) {
+        self.channel.lock();
+        self.leases.lock();
+    }
+
+    pub fn after_fork_parent(&self) {
+        self.leases.unlock();
+        self.channel.unlock();
+    }
+
+    /// The fork child handler: the parent's connection and leases are the parent's.
+    pub fn forked(&self) {
+        // SAFETY: the prepare handler holds both locks; this is the only thread.
+        let old = unsafe { self.channel.held() }.take();
+        // SAFETY: as above.
+        unsafe { self.leases.held() }.clear();
+        self.leases.unlock();
+        self.channel.unlock();
+        drop(old);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.sent.store(0, Ordering::SeqCst);
+        self.fenced.store(0, Ordering::SeqCst);
+    }
+
+    /// Keeps the lease the instance granted `handle` (`budget` bytes; 0: none).
+    pub fn leased(&self, handle: u64, ino: InodeNo, budget: u64, owner: u32) {
+        if budget == 0 {
+            return;
+        }
+        let lease = Lease {
+            ino,
+            left: budget,
+            owner,
+            epoch: self.epoch.load(Ordering::SeqCst),
+        };
+        self.leases.with(|l| l.insert(handle, lease));
+    }
+
+    /// Forgets `handle`'s lease (it closes): whether it was live.
+    pub fn unlease(&self, handle: u64) -> bool {
+        let l = self.leases.with(|l| l.remove(&handle));
+        l.is_some_and(|l| l.epoch == self.epoch.load(Ordering::SeqCst))
+    }
+
+    /// Whether a write of `len` bytes through `handle` may be posted: its lease is
+    /// live and has the budget (taken from it).
+    pub fn may_write(&self, handle: u64, len: usize) -> bool {
+        if len > POST_BYTES_MAX {
+            return false;
+        }
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        self.leases.with(|leases| match leases.get_mut(&handle) {
+            Some(l) if l.epoch == epoch && l.left >= len as u64 => {
+                l.left -= len as u64;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// Whether `changes` to `ino` by `cx` may be posted: a live lease of the file, and
+    /// a change the instance will allow (root's, or the owner's that keeps the owner
+    /// and group): the instance still checks it, and a refusal would only be reported
+    /// at the next fsync.
+    pub fn may_set_attr(&self, cx: &Creds, ino: InodeNo, changes: &AttrChanges) -> bool {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let owner = self.leases.with(|leases| {
+            leases
+                .values()
+                .find(|l| l.ino == ino && l.epoch == epoch)
+                .map(|l| l.owner)
+        });
+        match owner {
+            Some(owner) => {
+                cx.uid == 0 || (cx.uid == owner && changes.uid.is_none() && changes.gid.is_none())
+            }
+            None => false,
+        }
+    }
+
+    /// Posts one frame (`parts`): false if the posting connection is gone (the caller
+    /// sends the request instead; every lease of the connection is void now).
+    pub fn post(&self, parts: &[&[u8]]) -> bool {
+        let sent = self.channel.with(|c| match c {
+            Some((_, s)) => {
+                let ok = send_all(s, parts);
+                if ok {
+                    self.sent.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    *c = None;
+                }
+                ok
+            }
+            None => false,
+        });
+        if !sent {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        sent
+    }
+
+    /// The count a request must wait for (a Barrier sent before it), if some posts
+    /// may not have run yet.
+    pub fn fence(&self) -> Option<u64> {
+        let sent = self.sent.load(Ordering::SeqCst);
+        (sent > self.fenced.load(Ordering::SeqCst)).then_some(sent)
+    }
+
+    /// A request sent after a Barrier of `count` was answered.
+    pub fn fenced(&self, count: u64) {
+        self.fenced.fetch_max(count, Ordering::SeqCst);
+    }
+}
