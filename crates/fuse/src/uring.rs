@@ -351,6 +351,25 @@ impl Queue<'_> {
         }
     }
 
+    /// Submits the commits of the replies served since the last submit: only then are
+    /// their calls over for the kernel (vfs::leases).
+    fn end_kernel_calls(&mut self) -> io::Result<()> {
+        if self.kernel_calls == 0 {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.fs
+            .leases()
+            .end_kernel(std::mem::take(&mut self.kernel_calls));
+        Ok(())
+    }
+
     /// Commits the replies the mailbox holds.
     fn deliver_mail(&mut self) {
         for (i, bytes) in self.mailbox.take() {
@@ -460,19 +479,7 @@ pub(crate) fn serve_queue(
                 _ => q.commit(i),
             }
         }
-        if q.kernel_calls > 0 {
-            // The replies reach the kernel here: only then are their calls over
-            // (vfs::leases).
-            loop {
-                match q.ring.submit() {
-                    Ok(_) => break,
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            q.fs.leases()
-                .end_kernel(std::mem::take(&mut q.kernel_calls));
-        }
+        q.end_kernel_calls()?;
         match q.ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}

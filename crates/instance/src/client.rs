@@ -15,11 +15,13 @@
 //! - A broken connection fails the call with ENOTCONN and is dropped; nothing is
 //!   retried (a request may have run).
 
+mod posting;
+mod shared;
+
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
 use crate::forklock::ForkLock;
-use crate::mailbox::{Conn, Mailbox};
+use crate::mailbox::Conn;
 use crate::namecache::{Answer, NameCache, Question};
-use crate::posting::Poster;
 use crate::proto::{self, Request, READDIR_MAX};
 use crate::table::{ChangePage, Key, Table};
 use crate::wire::{Reader, Writer};
@@ -27,7 +29,8 @@ use crate::IO_BYTES_MAX;
 use format::InodeNo;
 use posix::backend::{Backend, Found, LockSpace, OpenFile, Reference};
 use posix::{Errno, Result};
-use std::os::fd::{AsFd, OwnedFd};
+use posting::Poster;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -139,85 +142,6 @@ impl Remote {
         Ok(r)
     }
 
-    /// The shared regions this process maps (read-only): where they start and their
-    /// lengths (diagnostics, and the test that a stray store faults).
-    pub fn shared_regions(&self) -> Vec<(usize, usize)> {
-        self.cache()
-            .map(|(page, table)| vec![page.region(), table.region()])
-            .unwrap_or_default()
-    }
-
-    /// The mailboxes of this process's pooled connections: where they start and their
-    /// lengths (the test that a stray store faults).
-    pub fn mailbox_regions(&self) -> Vec<(usize, usize)> {
-        self.pool.with(|p| {
-            p.iter()
-                .filter_map(|(_, c)| c.mailbox().map(Mailbox::region))
-                .collect()
-        })
-    }
-
-    /// Whether stats are answered from the shared table when they can be.
-    pub fn has_table(&self) -> bool {
-        self.cache().is_some()
-    }
-
-    fn cache(&self) -> Option<&(ChangePage, Table)> {
-        if self.cache_off.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.cache.get().and_then(Option::as_ref)
-    }
-
-    /// Sends `req`, whose reply carries up to `max` descriptors (on the socket): the
-    /// descriptors, if the reply's status is 0.
-    fn exchange_fds(conn: &mut Conn, req: &Request<'_>, max: usize) -> Option<Vec<OwnedFd>> {
-        let mut w = Writer::new();
-        req.encode(&mut w);
-        conn.send(w.finish(0), &[]).ok()?;
-        // The reply: its length (4) and a status, the descriptors with it.
-        let mut reply = [0u8; 8];
-        let fds = conn.recv_fds(&mut reply, max).ok()?;
-        let status = i32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]);
-        (status == 0).then_some(fds)
-    }
-
-    /// Asks for the change page and this identity's table (descriptors with the reply).
-    fn fetch_tables(&self, conn: &mut Conn) -> Option<(ChangePage, Table)> {
-        let fds = Self::exchange_fds(conn, &Request::Tables, 2)?;
-        if fds.len() != 2 {
-            return None;
-        }
-        let mut fds = fds.into_iter();
-        let page = ChangePage::attach(fds.next()?).ok()?;
-        let table = Table::attach(fds.next()?).ok()?;
-        Some((page, table))
-    }
-
-    /// Gives `conn` a mailbox as the transport allows (else its messages stay on the
-    /// socket).
-    fn add_mailbox(&self, conn: &mut Conn) {
-        let key = crate::pkey::key();
-        // Without a key (said once by `augefs mount` and `augefs run`,
-        // crate::pkey::UNAVAILABLE, not by every process: a program's standard error
-        // is its own), only the replies come through a mailbox, read-only here.
-        let writable = match (self.transport, key) {
-            (Transport::Socket, _) => return,
-            (Transport::Auto, None) => false,
-            _ => true,
-        };
-        let Some(fds) = Self::exchange_fds(conn, &Request::Mailbox { writable }, 1) else {
-            return;
-        };
-        if let Some(m) = fds
-            .into_iter()
-            .next()
-            .and_then(|fd| Mailbox::attach(fd, writable, key).ok())
-        {
-            conn.set_mailbox(m);
-        }
-    }
-
     /// Starts the session: its anchor connection (if there is none).
     fn anchor(&self) -> Result<()> {
         self.anchor.lock();
@@ -277,13 +201,7 @@ impl Remote {
     /// A new connection of the session (starting it), on the socket only.
     fn dial_plain(&self) -> Result<(u64, Conn)> {
         let generation = self.generation.load(Ordering::Acquire);
-        let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
-        let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if server.creds.uid != 0 && server.creds.uid != me {
-            return Err(Errno(libc::EPERM));
-        }
+        let s = self.connect_socket()?;
         let token = self.token.load(Ordering::Acquire);
         let mut c = (generation, Conn::new(s));
         let hello = Request::Hello {
@@ -297,6 +215,18 @@ impl Remote {
                 .compare_exchange(0, got, Ordering::AcqRel, Ordering::Acquire);
         }
         Ok(c)
+    }
+
+    /// A new connection to the instance, which must be root's or this user's.
+    fn connect_socket(&self) -> Result<UnixStream> {
+        let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
+        let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if server.creds.uid != 0 && server.creds.uid != me {
+            return Err(Errno(libc::EPERM));
+        }
+        Ok(s)
     }
 
     fn take(&self) -> Result<(u64, Conn)> {
@@ -355,64 +285,6 @@ impl Remote {
             self.put(c);
         }
         r
-    }
-
-    /// Sends a Barrier on `conn` if some of this process's posts may not have run: the
-    /// next request on it waits for them (its count).
-    fn barrier(&self, conn: &mut Conn) -> Result<Option<u64>> {
-        let Some(n) = self.poster.fence() else {
-            return Ok(None);
-        };
-        let mut w = Writer::new();
-        Request::Barrier { count: n }.encode(&mut w);
-        conn.send(w.finish(0), &[]).map_err(|_| notconn())?;
-        Ok(Some(n))
-    }
-
-    /// Opens the posting connection if this process has none (`crate::posting`): its
-    /// opens for writing may then be leased. Nothing is said if it cannot be.
-    fn open_posts(&self) {
-        // AUGEFS_POSTS=off: every call waits for its reply (for comparisons).
-        static OFF: OnceLock<bool> = OnceLock::new();
-        if *OFF.get_or_init(|| std::env::var_os("AUGEFS_POSTS").is_some_and(|v| v == "off")) {
-            return;
-        }
-        let generation = self.generation.load(Ordering::Acquire);
-        if self.poster.has_channel(generation) || self.anchor().is_err() {
-            return;
-        }
-        let token = self.token.load(Ordering::Acquire);
-        let Ok(s) = UnixStream::connect(&self.path) else {
-            return;
-        };
-        let Ok(server) = crate::peer::of(s.as_fd()) else {
-            return;
-        };
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if server.creds.uid != 0 && server.creds.uid != me {
-            return;
-        }
-        let Ok(copy) = s.try_clone() else {
-            return;
-        };
-        let mut conn = Conn::new(copy);
-        let hello = Request::Posts {
-            token,
-            version: proto::VERSION,
-            sent: self.poster.sent(),
-        };
-        if self.exchange(&mut conn, &hello, |r| r.u64()).is_ok() {
-            self.poster.set_channel(generation, s);
-        }
-    }
-
-    /// Posts `req` (with `data` after its frame): false if it must be sent as a
-    /// request instead.
-    fn post(&self, req: &Request<'_>, data: &[u8]) -> bool {
-        let mut w = Writer::new();
-        req.encode(&mut w);
-        self.poster.post(&[w.finish(data.len()), data])
     }
 
     fn unit(&self, req: &Request<'_>) -> Result<()> {

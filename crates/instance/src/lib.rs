@@ -29,7 +29,6 @@ pub mod mailbox;
 pub mod namecache;
 pub mod peer;
 pub mod pkey;
-mod posting;
 mod posts;
 pub mod proto;
 pub mod server;

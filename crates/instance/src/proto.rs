@@ -501,14 +501,15 @@ impl<'a> Request<'a> {
                 parent: ino(r)?,
                 name: name(r)?,
             },
-            op::READLINK => Request::Readlink { ino: ino(r)? },
             op => return Self::attr_fields(op, r),
         })
     }
 
-    /// Attributes, extended attributes, directories and statfs.
+    /// Attributes, symbolic links' targets, extended attributes, directories and
+    /// statfs.
     fn attr_fields(op: u8, r: &mut Reader<'a>) -> Result<Request<'a>> {
         Ok(match op {
+            op::READLINK => Request::Readlink { ino: ino(r)? },
             op::SET_ATTR => Request::SetAttr {
                 ino: ino(r)?,
                 changes: AttrChanges {

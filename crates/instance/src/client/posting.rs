@@ -13,12 +13,18 @@
 //! - The connection is never used after a fork by the child, nor after a change of
 //!   identity ([`Poster::drop_channel`]).
 
+use super::{notconn, Remote};
 use crate::forklock::ForkLock;
+use crate::mailbox::Conn;
+use crate::proto::{self, Request};
+use crate::wire::Writer;
 use format::InodeNo;
+use posix::Result;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use vfs::{AttrChanges, Creds};
 
 /// Largest write posted (larger ones are few, and cost little more as requests).
@@ -226,5 +232,57 @@ impl Poster {
     /// A request sent after a Barrier of `count` was answered.
     pub fn fenced(&self, count: u64) {
         self.fenced.fetch_max(count, Ordering::SeqCst);
+    }
+}
+
+impl Remote {
+    /// Sends a Barrier on `conn` if some of this process's posts may not have run: the
+    /// next request on it waits for them (its count).
+    pub(super) fn barrier(&self, conn: &mut Conn) -> Result<Option<u64>> {
+        let Some(n) = self.poster.fence() else {
+            return Ok(None);
+        };
+        let mut w = Writer::new();
+        Request::Barrier { count: n }.encode(&mut w);
+        conn.send(w.finish(0), &[]).map_err(|_| notconn())?;
+        Ok(Some(n))
+    }
+
+    /// Opens the posting connection if this process has none (`crate::posting`): its
+    /// opens for writing may then be leased. Nothing is said if it cannot be.
+    pub(super) fn open_posts(&self) {
+        // AUGEFS_POSTS=off: every call waits for its reply (for comparisons).
+        static OFF: OnceLock<bool> = OnceLock::new();
+        if *OFF.get_or_init(|| std::env::var_os("AUGEFS_POSTS").is_some_and(|v| v == "off")) {
+            return;
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.poster.has_channel(generation) || self.anchor().is_err() {
+            return;
+        }
+        let token = self.token.load(Ordering::Acquire);
+        let Ok(s) = self.connect_socket() else {
+            return;
+        };
+        let Ok(copy) = s.try_clone() else {
+            return;
+        };
+        let mut conn = Conn::new(copy);
+        let hello = Request::Posts {
+            token,
+            version: proto::VERSION,
+            sent: self.poster.sent(),
+        };
+        if self.exchange(&mut conn, &hello, |r| r.u64()).is_ok() {
+            self.poster.set_channel(generation, s);
+        }
+    }
+
+    /// Posts `req` (with `data` after its frame): false if it must be sent as a
+    /// request instead.
+    pub(super) fn post(&self, req: &Request<'_>, data: &[u8]) -> bool {
+        let mut w = Writer::new();
+        req.encode(&mut w);
+        self.poster.post(&[w.finish(data.len()), data])
     }
 }
