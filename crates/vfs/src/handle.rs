@@ -26,7 +26,14 @@ pub(crate) struct InodeState {
     pub inode: Option<Inode>,
     /// Open handles.
     pub open: u32,
+    /// Extended attributes set (`Some`) or removed (`None`) while the file had dirty
+    /// pages, not logged yet: they ride with the write-back of those pages
+    /// (docs/DESIGN.md §10.7), and reads of attributes see them first.
+    pub xattrs: Option<Box<PendingXattrs>>,
 }
+
+/// Attribute changes waiting for a write-back, by name.
+pub(crate) type PendingXattrs = std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 /// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages` (and no
 /// other inode's locks while holding `writeback` without `state`).
@@ -85,7 +92,11 @@ impl Handle {
             ino,
             ranges: RangeLock::default(),
             writeback: Mutex::new(()),
-            state: RwLock::new(InodeState { inode, open: 0 }),
+            state: RwLock::new(InodeState {
+                inode,
+                open: 0,
+                xattrs: None,
+            }),
             created: Mutex::new(None),
             pages: Mutex::new(Pages::new(cache)),
             fetched: Signal::new(),

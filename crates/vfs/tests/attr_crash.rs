@@ -1,4 +1,5 @@
-//! Attribute changes of a file with dirty pages (chmod, utimens), at every crash state:
+//! Attribute changes of a file with dirty pages (chmod, utimens, extended attributes),
+//! at every crash state:
 //! the file is always in a state it had, its mode and times included, and an
 //! acknowledged fsync or sync keeps what it covered. A chmod or utimens of a file with
 //! dirty pages writes nothing back and logs nothing: its record rides with the
@@ -14,7 +15,7 @@ use platform::ManualClock;
 use std::sync::Arc;
 use testsupport::image::{from_bytes, image_bytes, memory_image};
 use testsupport::mount::{foreground_config, mount_cached};
-use vfs::{CacheConfig, FileSystem, OpenOptions};
+use vfs::{CacheConfig, FileSystem, OpenOptions, XattrMode};
 
 /// Mounted with the write-back cache and no flusher: pages reach the log only when an
 /// operation writes them back, so a run is deterministic.
@@ -26,15 +27,24 @@ fn mount(dev: &Arc<Device>, clock: &Arc<ManualClock>) -> Arc<FileSystem> {
     mount_cached(dev, foreground_config(), cache, clock.clone())
 }
 
-/// What a crash may show of a file: mode, mtime, contents.
-type FileState = (u32, i64, Vec<u8>);
+/// What a crash may show of a file: mode, mtime, contents, extended attributes.
+type FileState = (u32, i64, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
 
 fn state_of(fs: &FileSystem, path: &str) -> FileState {
     let meta = fs.metadata(path).unwrap();
     let mut data = vec![0u8; meta.size as usize];
     let ino = fs.resolve(path, true).unwrap();
     assert_eq!(fs.read_at(ino, 0, &mut data).unwrap(), data.len());
-    (meta.mode & 0o7777, meta.mtime_ns, data)
+    let xattrs = fs
+        .list_xattr(path)
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            let v = fs.get_xattr(path, &n).unwrap();
+            (n, v)
+        })
+        .collect();
+    (meta.mode & 0o7777, meta.mtime_ns, data, xattrs)
 }
 
 fn write(fs: &Arc<FileSystem>, path: &str, offset: u64, len: usize, seed: u8) {
@@ -84,6 +94,13 @@ fn run(domains: u32) {
     note(&fs, None);
     fs.set_permissions("/a", 0o600).unwrap();
     note(&fs, None);
+    // Extended attributes too (what GlusterFS sets on every file it writes).
+    fs.set_xattr("/a", b"user.k", b"one", XattrMode::Either)
+        .unwrap();
+    note(&fs, None);
+    fs.set_xattr("/a", b"user.gone", b"x", XattrMode::Create)
+        .unwrap();
+    note(&fs, None);
     // Another file's fsync: in one domain it makes the lane durable, which must not
     // hold /a's new attributes without /a's data.
     write(&fs, "/b", 0, 4096, 2);
@@ -95,6 +112,11 @@ fn run(domains: u32) {
     note(&fs, None);
     fs.set_times("/a", 8_000_000_000, 222_000_000_000).unwrap();
     note(&fs, None);
+    fs.set_xattr("/a", b"user.k", b"two", XattrMode::Replace)
+        .unwrap();
+    note(&fs, None);
+    fs.remove_xattr("/a", b"user.gone").unwrap();
+    note(&fs, None);
     fs.resolve("/a", true)
         .and_then(|ino| fs.fsync_ino(ino, true))
         .unwrap();
@@ -104,9 +126,15 @@ fn run(domains: u32) {
     note(&fs, None);
     fs.set_permissions("/a", 0o640).unwrap();
     note(&fs, None);
+    fs.set_xattr("/a", b"user.k", b"three", XattrMode::Either)
+        .unwrap();
+    note(&fs, None);
     write(&fs, "/a", 0, 100, 4);
     note(&fs, None);
     fs.set_permissions("/a", 0o604).unwrap();
+    note(&fs, None);
+    fs.set_xattr("/a", b"user.late", b"4", XattrMode::Create)
+        .unwrap();
     note(&fs, None);
     fs.sync().unwrap();
     note(&fs, Some((true, true)));

@@ -418,3 +418,51 @@ fn a_full_device_fails_the_write_not_the_write_back() {
     g.write_at(&chunk(7), 0).unwrap();
     g.sync_all().unwrap();
 }
+
+#[test]
+fn extended_attributes_of_a_dirty_file_wait_for_its_write_back() {
+    // GlusterFS sets attributes on every file it writes: each used to write the file's
+    // pages back first. They now wait in memory for that write-back, seen at once.
+    let dev = memory_image(64 * MIB, 1);
+    let fs = mount_with(
+        &dev,
+        CacheConfig {
+            flush_interval: None,
+            ..CacheConfig::default()
+        },
+        false,
+    );
+    let f = open_rw(&fs, "/f");
+    f.write_at(&[7; 10_000], 0).unwrap();
+    let set = |name: &[u8], value: &[u8]| {
+        fs.set_xattr("/f", name, value, vfs::XattrMode::Either)
+            .unwrap()
+    };
+    set(b"user.a", b"1");
+    set(b"trusted.b", b"2");
+    fs.remove_xattr("/f", b"trusted.b").unwrap();
+    set(b"user.c", b"3");
+    assert_eq!(
+        fs.cache_stats().writebacks,
+        0,
+        "an attribute wrote pages back"
+    );
+    assert_eq!(fs.get_xattr("/f", b"user.a").unwrap(), b"1");
+    assert!(fs.get_xattr("/f", b"trusted.b").is_err());
+    let names = fs.list_xattr("/f").unwrap();
+    assert_eq!(names, [b"user.a".to_vec(), b"user.c".to_vec()]);
+    // The write-back logs them with the data; after a remount they are there.
+    drop(f);
+    unmount(fs);
+    let fs = mount_with(&dev, CacheConfig::default(), false);
+    assert_eq!(fs.get_xattr("/f", b"user.c").unwrap(), b"3");
+    assert_eq!(fs.list_xattr("/f").unwrap().len(), 2);
+    // A clean file's attribute is logged at once (nothing to wait for).
+    fs.set_xattr("/f", b"user.d", b"4", vfs::XattrMode::Create)
+        .unwrap();
+    assert_eq!(fs.cache_stats().writebacks, 0);
+    unmount(fs);
+    let fs = mount_with(&dev, CacheConfig::default(), false);
+    assert_eq!(fs.get_xattr("/f", b"user.d").unwrap(), b"4");
+    unmount(fs);
+}

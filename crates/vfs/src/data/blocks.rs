@@ -9,6 +9,7 @@
 //!   ([`Core::record_in`]).
 
 use crate::error::VfsError;
+use crate::handle::PendingXattrs;
 use crate::pagecache::{zero_block, Block, PAGE};
 use crate::records::{self, Inode};
 use crate::shared::{Core, BLOCK};
@@ -28,7 +29,7 @@ impl Core {
         data: &[u8],
     ) -> Result<(), VfsError> {
         let count = (data.len() as u64) / BLOCK;
-        self.write_ranges(ino, inode, &[(first, count)], data, None)
+        self.write_ranges(ino, inode, &[(first, count)], data, None, None)
     }
 
     /// [`Core::write_blocks`] for several ranges (ascending) in one batch.
@@ -40,9 +41,10 @@ impl Core {
         ranges: &[(FileBlock, u64)],
         data: &[u8],
         fsync: Option<&[InodeNo]>,
+        xattrs: Option<&PendingXattrs>,
     ) -> Result<(), VfsError> {
         self.record_in(ino, ino)?;
-        let counted = Counted::new(ino, inode);
+        let counted = Counted::new(ino, inode, xattrs);
         let extra = Extra::Counted(&|delta| counted.batch(delta));
         let opts = match fsync {
             Some(also) => WriteOptions::fsync_also(extra, also),
@@ -63,7 +65,7 @@ impl Core {
         to: Option<FileBlock>,
     ) -> Result<(), VfsError> {
         self.record_in(ino, ino)?;
-        let counted = Counted::new(ino, inode);
+        let counted = Counted::new(ino, inode, None);
         let extra = Extra::Counted(&|delta| counted.batch(delta));
         self.engine.punch(
             ino,
@@ -135,16 +137,19 @@ impl Core {
 
 /// An inode record made for a batch once the engine knows how many blocks the batch maps
 /// or unmaps (`Extra::Counted`), and the inode as that batch wrote it.
-struct Counted {
+struct Counted<'a> {
     ino: InodeNo,
     inode: std::cell::Cell<Inode>,
+    /// Attribute changes logged in the same batch (they waited for it).
+    xattrs: Option<&'a PendingXattrs>,
 }
 
-impl Counted {
-    fn new(ino: InodeNo, inode: &Inode) -> Counted {
+impl<'a> Counted<'a> {
+    fn new(ino: InodeNo, inode: &Inode, xattrs: Option<&'a PendingXattrs>) -> Counted<'a> {
         Counted {
             ino,
             inode: std::cell::Cell::new(*inode),
+            xattrs,
         }
     }
 
@@ -154,6 +159,13 @@ impl Counted {
         inode.blocks = inode.blocks.saturating_add_signed(delta);
         self.inode.set(inode);
         let mut batch = WriteBatch::new();
+        for (name, value) in self.xattrs.into_iter().flatten() {
+            let key = records::xattr_key(self.ino, name);
+            match value {
+                Some(v) => batch.put(key, v.clone()),
+                None => batch.delete(key),
+            };
+        }
         batch.put(
             records::inode_key(self.ino).to_vec(),
             inode.encode().to_vec(),

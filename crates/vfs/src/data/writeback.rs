@@ -74,7 +74,7 @@ impl Core {
     ) -> Result<bool, VfsError> {
         // The snapshot: the inode and its dirty blocks, consistent (writers install both
         // under the state lock).
-        let (inode, batches, mut durable) = {
+        let (inode, batches, mut durable, xattrs) = {
             let read_guard;
             let st: &InodeState = match &access {
                 StateAccess::Held(st) => st,
@@ -92,6 +92,8 @@ impl Core {
                 self.cache.note_clean(h.ino);
                 return Ok(false);
             };
+            // Attribute changes made while the pages were dirty ride with them.
+            let xattrs = st.xattrs.clone();
             let batches: Vec<Vec<(u64, Vec<Block>)>> =
                 group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS)
                     .into_iter()
@@ -104,7 +106,7 @@ impl Core {
             let durable = pages
                 .durable_size
                 .expect("dirty pages note the durable size");
-            (inode, batches, durable)
+            (inode, batches, durable, xattrs)
         };
         // Before the blocks' mappings change: a stat meanwhile (which does not wait for
         // the write-back) counts the blocks as they were until the result is noted.
@@ -120,8 +122,10 @@ impl Core {
                 record.size = durable.max(inode.size.min(written_end));
             }
             let (ranges, data) = ranges_and_bytes(&runs);
-            let also = fsync.filter(|_| i + 1 == count);
-            self.write_ranges(h.ino, &mut record, &ranges, &data, also)?;
+            let last = i + 1 == count;
+            let also = fsync.filter(|_| last);
+            let riding = xattrs.as_deref().filter(|_| last);
+            self.write_ranges(h.ino, &mut record, &ranges, &data, also, riding)?;
             blocks = record.blocks;
             durable = record.size;
             // The result: the block count, and pages not rewritten meanwhile clean.
@@ -135,6 +139,13 @@ impl Core {
             };
             if let Some(current) = st.inode.as_mut() {
                 current.blocks = blocks;
+            }
+            if let (Some(logged), Some(pending)) = (riding, st.xattrs.as_mut()) {
+                // Logged now, unless changed again meanwhile.
+                pending.retain(|name, value| logged.get(name) != Some(value));
+                if pending.is_empty() {
+                    st.xattrs = None;
+                }
             }
             // Counted as taken (an overwrite frees as much later) before the pages
             // count clean: the room errs low until the next look-up.
