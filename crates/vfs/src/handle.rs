@@ -4,7 +4,7 @@
 //! (docs/DESIGN.md §10.5 and §10.8).
 //!
 //! Invariants:
-//! - Lock order within a handle: `ranges`, `writeback`, `state`, `pages`; no other
+//! - Lock order within a handle: `ranges`, `writeback`, `state`, `pages`, `xattrs`; no other
 //!   inode's locks are taken while holding `writeback` without `state`.
 //! - One handle per inode (the inode table, `crate::caches::InodeTable`, makes them):
 //!   its record is loaded once, under the table's shard lock.
@@ -26,16 +26,18 @@ pub(crate) struct InodeState {
     pub inode: Option<Inode>,
     /// Open handles.
     pub open: u32,
-    /// Extended attributes set (`Some`) or removed (`None`) while the file had dirty
-    /// pages, not logged yet: they ride with the write-back of those pages
-    /// (docs/DESIGN.md §10.7), and reads of attributes see them first.
-    pub xattrs: Option<Box<PendingXattrs>>,
+    /// Whether [`Handle::xattrs`] holds extended-attribute changes made while the file
+    /// had dirty pages, not logged yet: they ride with the write-back of those pages
+    /// (docs/DESIGN.md §10.7), and reads of attributes see them first. (A flag here,
+    /// in the padding after `open`, and the changes at the handle's end, away from the
+    /// lines a stat reads.)
+    pub xattrs_pending: bool,
 }
 
 /// Attribute changes waiting for a write-back, by name.
 pub(crate) type PendingXattrs = std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
-/// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages` (and no
+/// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages`, `xattrs` (and no
 /// other inode's locks while holding `writeback` without `state`).
 ///
 /// Laid out in declaration order, what a stat or an open reads first: `writeback`,
@@ -62,6 +64,10 @@ pub(crate) struct Handle {
     pub ranges: RangeLock,
     /// Notified (with `pages`) whenever a device read of its blocks ends.
     pub fetched: Signal,
+    /// The extended-attribute changes waiting for a write-back, by name (`None`:
+    /// removed); meaningful only while `state`'s `xattrs_pending` is set, and changed
+    /// only under `state`'s write lock.
+    pub xattrs: Mutex<PendingXattrs>,
 }
 
 /// The inode's state held for writing its record: excludes write-backs in flight too.
@@ -95,11 +101,12 @@ impl Handle {
             state: RwLock::new(InodeState {
                 inode,
                 open: 0,
-                xattrs: None,
+                xattrs_pending: false,
             }),
             created: Mutex::new(None),
             pages: Mutex::new(Pages::new(cache)),
             fetched: Signal::new(),
+            xattrs: Mutex::new(PendingXattrs::new()),
         }
     }
 

@@ -83,7 +83,7 @@ impl FileSystem {
                 .engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
             cst.inode = None;
-            cst.xattrs = None;
+            cst.xattrs_pending = false;
         } else {
             batch.put(
                 records::inode_key(parent).to_vec(),
@@ -125,7 +125,7 @@ impl FileSystem {
         self.order_deletion(ino, &[parent], &[]);
         self.delete_inode(ino, child, batch)?;
         cst.inode = None;
-        cst.xattrs = None;
+        cst.xattrs_pending = false;
         self.drop_pages(ino);
         self.core.engine.order_after(parent, ino);
         // Logged in the file's lane: an fsync of the directory must reach it.
@@ -204,7 +204,7 @@ impl FileSystem {
                 if inode.nlink == 0 {
                     self.reap_orphan(h.ino, &inode)?;
                     st.inode = None;
-                    st.xattrs = None;
+                    st.xattrs_pending = false;
                     self.drop_pages(h.ino);
                 }
             }
@@ -235,7 +235,7 @@ impl FileSystem {
                 Some(inode) if inode.nlink == 0 => {
                     self.reap_orphan(ino, &inode)?;
                     st.inode = None;
-                    st.xattrs = None;
+                    st.xattrs_pending = false;
                     reaped += 1;
                 }
                 _ => {

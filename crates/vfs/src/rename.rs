@@ -275,12 +275,12 @@ impl FileSystem {
         if tinode.nlink == 0 && tst.open == 0 && tinode.kind == Kind::File {
             c.follow_up = Some((t.ino, tinode));
             tst.inode = None;
-            tst.xattrs = None;
+            tst.xattrs_pending = false;
         } else if tinode.nlink == 0 && tst.open == 0 {
             // A directory or symlink: no blocks, so it goes with the rename.
             self.deletion_records(t.ino, &tinode, &mut c.batch)?;
             tst.inode = None;
-            tst.xattrs = None;
+            tst.xattrs_pending = false;
         } else {
             self.core.record_in_names(t.ino, dp)?;
             c.batch

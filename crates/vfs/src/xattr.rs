@@ -114,7 +114,7 @@ impl FileSystem {
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
-        let exists = self.xattr_now(&st, ino, name)?.is_some();
+        let exists = self.xattr_now(&h, &st, name)?.is_some();
         match (mode, exists) {
             (XattrMode::Create, true) => return Err(VfsError::Exists(show(name))),
             (XattrMode::Replace, false) => return Err(VfsError::NoAttribute(show(name))),
@@ -139,9 +139,12 @@ impl FileSystem {
         // Stable while the write lock is held: no page is installed and no write-back
         // is in flight.
         if h.pages().dirty_count() > 0 {
-            st.xattrs
-                .get_or_insert_default()
-                .insert(name.to_vec(), value.map(<[u8]>::to_vec));
+            let mut pending = h.xattrs.lock().expect("xattrs lock");
+            if !st.xattrs_pending {
+                pending.clear();
+                st.xattrs_pending = true;
+            }
+            pending.insert(name.to_vec(), value.map(<[u8]>::to_vec));
             st.inode = Some(inode);
             return Ok(());
         }
@@ -160,14 +163,16 @@ impl FileSystem {
     /// the stored one.
     fn xattr_now(
         &self,
+        h: &Handle,
         st: &InodeState,
-        ino: InodeNo,
         name: &[u8],
     ) -> Result<Option<Vec<u8>>, VfsError> {
-        if let Some(v) = st.xattrs.as_ref().and_then(|p| p.get(name)) {
-            return Ok(v.clone());
+        if st.xattrs_pending {
+            if let Some(v) = h.xattrs.lock().expect("xattrs lock").get(name) {
+                return Ok(v.clone());
+            }
         }
-        self.core.store().xattr(ino, name)
+        self.core.store().xattr(h.ino, name)
     }
 
     pub fn get_xattr(&self, path: &str, name: &[u8]) -> Result<Vec<u8>, VfsError> {
@@ -186,7 +191,7 @@ impl FileSystem {
         let h = self.handle(ino)?;
         let st = h.read();
         may_access(cx, live(&st, ino)?, name, false)?;
-        self.xattr_now(&st, ino, name)?
+        self.xattr_now(&h, &st, name)?
             .ok_or_else(|| VfsError::NoAttribute(show(name)))
     }
 
@@ -203,7 +208,8 @@ impl FileSystem {
         let st = h.read();
         live(&st, ino)?;
         let mut names = self.xattr_names(ino)?;
-        if let Some(pending) = &st.xattrs {
+        if st.xattrs_pending {
+            let pending = h.xattrs.lock().expect("xattrs lock");
             names.retain(|n| !pending.contains_key(n));
             names.extend(
                 pending
@@ -235,7 +241,7 @@ impl FileSystem {
         let mut st = h.write();
         let mut inode = *live(&st, ino)?;
         may_access(cx, &inode, name, true)?;
-        if self.xattr_now(&st, ino, name)?.is_none() {
+        if self.xattr_now(&h, &st, name)?.is_none() {
             return Err(VfsError::NoAttribute(show(name)));
         }
         inode.ctime_ns = self.now();

@@ -93,7 +93,9 @@ impl Core {
                 return Ok(false);
             };
             // Attribute changes made while the pages were dirty ride with them.
-            let xattrs = st.xattrs.clone();
+            let xattrs = st
+                .xattrs_pending
+                .then(|| h.xattrs.lock().expect("xattrs lock").clone());
             let batches: Vec<Vec<(u64, Vec<Block>)>> =
                 group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS)
                     .into_iter()
@@ -124,7 +126,7 @@ impl Core {
             let (ranges, data) = ranges_and_bytes(&runs);
             let last = i + 1 == count;
             let also = fsync.filter(|_| last);
-            let riding = xattrs.as_deref().filter(|_| last);
+            let riding = xattrs.as_ref().filter(|_| last);
             self.write_ranges(h.ino, &mut record, &ranges, &data, also, riding)?;
             blocks = record.blocks;
             durable = record.size;
@@ -140,34 +142,40 @@ impl Core {
             if let Some(current) = st.inode.as_mut() {
                 current.blocks = blocks;
             }
-            if let (Some(logged), Some(pending)) = (riding, st.xattrs.as_mut()) {
+            if let (Some(logged), true) = (riding, st.xattrs_pending) {
                 // Logged now, unless changed again meanwhile.
+                let mut pending = h.xattrs.lock().expect("xattrs lock");
                 pending.retain(|name, value| logged.get(name) != Some(value));
-                if pending.is_empty() {
-                    st.xattrs = None;
-                }
+                st.xattrs_pending = !pending.is_empty();
             }
-            // Counted as taken (an overwrite frees as much later) before the pages
-            // count clean: the room errs low until the next look-up.
-            let written: u64 = runs.iter().map(|(_, run)| run.len() as u64).sum();
-            self.cache.take_room(written * BLOCK);
-            let mut pages = h.pages();
-            for (first, run) in &runs {
-                for (j, block) in run.iter().enumerate() {
-                    pages.written(first + j as u64, block);
-                }
-            }
-            if pages.dirty_count() > 0 {
-                pages.durable_size = Some(durable);
-            } else {
-                self.cache.note_clean(h.ino);
-            }
-            self.cache
-                .written_back
-                .fetch_add(written, Ordering::Relaxed);
-            self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
+            self.note_written(h, &runs, durable);
         }
         Ok(fsync.is_some())
+    }
+
+    /// A batch of `h`'s blocks is logged (the file durable up to `durable` bytes once
+    /// it is): its pages not rewritten meanwhile count clean. The caller holds the
+    /// state lock for writing.
+    fn note_written(&self, h: &Handle, runs: &[(u64, Vec<Block>)], durable: u64) {
+        // Counted as taken (an overwrite frees as much later) before the pages count
+        // clean: the room errs low until the next look-up.
+        let written: u64 = runs.iter().map(|(_, run)| run.len() as u64).sum();
+        self.cache.take_room(written * BLOCK);
+        let mut pages = h.pages();
+        for (first, run) in runs {
+            for (j, block) in run.iter().enumerate() {
+                pages.written(first + j as u64, block);
+            }
+        }
+        if pages.dirty_count() > 0 {
+            pages.durable_size = Some(durable);
+        } else {
+            self.cache.note_clean(h.ino);
+        }
+        self.cache
+            .written_back
+            .fetch_add(written, Ordering::Relaxed);
+        self.cache.writebacks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Looks up the device's room for new data for the dirty limit (at mount, in every
