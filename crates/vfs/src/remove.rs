@@ -72,12 +72,15 @@ impl FileSystem {
         if gone && child.kind == Kind::File {
             self.remove_last_link(parent, &pinode, (entry.ino, &child), &mut cst, batch)?;
         } else if gone {
-            // A directory or a symlink has no blocks: all of it in the parent's lane.
+            // A directory or a symlink has no blocks: all of it in the parent's lane,
+            // after the child's own (a directory's lane holds the removals of its
+            // entries: the rmdir must not survive a crash without them).
             batch.put(
                 records::inode_key(parent).to_vec(),
                 pinode.encode().to_vec(),
             );
             self.core.record_in(parent, parent)?;
+            self.core.record_in_names(entry.ino, parent)?;
             self.deletion_records(entry.ino, &child, &mut batch)?;
             self.core
                 .engine

@@ -462,8 +462,9 @@ impl Engine {
 
     /// Orders `lane`'s domain lane after everything logged so far in `after`'s: the
     /// next batch of `lane`'s domain (and so, each lane recovering as a prefix, every
-    /// later one) requires `after`'s domain's newest record, and a persist of the lane
-    /// persists that record too, with its data. Nothing when both are one domain or
+    /// later one) requires `after`'s domain's newest record, and what `after`'s next
+    /// batch is owed to require, and a persist of the lane persists those too, with
+    /// their data. Nothing when both are one domain or
     /// `after`'s lane has logged nothing. How a batch that changes another lane's keys
     /// (a directory's entries, changed by a deletion in the file's lane) is ordered both
     /// ways with that lane (docs/DESIGN.md §6.3 "Dependencies between lanes"): called for
@@ -473,10 +474,15 @@ impl Engine {
         if to.id == from.id {
             return;
         }
+        // What `after`'s lane is ordered after itself, not yet taken by a batch of it
+        // (a deletion logged elsewhere that its next batch must follow): `lane` follows
+        // that too. Taken first, under `after`'s domain lock alone.
+        let owed = from.lock().ordered_after.clone();
         // A leaf lock, released before the domain lock is taken.
         let newest = *from.last_logged.lock().expect("last logged lock");
-        if let Some(r) = newest {
-            Required::merge_into(&mut to.lock().ordered_after, &r);
+        let mut state = to.lock();
+        for r in newest.iter().chain(&owed).filter(|r| r.domain != to.id) {
+            Required::merge_into(&mut state.ordered_after, r);
         }
     }
 
