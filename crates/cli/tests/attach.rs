@@ -398,3 +398,41 @@ fn the_kernel_view_sees_posted_writes_once_they_returned() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+#[test]
+fn a_programs_small_descriptors_are_never_the_instances() {
+    // Shells `dup2` onto small numbers they believe free (`exec 3>file`): the sockets
+    // and shared memory of an attached process live at 100 and above, so such a
+    // redirection neither cuts the process off nor receives its requests.
+    let fx = fixture();
+    fx.mount();
+    let m = fx.mnt.display().to_string();
+    let h = fx.host.display().to_string();
+    let script = format!(
+        "echo one > {m}/a && cat {m}/a >/dev/null && \
+         for f in /proc/$$/fd/*; do n=${{f##*/}}; \
+           case $(readlink $f) in socket:*|/memfd:*) echo \"ours at $n\";; esac; done; \
+         exec 3>{h}/h3 4>{h}/h4 5>{h}/h5; echo two > {m}/b && cat {m}/a {m}/b && echo x >&3"
+    );
+    let out = run_attached(&fx, &["bash".as_ref(), "-c".as_ref(), script.as_ref()]);
+    let stdout = checked_stdout("bash", &out);
+    let numbers: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ours at ")?.parse().ok())
+        .collect();
+    assert!(
+        !numbers.is_empty(),
+        "no socket of the instance seen: {stdout}"
+    );
+    assert!(
+        numbers.iter().all(|&n| n >= 100),
+        "the instance's descriptors at {numbers:?}"
+    );
+    assert!(stdout.ends_with("one\ntwo\n"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(fx.host.join("h3")).unwrap(), "x\n");
+    for f in ["h4", "h5"] {
+        assert_eq!(std::fs::read(fx.host.join(f)).unwrap(), b"", "{f}");
+    }
+    fx.unmount();
+    fx.fsck_clean();
+}

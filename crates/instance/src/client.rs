@@ -217,9 +217,11 @@ impl Remote {
         Ok(c)
     }
 
-    /// A new connection to the instance, which must be root's or this user's.
+    /// A new connection to the instance, which must be root's or this user's, numbered
+    /// out of the program's way ([`crate::CLIENT_FD_MIN`]).
     fn connect_socket(&self) -> Result<UnixStream> {
         let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
+        let s = UnixStream::from(crate::high_fd(s.into()));
         let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };

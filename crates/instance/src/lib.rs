@@ -47,6 +47,29 @@ pub const FRAME_BYTES_MAX: usize = IO_BYTES_MAX + 4096;
 /// How long a thread that expects a message soon polls for it before sleeping
 /// ([`spin`]): about two wake-ups of an idle CPU on a virtual machine.
 pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// Lowest number of the descriptors a client holds (its sockets and the shared memory it
+/// was sent): programs, shells above all, `dup2` onto small numbers they believe free
+/// (`exec 3>file`), which must never be one of ours, or a request would be written into
+/// the program's file and a drop would close it.
+pub const CLIENT_FD_MIN: i32 = 100;
+
+/// `fd` renumbered to at least [`CLIENT_FD_MIN`] (close-on-exec), or as it is if the
+/// process has no such number free.
+pub(crate) fn high_fd(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if fd.as_raw_fd() >= CLIENT_FD_MIN {
+        return fd;
+    }
+    // SAFETY: duplicates a descriptor we own; the new one is owned below.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, CLIENT_FD_MIN) };
+    if n < 0 {
+        return fd;
+    }
+    drop(fd);
+    // SAFETY: `n` is a new descriptor nothing else owns.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(n) }
+}
+
 /// Connections the instance serves at once (one thread each); more are refused and
 /// those clients use the kernel's mount instead.
 pub const CONNECTIONS_MAX: usize = 1024;

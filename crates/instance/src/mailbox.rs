@@ -488,7 +488,8 @@ impl Conn {
         if self.frames.at != self.frames.end {
             return Err(posix::Errno(libc::EPROTO));
         }
-        crate::shm::recv_fds(self.stream.as_raw_fd(), buf, max)
+        let fds = crate::shm::recv_fds(self.stream.as_raw_fd(), buf, max)?;
+        Ok(fds.into_iter().map(crate::high_fd).collect())
     }
 }
 

@@ -195,7 +195,14 @@ pub fn attach() -> Mode {
         return Mode::Refused(libc::EIO);
     };
     if matches!(*w, Mode::Unset) {
-        *w = above(INTERNAL_FD_MIN, decide);
+        // An attached client numbers its own descriptors out of the way (sockets and
+        // memfds, instance::CLIENT_FD_MIN); a holder's image, ring and PMR are opened
+        // with every lower number taken (io_uring_setup has no such option).
+        *w = if mount_dir().is_some() {
+            decide()
+        } else {
+            above(INTERNAL_FD_MIN, decide)
+        };
         if let Mode::Owner(px) = *w {
             let _ = OWNER.set(px);
         }
@@ -206,7 +213,7 @@ pub fn attach() -> Mode {
 /// Lowest number of the descriptors augefs itself holds (the image, the io_uring ring,
 /// the PMR, the bridge's /dev/fuse, the pumps' pipes): programs (shells above all)
 /// `dup2` onto small numbers they consider free, which must never be ours.
-pub const INTERNAL_FD_MIN: i32 = 100;
+pub const INTERNAL_FD_MIN: i32 = instance::CLIENT_FD_MIN;
 
 /// Runs `f` with every free descriptor below `min` taken, so what `f` opens (including
 /// by raw syscalls such as io_uring_setup) is numbered at or above `min`.

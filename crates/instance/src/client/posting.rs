@@ -264,17 +264,14 @@ impl Remote {
         let Ok(s) = self.connect_socket() else {
             return;
         };
-        let Ok(copy) = s.try_clone() else {
-            return;
-        };
-        let mut conn = Conn::new(copy);
+        let mut conn = Conn::new(s);
         let hello = Request::Posts {
             token,
             version: proto::VERSION,
             sent: self.poster.sent(),
         };
         if self.exchange(&mut conn, &hello, |r| r.u64()).is_ok() {
-            self.poster.set_channel(generation, s);
+            self.poster.set_channel(generation, conn.stream);
         }
     }
 
