@@ -21,6 +21,7 @@ use crate::wire::Writer;
 use format::InodeNo;
 use posix::Result;
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,40 +55,24 @@ pub(crate) struct Poster {
     leases: ForkLock<HashMap<u64, Lease>>,
 }
 
-/// Sends all of `parts` on `s` without raising SIGPIPE: false if the connection
+/// Sends `frame` then `data` on `s` without raising SIGPIPE: false if the connection
 /// refused any of it (a partial frame is then the instance's to drop).
-fn send_all(s: &UnixStream, parts: &[&[u8]]) -> bool {
-    let mut iov: Vec<libc::iovec> = parts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        })
-        .collect();
-    let mut at = 0;
-    while at < iov.len() {
-        // SAFETY: a zeroed msghdr is valid; it names `iov[at..]`, live for the call.
+fn send_all(s: &UnixStream, frame: &[u8], data: &[u8]) -> bool {
+    let mut parts = [IoSlice::new(frame), IoSlice::new(data)];
+    let used = if data.is_empty() { 1 } else { 2 };
+    let mut bufs = &mut parts[..used];
+    while !bufs.is_empty() {
+        // SAFETY: a zeroed msghdr is valid; it names `bufs` (IoSlice is ABI-compatible
+        // with iovec), live for the call.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov[at..].as_mut_ptr();
-        msg.msg_iovlen = iov.len() - at;
+        msg.msg_iov = bufs.as_mut_ptr().cast();
+        msg.msg_iovlen = bufs.len();
         // SAFETY: `msg` names buffers that live for the call.
         let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return false;
-        }
-        let mut n = n as usize;
-        while at < iov.len() && n >= iov[at].iov_len {
-            n -= iov[at].iov_len;
-            at += 1;
-        }
-        if n > 0 {
-            // SAFETY: `n` is within iov[at]'s buffer.
-            iov[at].iov_base = unsafe { iov[at].iov_base.cast::<u8>().add(n) }.cast();
-            iov[at].iov_len -= n;
+        match n {
+            n if n > 0 => IoSlice::advance_slices(&mut bufs, n as usize),
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return false,
         }
     }
     true
@@ -201,12 +186,12 @@ impl Poster {
         }
     }
 
-    /// Posts one frame (`parts`): false if the posting connection is gone (the caller
-    /// sends the request instead; every lease of the connection is void now).
-    pub fn post(&self, parts: &[&[u8]]) -> bool {
+    /// Posts one frame (`frame`, then `data`): false if the posting connection is gone (the
+    /// caller sends the request instead; every lease of the connection is void now).
+    pub fn post(&self, frame: &[u8], data: &[u8]) -> bool {
         let sent = self.channel.with(|c| match c {
             Some((_, s)) => {
-                let ok = send_all(s, parts);
+                let ok = send_all(s, frame, data);
                 if ok {
                     self.sent.fetch_add(1, Ordering::SeqCst);
                 } else {
@@ -280,6 +265,6 @@ impl Remote {
     pub(super) fn post(&self, req: &Request<'_>, data: &[u8]) -> bool {
         let mut w = Writer::new();
         req.encode(&mut w);
-        self.poster.post(&[w.finish(data.len()), data])
+        self.poster.post(w.finish(data.len()), data)
     }
 }
