@@ -133,7 +133,7 @@ impl Session {
         if let Some(page) = &self.page {
             page.data_changed(l.ino, false);
         }
-        self.fs.leases().release();
+        self.fs.leases().release(self.token);
         self.fs.leases().unreserve(l.budget);
     }
 
@@ -145,8 +145,7 @@ impl Session {
             return 0;
         }
         let leases = self.fs.leases();
-        let st = self.fs.statfs();
-        let free = st.blocks_free.saturating_mul(u64::from(st.block_size));
+        let free = self.fs.room_left();
         let budget = LEASE_BUDGET.min(free / 16);
         if budget == 0 || !leases.reserve(budget, free, LEASE_MARGIN.min(free / 4)) {
             return 0;
@@ -155,7 +154,7 @@ impl Session {
         if !created {
             self.tell(Change::Data { ino: ino.0 });
         }
-        if !leases.try_hold(mark) {
+        if !leases.try_hold(mark, self.token) {
             leases.unreserve(budget);
             return 0;
         }

@@ -257,6 +257,13 @@ impl FileSystem {
         Ok(Kind::ALL.iter().map(|&k| (k, counts[k as usize])).collect())
     }
 
+    /// Bytes new data may still take: the page cache's look-up of the device's room,
+    /// less its dirty pages (erring low). Cheap, unlike [`FileSystem::statfs`], which
+    /// visits every domain: for a front end that asks on a hot path.
+    pub fn room_left(&self) -> u64 {
+        self.core.cache.room_left()
+    }
+
     pub fn statfs(&self) -> StatFs {
         let space = self.core.engine.space_report();
         let used = self.inodes_used.load(std::sync::atomic::Ordering::Relaxed);

@@ -21,9 +21,13 @@
 //!   caller's [`Leases::kernel_calls`] and its [`Leases::try_hold`]; a kernel call that
 //!   begins after a successful `try_hold` sees the lease (both use sequentially
 //!   consistent order: one of the two sees the other).
+//! - A session's own calls skip the breaker while it alone holds leases (`sole`,
+//!   published before its lease's grant returns, so no call that follows a post of
+//!   another holder can read it stale).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// Who calls: the kernel's mount, or a client session of the instance (its token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +43,10 @@ pub type Breaker = Box<dyn Fn(Caller) + Send + Sync>;
 pub struct Leases {
     /// Leases held now.
     held: AtomicU64,
+    /// The session holding every lease, when one does (0: none, or several).
+    sole: AtomicU64,
+    /// Leases held, by session token.
+    holders: Mutex<HashMap<u64, u64>>,
     /// Kernel calls begun and ended.
     kernel_started: AtomicU64,
     kernel_finished: AtomicU64,
@@ -78,11 +86,31 @@ impl Leases {
 
     /// A call of `who` is about to run: ends the leases of others first.
     pub fn call(&self, who: Caller) {
-        if self.held.load(Ordering::SeqCst) > 0 {
-            if let Some(b) = self.breaker.get() {
-                b(who);
-            }
+        if self.held.load(Ordering::SeqCst) == 0 {
+            return;
         }
+        if who == Caller::Session(self.sole.load(Ordering::SeqCst)) {
+            return;
+        }
+        if let Some(b) = self.breaker.get() {
+            b(who);
+        }
+    }
+
+    /// Counts a lease of session `token` in (`by` 1) or out (`by` -1), and publishes
+    /// the sole holder.
+    fn count(&self, token: u64, by: i64) {
+        let mut h = self.holders.lock().expect("holders lock");
+        let n = h.entry(token).or_insert(0);
+        *n = n.checked_add_signed(by).expect("a lease released twice");
+        if *n == 0 {
+            h.remove(&token);
+        }
+        let sole = match h.keys().next() {
+            Some(&t) if h.len() == 1 => t,
+            _ => 0,
+        };
+        self.sole.store(sole, Ordering::SeqCst);
     }
 
     /// A call of the kernel's mount, marked in flight until the guard drops (after its
@@ -110,22 +138,25 @@ impl Leases {
         KernelMark(self.kernel_started.load(Ordering::SeqCst))
     }
 
-    /// Starts a lease if no kernel call ran or began since `mark` (and none is in
-    /// flight); false: no lease (nothing changed).
-    pub fn try_hold(&self, mark: KernelMark) -> bool {
+    /// Starts a lease of session `token` (nonzero) if no kernel call ran or began
+    /// since `mark` (and none is in flight); false: no lease (nothing changed).
+    pub fn try_hold(&self, mark: KernelMark, token: u64) -> bool {
+        assert_ne!(token, 0, "session tokens are nonzero");
+        self.count(token, 1);
         self.held.fetch_add(1, Ordering::SeqCst);
         let started = self.kernel_started.load(Ordering::SeqCst);
         if started == mark.0 && self.kernel_finished.load(Ordering::SeqCst) == started {
             return true;
         }
-        self.held.fetch_sub(1, Ordering::SeqCst);
+        self.release(token);
         false
     }
 
-    /// A lease [`Leases::try_hold`] started has ended.
-    pub fn release(&self) {
+    /// A lease of session `token` that [`Leases::try_hold`] started has ended.
+    pub fn release(&self, token: u64) {
         let before = self.held.fetch_sub(1, Ordering::SeqCst);
         assert!(before > 0, "a lease released twice");
+        self.count(token, -1);
     }
 
     /// Reserves `want` bytes of `free` for a lease's posted writes, keeping `margin`
@@ -170,12 +201,12 @@ mod tests {
         let mark = l.kernel_calls();
         {
             let _k = l.kernel_call();
-            assert!(!l.try_hold(mark), "in flight");
+            assert!(!l.try_hold(mark, 5), "in flight");
         }
-        assert!(!l.try_hold(mark), "began since the mark");
-        assert!(l.try_hold(l.kernel_calls()));
+        assert!(!l.try_hold(mark, 5), "began since the mark");
+        assert!(l.try_hold(l.kernel_calls(), 5));
         assert_eq!(l.held(), 1);
-        l.release();
+        l.release(5);
         assert_eq!(l.held(), 0);
     }
 
@@ -197,9 +228,34 @@ mod tests {
         assert!(l.set_breaker(Box::new(move |who| h.lock().unwrap().push(who))));
         l.call(Caller::Session(3));
         assert!(heard.lock().unwrap().is_empty(), "no lease, no break");
-        assert!(l.try_hold(l.kernel_calls()));
+        assert!(l.try_hold(l.kernel_calls(), 5));
         l.call(Caller::Session(3));
         drop(l.kernel_call());
         assert_eq!(*heard.lock().unwrap(), [Caller::Session(3), Caller::Kernel]);
+    }
+
+    #[test]
+    fn the_sole_holders_own_calls_end_nothing() {
+        let l = Leases::default();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = heard.clone();
+        assert!(l.set_breaker(Box::new(move |who| h.lock().unwrap().push(who))));
+        assert!(l.try_hold(l.kernel_calls(), 5));
+        assert!(l.try_hold(l.kernel_calls(), 5));
+        l.call(Caller::Session(5));
+        assert!(heard.lock().unwrap().is_empty(), "its own leases only");
+        assert!(l.try_hold(l.kernel_calls(), 7));
+        l.call(Caller::Session(5));
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [Caller::Session(5)],
+            "7 holds one too"
+        );
+        l.release(7);
+        l.call(Caller::Session(5));
+        l.release(5);
+        l.release(5);
+        assert_eq!(l.held(), 0);
+        assert_eq!(heard.lock().unwrap().len(), 1);
     }
 }

@@ -228,6 +228,14 @@ impl Cache {
             .min(self.room.load(Ordering::Relaxed) / 2)
     }
 
+    /// The device's room for new data less what the dirty pages will take (as last
+    /// looked up, erring low; no lock).
+    pub fn room_left(&self) -> u64 {
+        self.room
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.dirty_bytes())
+    }
+
     /// Where the room's accounting stands, for a look-up about to begin
     /// ([`Cache::set_room`]).
     pub fn room_epoch(&self) -> u64 {
