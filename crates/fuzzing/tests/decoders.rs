@@ -58,4 +58,5 @@ fuzz_tests!(
     vfs_inode,
     vfs_dentry,
     instance_request,
+    instance_post_ring,
 );

@@ -29,6 +29,7 @@ pub mod mailbox;
 pub mod namecache;
 pub mod peer;
 pub mod pkey;
+pub mod postring;
 mod posts;
 pub mod proto;
 pub mod server;

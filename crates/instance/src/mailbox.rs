@@ -236,8 +236,8 @@ impl Frames {
     }
 }
 
-/// Whether `fd` has input (or an end) now.
-fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+/// Whether `fd` has input (or an end) within `timeout_ms` (-1: however long).
+pub(crate) fn readable(fd: RawFd, timeout_ms: i32) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,

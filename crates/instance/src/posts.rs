@@ -23,10 +23,11 @@
 //!   before a caller that ended the connection ([`Posts::end`]) goes on.
 //! - `applied` counts posts run (or refused), in the order sent; it never goes back.
 
+use crate::postring::PostRing;
 use format::InodeNo;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// A lease of one handle.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +42,8 @@ struct State {
     applied: u64,
     /// The posting connection's socket while its thread serves it.
     channel: Option<RawFd>,
+    /// Its posting ring, if it has one (closed before the socket is shut).
+    ring: Option<Arc<PostRing>>,
     /// Leases by handle.
     leases: HashMap<u64, Lease>,
     /// The first error of a posted request, by file, until an fsync reports it.
@@ -58,14 +61,16 @@ impl Posts {
         self.state.lock().expect("posts lock")
     }
 
-    /// Registers the posting connection `fd`, after the client's `sent` earlier posts
-    /// (all run: an earlier connection is waited for until its thread ended).
-    pub fn open(&self, fd: RawFd, sent: u64) {
+    /// Registers the posting connection `fd` (with its posting `ring`, if any), after
+    /// the client's `sent` earlier posts (all run: an earlier connection is waited for
+    /// until its thread ended).
+    pub fn open(&self, fd: RawFd, ring: Option<Arc<PostRing>>, sent: u64) {
         let mut s = self.state();
         while s.channel.is_some() {
             s = self.changed.wait(s).expect("posts lock");
         }
         s.channel = Some(fd);
+        s.ring = ring;
         s.applied = s.applied.max(sent);
     }
 
@@ -78,6 +83,7 @@ impl Posts {
             end(l);
         }
         s.channel = None;
+        s.ring = None;
         self.changed.notify_all();
         n
     }
@@ -140,9 +146,13 @@ impl Posts {
     }
 
     /// Ends the posting connection for reading and waits until every post it holds
-    /// has run and its thread let go of the leases.
+    /// has run and its thread let go of the leases. Its ring is closed first, so the
+    /// client's next post fails and what its thread drains is what was published.
     pub fn end(&self) {
         let mut s = self.state();
+        if let Some(ring) = &s.ring {
+            ring.close();
+        }
         if let Some(fd) = s.channel {
             // SAFETY: the socket stays open while `channel` names it (its thread clears
             // `channel` under this lock before the socket closes).
@@ -162,7 +172,7 @@ mod tests {
     #[test]
     fn a_barrier_waits_for_the_posts_or_the_end_of_the_connection() {
         let p = Arc::new(Posts::default());
-        p.open(-1, 2);
+        p.open(-1, None, 2);
         p.wait_applied(2);
         let q = p.clone();
         let t = std::thread::spawn(move || q.wait_applied(4));
@@ -185,7 +195,7 @@ mod tests {
             budget: 10,
         };
         assert!(!p.lease(1, l), "no connection");
-        p.open(-1, 0);
+        p.open(-1, None, 0);
         assert!(p.lease(1, l) && p.lease(2, l));
         assert!(p.unlease(1).is_some());
         let ended = std::sync::atomic::AtomicUsize::new(0);

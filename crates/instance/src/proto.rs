@@ -18,7 +18,7 @@ use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
 /// The protocol's version: moved by every change of a request or a reply.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
@@ -59,11 +59,14 @@ pub enum Request<'a> {
     /// (docs/DESIGN.md §12.5 "Posted requests"): answered once, then never again; its
     /// frames (Write, SetAttr and CloseQuiet only) run in order and report failures at
     /// the file's next fsync. `sent`: posted requests the session sent before, on
-    /// earlier such connections.
+    /// earlier such connections. `ring`: the client asks for a posting ring
+    /// (`crate::postring`), sent with the reply if made; its posts then go there, and
+    /// the socket carries only rings of the bell (empty frames).
     Posts {
         token: u64,
         version: u32,
         sent: u64,
+        ring: bool,
     },
     /// No reply: the connection's next request runs only once the session's first
     /// `count` posted requests have run (or its posting connection is gone).
@@ -405,11 +408,11 @@ impl<'a> Request<'a> {
     }
 
     fn fields(r: &mut Reader<'a>) -> Result<Request<'a>> {
-        Ok(match r.u8()? {
-            op::HELLO => Request::Hello {
-                token: r.u64()?,
-                version: r.u32()?,
-            },
+        let op = r.u8()?;
+        if let Some(req) = Self::connection_fields(op, r)? {
+            return Ok(req);
+        }
+        Ok(match op {
             op::RESOLVE => Request::Resolve {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -424,17 +427,6 @@ impl<'a> Request<'a> {
                 name: name(r)?,
             },
             op::STAT => Request::Stat { ino: ino(r)? },
-            op::TABLES => Request::Tables,
-            op::MAILBOX => Request::Mailbox {
-                writable: r.bool()?,
-            },
-            op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
-            op::POSTS => Request::Posts {
-                token: r.u64()?,
-                version: r.u32()?,
-                sent: r.u64()?,
-            },
-            op::BARRIER => Request::Barrier { count: r.u64()? },
             op::STAT_AT => Request::StatAt {
                 start: ino(r)?,
                 follow: r.bool()?,
@@ -503,6 +495,30 @@ impl<'a> Request<'a> {
             },
             op => return Self::attr_fields(op, r),
         })
+    }
+
+    /// The requests about the connection and the session rather than files: None for
+    /// any other `op`.
+    fn connection_fields(op: u8, r: &mut Reader<'a>) -> Result<Option<Request<'a>>> {
+        Ok(Some(match op {
+            op::HELLO => Request::Hello {
+                token: r.u64()?,
+                version: r.u32()?,
+            },
+            op::TABLES => Request::Tables,
+            op::MAILBOX => Request::Mailbox {
+                writable: r.bool()?,
+            },
+            op::CLOSE_QUIET => Request::CloseQuiet { handle: r.u64()? },
+            op::POSTS => Request::Posts {
+                token: r.u64()?,
+                version: r.u32()?,
+                sent: r.u64()?,
+                ring: r.bool()?,
+            },
+            op::BARRIER => Request::Barrier { count: r.u64()? },
+            _ => return Ok(None),
+        }))
     }
 
     /// Attributes, symbolic links' targets, extended attributes, directories and
@@ -691,7 +707,13 @@ impl<'a> Request<'a> {
                 token,
                 version,
                 sent,
-            } => w.u8(op::POSTS).u64(token).u32(version).u64(sent),
+                ring,
+            } => w
+                .u8(op::POSTS)
+                .u64(token)
+                .u32(version)
+                .u64(sent)
+                .u8(ring.into()),
             Request::Barrier { count } => w.u8(op::BARRIER).u64(count),
             Request::StatAt {
                 start,
@@ -983,6 +1005,7 @@ mod tests {
                 token: 9,
                 version: VERSION,
                 sent: 3,
+                ring: true,
             },
             Request::Barrier { count: 12 },
             Request::Resolve {

@@ -15,6 +15,7 @@
 
 use crate::mailbox::{Conn, Mailbox};
 use crate::peer::{self, Peer};
+use crate::postring::PostRing;
 use crate::proto::Request;
 use crate::session::{Caller as SessionCaller, Session};
 use crate::table::{ChangePage, Table};
@@ -236,8 +237,12 @@ fn end_leases(shared: &Shared, who: Caller) {
 enum Role {
     /// Requests answered in order (Hello).
     Calls,
-    /// The session's posted requests (Posts): the client's count of earlier ones.
-    Posts { sent: u64 },
+    /// The session's posted requests (Posts): the client's count of earlier ones, and
+    /// the posting ring it asked for (None: posts come on the socket).
+    Posts {
+        sent: u64,
+        ring: Option<Arc<PostRing>>,
+    },
 }
 
 /// The first request, Hello or Posts: the caller's session (joined or new), or None
@@ -251,20 +256,33 @@ fn handshake(shared: &Arc<Shared>, peer: &Peer, conn: &mut Conn) -> Option<(Arc<
             token,
             version,
             sent,
+            ring,
         })) if version == crate::proto::VERSION && token != 0 => {
-            join(shared, peer, token).map(|s| (s, Role::Posts { sent }))
+            // A ring that cannot be made leaves the posts on the socket.
+            let ring = ring
+                .then(PostRing::create)
+                .and_then(Result::ok)
+                .map(Arc::new);
+            join(shared, peer, token).map(|s| (s, Role::Posts { sent, ring }))
         }
         _ => Err(Errno(libc::EPROTO)),
     };
     let mut w = Writer::new();
     match session {
         Ok((s, role)) => {
-            if let Role::Posts { sent } = role {
+            let mut fds = Vec::new();
+            if let Role::Posts { sent, ring } = &role {
                 // Registered before the client hears so: its opens may be leased.
-                s.posts.open(conn.stream.as_raw_fd(), sent);
+                s.posts.open(conn.stream.as_raw_fd(), ring.clone(), *sent);
+                fds.extend(ring.as_ref().and_then(|r| r.fd()));
             }
             w.i32(0).u64(s.token);
-            if conn.send(w.finish(0), &[]).is_ok() {
+            let sent = if fds.is_empty() {
+                conn.send(w.finish(0), &[]).is_ok()
+            } else {
+                crate::shm::send_fds(conn.stream.as_raw_fd(), w.finish(0), &fds).is_ok()
+            };
+            if sent {
                 Some((s, role))
             } else {
                 if let Role::Posts { .. } = role {
@@ -302,8 +320,11 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         socket: socket.as_fd(),
         cache,
     };
-    if let Role::Posts { .. } = role {
-        return serve_posts(&session, &caller, conn);
+    if let Role::Posts { ring, .. } = role {
+        return match ring {
+            Some(ring) => serve_ring(&session, &caller, conn, ring),
+            None => serve_posts(&session, &caller, conn),
+        };
     }
     let me = vfs::leases::Caller::Session(session.token);
     loop {
@@ -365,30 +386,106 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
 /// closed it, died, or a lease ended: crate::posts), then ends its leases.
 fn serve_posts(session: &Session, caller: &SessionCaller<'_>, mut conn: Conn) {
     crate::session::posting_thread();
-    let delay = post_delay();
     let mut w = Writer::new();
     while let Ok(Some(buf)) = conn.recv() {
-        if let Some(d) = delay {
-            std::thread::sleep(d);
+        if !run_post(session, caller, buf, &mut w) {
+            break;
         }
-        w.clear();
-        let failed = match Request::decode(buf) {
-            Ok(
-                req
-                @ (Request::Write { .. } | Request::SetAttr { .. } | Request::CloseQuiet { .. }),
-            ) => {
-                let ino = session.ino_of(&req);
-                session
-                    .run(caller, req, &mut w)
-                    .err()
-                    .map(|Errno(e)| (ino, e))
-            }
-            // Nothing else is posted: a client that does is not ours.
-            _ => break,
-        };
-        session.posts.applied(failed);
     }
     session.posts.close(|l| session.end_lease(l));
+}
+
+/// Runs one posted request (`body`, a frame's): false if it is not one a client may
+/// post (the connection then ends: a client that does is not ours).
+fn run_post(session: &Session, caller: &SessionCaller<'_>, body: &[u8], w: &mut Writer) -> bool {
+    if let Some(d) = post_delay() {
+        std::thread::sleep(d);
+    }
+    let failed = match Request::decode(body) {
+        Ok(
+            req @ (Request::Write { .. } | Request::SetAttr { .. } | Request::CloseQuiet { .. }),
+        ) => {
+            let ino = session.ino_of(&req);
+            w.clear();
+            session.run(caller, req, w).err().map(|Errno(e)| (ino, e))
+        }
+        _ => return false,
+    };
+    session.posts.applied(failed);
+    true
+}
+
+/// [`serve_posts`] for a connection whose posts come through `ring`
+/// (`crate::postring`): runs each record in order while there are some; when there
+/// are none, spins a while, then says it sleeps and waits on the socket, which carries
+/// only the client's rings (empty frames) and, at its end, the close. The end of the
+/// socket (the client died or closed it, or a lease ended: `Posts::end` shut it for
+/// reading after closing the ring) closes the ring; what was published before runs,
+/// then the leases end.
+fn serve_ring(session: &Session, caller: &SessionCaller<'_>, conn: Conn, ring: Arc<PostRing>) {
+    crate::session::posting_thread();
+    let mut reader = crate::postring::Reader::new(ring);
+    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
+    let fd = conn.stream.as_raw_fd();
+    let mut w = Writer::new();
+    loop {
+        match reader.next_record() {
+            Ok(Some(body)) => {
+                if run_post(session, caller, body, &mut w) {
+                    continue;
+                }
+                break;
+            }
+            Ok(None) => {}
+            Err(crate::postring::Lie) => break,
+        }
+        if reader.finished() {
+            break;
+        }
+        let mut turns = 0u32;
+        let came = spinner.wait_until(|| {
+            turns += 1;
+            reader.ready() || (turns % 64 == 0 && crate::mailbox::readable(fd, 0))
+        });
+        if !came {
+            reader.set_asleep(true);
+            if !reader.ready() {
+                crate::mailbox::readable(fd, -1);
+            }
+            reader.set_asleep(false);
+        }
+        if crate::mailbox::readable(fd, 0) && !take_rings(fd) {
+            reader.close();
+        }
+    }
+    reader.close();
+    session.posts.close(|l| session.end_lease(l));
+}
+
+/// Reads what the socket of a ring's connection holds now (without waiting): false at
+/// its end, or if it held anything but rings (empty frames: zero bytes).
+fn take_rings(fd: RawFd) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        // SAFETY: reads into `buf`, which is live and that long.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        match n {
+            0 => return false,
+            n if n > 0 => {
+                if buf[..n as usize].iter().any(|&b| b != 0) {
+                    return false;
+                }
+            }
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock => return true,
+                    std::io::ErrorKind::Interrupted => {}
+                    _ => return false,
+                }
+            }
+        }
+    }
 }
 
 /// AUGEFS_POST_DELAY_US: each posted request waits that long before it runs, so that

@@ -248,6 +248,7 @@ fn a_failed_post_is_reported_by_the_next_sync_once() {
         token,
         version: VERSION,
         sent: 0,
+        ring: false,
     };
     assert_eq!(ask(&mut p, &posts), 0);
     // A post that fails (no such file) is acknowledged by nobody: the next sync,
@@ -574,6 +575,75 @@ fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
     assert_eq!(inst.requests() - before, 1);
 }
 
+/// Small writes a client was told were done (posted: through its posting ring where
+/// it has one) are all seen by another client's very next call, however far the
+/// instance lags behind the writer; none of them was a request.
+fn posted_writes_are_seen_by_the_next_caller(t: Transport) {
+    let s = Setup::new(t);
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b) = (s.client(), s.client());
+    let record = |i: u32| format!("record {i:08} of the posted writes\n").into_bytes();
+    let len = record(0).len();
+    let mut reads = Vec::new();
+    for round in 0..4u32 {
+        let name = format!("/posted{round}");
+        let fd = a
+            .open_fd(
+                At::Cwd,
+                name.as_bytes(),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        let before = inst.requests();
+        let count = 3000 + round * 2000;
+        for i in 0..count {
+            assert_eq!(a.write(fd, &record(i)).unwrap(), len);
+        }
+        assert_eq!(inst.requests() - before, 0, "a posted write asked");
+        // Another client, at once: the size and the last record.
+        let st = b.stat(At::Cwd, name.as_bytes(), true, false).unwrap();
+        assert_eq!(st.size, u64::from(count) * len as u64, "round {round}");
+        let rfd = b
+            .open_fd(At::Cwd, name.as_bytes(), libc::O_RDONLY, 0)
+            .unwrap();
+        let mut buf = vec![0u8; len];
+        let last = (u64::from(count) - 1) * len as u64;
+        assert_eq!(b.pread(rfd, &mut buf, last as i64).unwrap(), len);
+        assert_eq!(buf, record(count - 1));
+        // b's close would run after a's next open (a close has no reply), ending the
+        // lease that open was granted: it waits for the end.
+        reads.push(rfd);
+        a.close(fd).unwrap();
+    }
+    for rfd in reads {
+        b.close(rfd).unwrap();
+    }
+}
+
+/// A post made while the instance's posting thread sleeps wakes it: the writer's own
+/// fsync (which waits for its posts) returns, again and again.
+fn a_sleeping_posting_thread_is_woken_by_a_post(t: Transport) {
+    let s = Setup::new(t);
+    let a = s.client();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fd = a
+            .open_fd(At::Cwd, b"/wake", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .unwrap();
+        for i in 0..20u8 {
+            // Long enough for the posting thread to stop spinning and sleep.
+            std::thread::sleep(Duration::from_millis(5));
+            a.write(fd, &[i; 100]).unwrap();
+            a.fsync(fd, false).unwrap();
+        }
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("an fsync waited for posts no one ran: a sleeping posting thread was never woken");
+}
+
 fn a_warm_read_never_returns_bytes_older_than_an_acknowledged_write(t: Transport) {
     let s = Setup::new(t);
     let (a, b) = (s.client(), s.client());
@@ -772,6 +842,58 @@ fn a_stray_store_into_a_mailbox_faults() {
     assert!(!text.contains("STORED"), "a stray store reached a mailbox");
 }
 
+/// Run as a child by [`a_stray_store_into_the_posting_ring_faults`].
+#[test]
+fn child_that_stores_into_the_posting_ring() {
+    let Some(sock) = std::env::var_os("ATTACH_TEST_RING") else {
+        return;
+    };
+    let r = Arc::new(Remote::connect(std::path::Path::new(&sock)).unwrap());
+    let p = Posix::new(
+        r.clone(),
+        vfs::Creds::of_process(),
+        std::process::id() as i32,
+    );
+    // An open for writing opens the posting connection, and its ring.
+    let fd = p
+        .open_fd(At::Cwd, b"/ring", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    p.write(fd, b"posted").unwrap();
+    let (at, _) = r.post_ring_region().expect("a posting ring");
+    // The record area, past the header page.
+    let area = (at + 4096) as *mut u64;
+    {
+        let _w = instance::pkey::Window::open(instance::pkey::key());
+        // SAFETY: a load from the client's own ring, with its key's rights on.
+        let _ = unsafe { std::ptr::read_volatile(area) };
+    }
+    println!("WINDOW");
+    std::io::stdout().flush().unwrap();
+    // SAFETY: deliberately not: a store with the key's rights off, which the CPU must
+    // refuse with SIGSEGV.
+    unsafe { std::ptr::write_volatile(area, 0xdead) };
+    println!("STORED");
+}
+
+#[test]
+fn a_stray_store_into_the_posting_ring_faults() {
+    if instance::pkey::key().is_none() {
+        eprintln!("no protection keys on this machine: nothing to check");
+        return;
+    }
+    let s = Setup::new(Transport::Auto);
+    let text = dies_of_sigsegv(
+        "child_that_stores_into_the_posting_ring",
+        "ATTACH_TEST_RING",
+        &s,
+    );
+    assert!(text.contains("WINDOW"), "{text}");
+    assert!(
+        !text.contains("STORED"),
+        "a stray store reached the posting ring"
+    );
+}
+
 /// Runs test `child` of this binary as a child process with `env` naming the instance's
 /// socket; it must die of SIGSEGV. Its standard output.
 fn dies_of_sigsegv(child: &str, env: &str, s: &Setup) -> String {
@@ -854,4 +976,6 @@ each_transport!(
     warm_reads_need_no_request_and_see_every_change_at_once,
     a_warm_read_never_returns_bytes_older_than_an_acknowledged_write,
     walks_of_an_unchanged_tree_need_only_their_opens,
+    posted_writes_are_seen_by_the_next_caller,
+    a_sleeping_posting_thread_is_woken_by_a_post,
 );

@@ -6,6 +6,7 @@ mod engine;
 mod format;
 mod instance;
 mod metadb;
+mod postring;
 mod wal;
 
 use crate::driver::Target;
@@ -17,6 +18,7 @@ pub fn all() -> Vec<Target> {
     out.extend(wal::targets());
     out.extend(engine::targets());
     out.extend(instance::targets());
+    out.extend(postring::targets());
     out
 }
 

@@ -2,10 +2,17 @@
 //! posting connection, the leases the instance granted, and the count that orders the
 //! process's later requests after its posts.
 //!
+//! Posts go through the connection's posting ring (`crate::postring`) where the process
+//! could protect it (or was told to do without: AUGEFS_MAILBOX=unprotected), else as
+//! frames on its socket.
+//!
 //! Invariants:
-//! - A post is counted (`sent`) only once its whole frame is in the socket: the
-//!   instance runs exactly the counted posts (a partial frame, cut by the end of a
-//!   lease, is dropped by the instance, and the call is then sent as a request).
+//! - A post is counted (`sent`) only once it is published: its record in the ring, or
+//!   its whole frame in the socket. The instance runs exactly the counted posts (a
+//!   partial frame, cut by the end of a lease, is dropped by the instance; a record the
+//!   closed ring refused was never published; the call is then sent as a request).
+//! - With a ring, the socket carries nothing but rings of the bell: a frame there would
+//!   end the connection.
 //! - A lease is used only while the connection it was granted under is the one open
 //!   (its epoch): once a post fails, every lease of that connection is void.
 //! - `fenced` moves only after a request that followed a Barrier was answered: a
@@ -13,9 +20,10 @@
 //! - The connection is never used after a fork by the child, nor after a change of
 //!   identity ([`Poster::drop_channel`]).
 
-use super::{notconn, Remote};
+use super::{notconn, Remote, Transport};
 use crate::forklock::ForkLock;
 use crate::mailbox::Conn;
+use crate::postring::{PostRing, Pushed};
 use crate::proto::{self, Request};
 use crate::wire::Writer;
 use format::InodeNo;
@@ -42,10 +50,20 @@ struct Lease {
     epoch: u64,
 }
 
+/// The posting connection.
+#[derive(Debug)]
+struct Channel {
+    /// The generation of the process's connections it belongs to.
+    generation: u64,
+    stream: UnixStream,
+    /// Its posting ring, where posts go if it has one.
+    ring: Option<PostRing>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Poster {
-    /// The posting connection and the epoch it is of.
-    channel: ForkLock<Option<(u64, UnixStream)>>,
+    /// The posting connection.
+    channel: ForkLock<Option<Channel>>,
     /// Bumped whenever the connection goes: older leases are void.
     epoch: AtomicU64,
     /// Posts sent whole.
@@ -78,11 +96,45 @@ fn send_all(s: &UnixStream, frame: &[u8], data: &[u8]) -> bool {
     true
 }
 
+/// Whether the instance's end of `s` is gone (a zero-timeout poll).
+fn hung_up(s: &UnixStream) -> bool {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout never sleeps.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
+}
+
+/// Publishes one post in `ring` (rings the bell on `s` if the instance sleeps): false
+/// if the ring refused it.
+fn push(ring: &PostRing, s: &UnixStream, frame: &[u8], data: &[u8]) -> bool {
+    match ring.push(frame, data, || hung_up(s)) {
+        Pushed::Published { ring: true } => {
+            // Published whatever becomes of the ring: a closed socket means the
+            // instance already reads on (its lease ended) or is gone.
+            // SAFETY: sends 4 bytes of a live array.
+            unsafe {
+                libc::send(
+                    s.as_raw_fd(),
+                    [0u8; 4].as_ptr().cast(),
+                    4,
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            true
+        }
+        Pushed::Published { ring: false } => true,
+        Pushed::Closed | Pushed::Gone => false,
+    }
+}
+
 impl Poster {
     /// Whether a posting connection of `generation` is open.
     pub fn has_channel(&self, generation: u64) -> bool {
         self.channel
-            .with(|c| matches!(c, Some((g, _)) if *g == generation))
+            .with(|c| matches!(c, Some(c) if c.generation == generation))
     }
 
     /// Posts sent so far (what a new posting connection tells the instance).
@@ -90,9 +142,15 @@ impl Poster {
         self.sent.load(Ordering::SeqCst)
     }
 
-    /// Takes `s` as the posting connection of `generation`.
-    pub fn set_channel(&self, generation: u64, s: UnixStream) {
-        let old = self.channel.with(|c| c.replace((generation, s)));
+    /// Takes `stream` as the posting connection of `generation`, with its posting
+    /// `ring` if it has one.
+    pub fn set_channel(&self, generation: u64, stream: UnixStream, ring: Option<PostRing>) {
+        let channel = Channel {
+            generation,
+            stream,
+            ring,
+        };
+        let old = self.channel.with(|c| c.replace(channel));
         self.epoch.fetch_add(1, Ordering::SeqCst);
         drop(old);
     }
@@ -186,12 +244,25 @@ impl Poster {
         }
     }
 
+    /// Where this process's posting ring is mapped, and its length (the test that a
+    /// stray store faults).
+    pub fn ring_region(&self) -> Option<(usize, usize)> {
+        self.channel.with(|c| {
+            c.as_ref()
+                .and_then(|c| c.ring.as_ref())
+                .map(PostRing::region)
+        })
+    }
+
     /// Posts one frame (`frame`, then `data`): false if the posting connection is gone (the
     /// caller sends the request instead; every lease of the connection is void now).
     pub fn post(&self, frame: &[u8], data: &[u8]) -> bool {
         let sent = self.channel.with(|c| match c {
-            Some((_, s)) => {
-                let ok = send_all(s, frame, data);
+            Some(ch) => {
+                let ok = match &ch.ring {
+                    Some(ring) => push(ring, &ch.stream, frame, data),
+                    None => send_all(&ch.stream, frame, data),
+                };
                 if ok {
                     self.sent.fetch_add(1, Ordering::SeqCst);
                 } else {
@@ -249,15 +320,40 @@ impl Remote {
         let Ok(s) = self.connect_socket() else {
             return;
         };
+        // A ring where its memory can be protected (or the process does without).
+        let ring_key = match (self.transport, crate::pkey::key()) {
+            (Transport::Socket, _) | (Transport::Auto, None) => None,
+            (_, key) => Some(key),
+        };
         let mut conn = Conn::new(s);
         let hello = Request::Posts {
             token,
             version: proto::VERSION,
             sent: self.poster.sent(),
+            ring: ring_key.is_some(),
         };
-        if self.exchange(&mut conn, &hello, |r| r.u64()).is_ok() {
-            self.poster.set_channel(generation, conn.stream);
+        let mut w = Writer::new();
+        hello.encode(&mut w);
+        if conn.send(w.finish(0), &[]).is_err() {
+            return;
         }
+        // The reply: its length, a status and the token, with the ring's descriptor.
+        let mut reply = [0u8; 16];
+        let Ok(fds) = conn.recv_fds(&mut reply, 1) else {
+            return;
+        };
+        if reply[4..8] != [0; 4] {
+            return;
+        }
+        let ring = match (fds.into_iter().next(), ring_key) {
+            (Some(fd), Some(key)) => match PostRing::attach(fd, key) {
+                Ok(ring) => Some(ring),
+                // The instance reads posts from the ring only: none can be posted.
+                Err(_) => return,
+            },
+            _ => None,
+        };
+        self.poster.set_channel(generation, conn.stream, ring);
     }
 
     /// Posts `req` (with `data` after its frame): false if it must be sent as a

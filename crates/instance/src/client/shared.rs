@@ -29,6 +29,12 @@ impl Remote {
         })
     }
 
+    /// Where this process's posting ring is mapped, and its length, once it has one
+    /// (the test that a stray store faults).
+    pub fn post_ring_region(&self) -> Option<(usize, usize)> {
+        self.poster.ring_region()
+    }
+
     /// Whether stats are answered from the shared table when they can be.
     pub fn has_table(&self) -> bool {
         self.cache().is_some()
