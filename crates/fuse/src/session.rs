@@ -123,7 +123,7 @@ impl Session {
                 first,
                 negotiated,
                 opts,
-                stats: Arc::new(Stats::new(opts.stats)),
+                stats: Arc::new(crate::stats::new_stats(opts.stats)),
             });
         }
     }

@@ -225,6 +225,22 @@ impl PostRing {
     pub fn close(&self) -> u64 {
         self.header().client.tail.fetch_or(CLOSED, Ordering::SeqCst) & !CLOSED
     }
+
+    /// Instance: whether records seem published beyond what was read (a hint for
+    /// waiting, from the shared words; the reader checks what it reads).
+    pub fn pending(&self) -> bool {
+        let h = self.header();
+        h.client.tail.load(Ordering::SeqCst) & !CLOSED != h.instance.head.load(Ordering::SeqCst)
+    }
+
+    /// Instance: says whether the consumer sleeps (the client rings it after
+    /// publishing).
+    pub fn set_asleep(&self, asleep: bool) {
+        self.header()
+            .instance
+            .asleep
+            .store(asleep.into(), Ordering::SeqCst);
+    }
 }
 
 /// The instance's reader of a ring: records copied out, in order.
@@ -248,6 +264,11 @@ impl Reader {
         }
     }
 
+    /// The ring it reads.
+    pub fn ring(&self) -> &PostRing {
+        &self.ring
+    }
+
     /// The tail as far as the reader may read: the final one once closed.
     fn tail(&mut self) -> u64 {
         if let Some(last) = self.last {
@@ -258,11 +279,6 @@ impl Reader {
             self.last = Some(t & !CLOSED);
         }
         t & !CLOSED
-    }
-
-    /// Whether a record is published and not read yet.
-    pub fn ready(&mut self) -> bool {
-        self.tail() != self.head
     }
 
     /// Whether the ring is closed and every record published before was read.
@@ -276,15 +292,6 @@ impl Reader {
     pub fn close(&mut self) {
         let last = self.ring.close();
         self.last.get_or_insert(last);
-    }
-
-    /// Says whether the consumer sleeps (the client rings it after publishing).
-    pub fn set_asleep(&self, asleep: bool) {
-        self.ring
-            .header()
-            .instance
-            .asleep
-            .store(asleep.into(), Ordering::SeqCst);
     }
 
     /// The next record's body, copied out: None if none is published.
@@ -488,13 +495,14 @@ mod tests {
     #[test]
     fn a_sleeping_consumer_is_told_to_be_rung() {
         let (ring, client) = pair();
-        let reader = Reader::new(ring);
-        reader.set_asleep(true);
+        assert!(!ring.pending());
+        ring.set_asleep(true);
         let (frame, data) = record(3, 3);
         assert_eq!(
             client.push(&frame, &data, || false),
             Pushed::Published { ring: true }
         );
+        assert!(ring.pending());
     }
 
     #[test]

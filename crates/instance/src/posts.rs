@@ -17,17 +17,26 @@
 //!   (`crate::table`), so nobody answers a stat, access or read of the file from
 //!   shared memory while it is held; a post that runs is a change like any other.
 //!
+//! Posts that came through a posting ring (`crate::postring`) are run by whoever holds
+//! its [`Drain`]: the connection's thread, or a request of the session that must follow
+//! them (a Barrier), which runs them itself rather than wait for that thread to wake.
+//!
 //! Invariants:
+//! - Posts run one at a time, in order: the socket's by the connection's thread, the
+//!   ring's by the holder of its drain.
+//! - Lock order: the drain, then the state (never the drain while holding the state).
 //! - A lease exists only while the posting connection's thread runs: granted only while
 //!   it is registered ([`Posts::lease`]), all ended when it ends ([`Posts::close`]),
 //!   before a caller that ended the connection ([`Posts::end`]) goes on.
 //! - `applied` counts posts run (or refused), in the order sent; it never goes back.
 
-use crate::postring::PostRing;
+use crate::postring::{PostRing, Reader};
 use format::InodeNo;
+use platform::reqstats::ThreadStats;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use vfs::Creds;
 
 /// A lease of one handle.
 #[derive(Debug, Clone, Copy)]
@@ -50,10 +59,27 @@ struct State {
     errors: HashMap<InodeNo, i32>,
 }
 
+/// A posting ring's reader, with what running its records needs: whoever holds it runs
+/// them.
+#[derive(Debug)]
+pub(crate) struct Drain {
+    pub reader: Reader,
+    /// Who the posting connection's process was when it connected (its posts run as
+    /// that identity, whichever thread runs them).
+    pub creds: Creds,
+    /// The posting connection's socket (open while the drain is registered).
+    pub fd: RawFd,
+    /// A record that was not a post, or a lie, was met: nothing more runs.
+    pub refused: bool,
+    /// The posts' figures, whichever thread runs them (the posting thread's CPU).
+    pub counters: ThreadStats,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Posts {
     state: Mutex<State>,
     changed: Condvar,
+    drain: Mutex<Option<Drain>>,
 }
 
 impl Posts {
@@ -74,9 +100,39 @@ impl Posts {
         s.applied = s.applied.max(sent);
     }
 
+    /// Registers the drain of the posting connection's ring.
+    pub fn set_drain(&self, d: Drain) {
+        *self.drain.lock().expect("drain lock") = Some(d);
+    }
+
+    /// The ring's drain, waiting while another thread runs its records (None inside:
+    /// no ring, or its connection ended).
+    pub fn drain(&self) -> MutexGuard<'_, Option<Drain>> {
+        self.drain.lock().expect("drain lock")
+    }
+
+    /// The ring's drain if no other thread runs its records now (else that thread runs
+    /// them: the caller waits for them as usual).
+    pub fn try_drain(&self) -> Option<MutexGuard<'_, Option<Drain>>> {
+        self.drain.try_lock().ok()
+    }
+
+    /// Posts run so far.
+    pub fn applied_count(&self) -> u64 {
+        self.state().applied
+    }
+
     /// The posting connection's thread ends: each of its leases is ended by `end`
     /// before anyone waiting for the end ([`Posts::end`]) goes on; how many there were.
     pub fn close(&self, end: impl Fn(Lease)) -> usize {
+        self.close_with_drain(end).0
+    }
+
+    /// [`Posts::close`], also giving back the ring's drain, if it had one.
+    pub fn close_with_drain(&self, end: impl Fn(Lease)) -> (usize, Option<Drain>) {
+        // Before the state: a drain's holder takes the state lock while it holds the
+        // drain (each post it runs counts).
+        let drain = self.drain.lock().expect("drain lock").take();
         let mut s = self.state();
         let n = s.leases.len();
         for (_, l) in s.leases.drain() {
@@ -85,7 +141,7 @@ impl Posts {
         s.channel = None;
         s.ring = None;
         self.changed.notify_all();
-        n
+        (n, drain)
     }
 
     /// Records the lease of `handle`, if the posting connection is served (else the

@@ -306,6 +306,63 @@ mod op {
     pub const BARRIER: u8 = 43;
 }
 
+/// The names of the request opcodes, by code.
+const OP_NAMES: [&str; 44] = [
+    "",
+    "HELLO",
+    "RESOLVE",
+    "RESOLVE_PARENT",
+    "LOOKUP",
+    "STAT",
+    "ACCESS",
+    "OPEN",
+    "CLOSE",
+    "CREATE",
+    "MKNOD",
+    "REMOVE",
+    "RENAME",
+    "LINK",
+    "READLINK",
+    "SET_ATTR",
+    "TRUNCATE_INO",
+    "SET_XATTR",
+    "GET_XATTR",
+    "LIST_XATTR",
+    "REMOVE_XATTR",
+    "READDIR",
+    "STATFS",
+    "READ",
+    "WRITE",
+    "APPEND",
+    "TRUNCATE",
+    "FALLOCATE",
+    "SEEK_DATA",
+    "SEEK_HOLE",
+    "FSYNC",
+    "SYNC",
+    "LOCK_SET",
+    "LOCK_GET",
+    "LOCK_RELEASE",
+    "STAT_AT",
+    "TABLES",
+    "CLOSE_QUIET",
+    "MAILBOX",
+    "CREATE_AT",
+    "REMOVE_AT",
+    "RENAME_AT",
+    "POSTS",
+    "BARRIER",
+];
+
+/// The name of request opcode `op` (the first byte of a request's body), for the
+/// instance's figures (`augefs mount -o stats`).
+pub fn op_name(op: u32) -> String {
+    match OP_NAMES.get(op as usize) {
+        Some(n) if !n.is_empty() => (*n).to_string(),
+        _ => format!("opcode {op}"),
+    }
+}
+
 fn inval() -> Errno {
     Errno(libc::EINVAL)
 }
@@ -649,250 +706,6 @@ impl<'a> Request<'a> {
         })
     }
 
-    /// [`Request::encode`] of the path forms of Create, Remove and Rename.
-    fn encode_paths<'w>(&self, w: &'w mut Writer) -> &'w mut Writer {
-        match *self {
-            Request::CreateAt {
-                start,
-                kind,
-                perm,
-                path,
-                target,
-            } => w
-                .u8(op::CREATE_AT)
-                .u64(start.0)
-                .u8(kind_code(kind))
-                .u32(perm)
-                .bytes(path)
-                .opt_bytes(target),
-            Request::RemoveAt { start, dir, path } => {
-                w.u8(op::REMOVE_AT).u64(start.0).u8(dir.into()).bytes(path)
-            }
-            Request::RenameAt {
-                from,
-                from_path,
-                to,
-                to_path,
-                mode,
-            } => w
-                .u8(op::RENAME_AT)
-                .u64(from.0)
-                .bytes(from_path)
-                .u64(to.0)
-                .bytes(to_path)
-                .u8(rename_code(mode)),
-            _ => w,
-        }
-    }
-
-    /// Encodes the request into `w`, except a write's data (`data()`), which the
-    /// caller sends from its own buffer right after the frame.
-    pub fn encode(&self, w: &mut Writer) {
-        match *self {
-            Request::Hello { token, version } => w.u8(op::HELLO).u64(token).u32(version),
-            Request::Resolve {
-                start,
-                follow,
-                path,
-            } => w.u8(op::RESOLVE).u64(start.0).u8(follow.into()).bytes(path),
-            Request::ResolveParent { start, path } => {
-                w.u8(op::RESOLVE_PARENT).u64(start.0).bytes(path)
-            }
-            Request::Lookup { dir, name } => w.u8(op::LOOKUP).u64(dir.0).bytes(name),
-            Request::Stat { ino } => w.u8(op::STAT).u64(ino.0),
-            Request::Tables => w.u8(op::TABLES),
-            Request::Mailbox { writable } => w.u8(op::MAILBOX).u8(u8::from(writable)),
-            Request::CloseQuiet { handle } => w.u8(op::CLOSE_QUIET).u64(handle),
-            Request::Posts {
-                token,
-                version,
-                sent,
-                ring,
-            } => w
-                .u8(op::POSTS)
-                .u64(token)
-                .u32(version)
-                .u64(sent)
-                .u8(ring.into()),
-            Request::Barrier { count } => w.u8(op::BARRIER).u64(count),
-            Request::StatAt {
-                start,
-                follow,
-                path,
-            } => w.u8(op::STAT_AT).u64(start.0).u8(follow.into()).bytes(path),
-            Request::Access { ino, mask } => w.u8(op::ACCESS).u64(ino.0).u32(mask),
-            Request::Open {
-                start,
-                flags,
-                mode,
-                path,
-            } => w.u8(op::OPEN).u64(start.0).i32(flags).u32(mode).bytes(path),
-            Request::Close { handle } => w.u8(op::CLOSE).u64(handle),
-            Request::Create {
-                parent,
-                kind,
-                perm,
-                name,
-                target,
-            } => w
-                .u8(op::CREATE)
-                .u64(parent.0)
-                .u8(kind_code(kind))
-                .u32(perm)
-                .bytes(name)
-                .opt_bytes(target),
-            Request::Mknod {
-                parent,
-                kind,
-                perm,
-                dev,
-                name,
-            } => w
-                .u8(op::MKNOD)
-                .u64(parent.0)
-                .u8(kind_code(kind))
-                .u32(perm)
-                .u64(dev)
-                .bytes(name),
-            Request::Remove { parent, dir, name } => {
-                w.u8(op::REMOVE).u64(parent.0).u8(dir.into()).bytes(name)
-            }
-            Request::CreateAt { .. } | Request::RemoveAt { .. } | Request::RenameAt { .. } => {
-                self.encode_paths(w)
-            }
-            Request::Rename {
-                from,
-                from_name,
-                to,
-                to_name,
-                mode,
-            } => w
-                .u8(op::RENAME)
-                .u64(from.0)
-                .bytes(from_name)
-                .u64(to.0)
-                .bytes(to_name)
-                .u8(rename_code(mode)),
-            Request::Link { ino, parent, name } => {
-                w.u8(op::LINK).u64(ino.0).u64(parent.0).bytes(name)
-            }
-            Request::Readlink { ino } => w.u8(op::READLINK).u64(ino.0),
-            _ => {
-                self.encode_attrs(w);
-                w
-            }
-        };
-    }
-
-    /// [`Request::encode`] of attribute, directory and data calls.
-    fn encode_attrs(&self, w: &mut Writer) {
-        match *self {
-            Request::SetAttr { ino, ref changes } => {
-                w.u8(op::SET_ATTR).u64(ino.0);
-                put_opt_u32(w, changes.perm);
-                put_opt_u32(w, changes.uid);
-                put_opt_u32(w, changes.gid);
-                put_time(w, changes.atime);
-                put_time(w, changes.mtime);
-                w
-            }
-            Request::TruncateIno { ino, size } => w.u8(op::TRUNCATE_INO).u64(ino.0).u64(size),
-            Request::SetXattr {
-                ino,
-                mode,
-                name,
-                value,
-            } => w
-                .u8(op::SET_XATTR)
-                .u64(ino.0)
-                .u8(xattr_code(mode))
-                .bytes(name)
-                .bytes(value),
-            Request::GetXattr { ino, name } => w.u8(op::GET_XATTR).u64(ino.0).bytes(name),
-            Request::ListXattr { ino } => w.u8(op::LIST_XATTR).u64(ino.0),
-            Request::RemoveXattr { ino, name } => w.u8(op::REMOVE_XATTR).u64(ino.0).bytes(name),
-            Request::Readdir { dir, max, after } => {
-                w.u8(op::READDIR).u64(dir.0).u32(max).opt_bytes(after)
-            }
-            Request::Statfs => w.u8(op::STATFS),
-            _ => {
-                self.encode_data(w);
-                w
-            }
-        };
-    }
-
-    /// [`Request::encode`] of the calls that name a handle (and Sync).
-    fn encode_data(&self, w: &mut Writer) {
-        match *self {
-            Request::Read {
-                handle,
-                offset,
-                len,
-            } => w.u8(op::READ).u64(handle).u64(offset).u32(len),
-            Request::Write {
-                handle,
-                offset,
-                data,
-            } => w.u8(op::WRITE).u64(handle).u64(offset).u32(data_len(data)),
-            Request::Append { handle, data } => w.u8(op::APPEND).u64(handle).u32(data_len(data)),
-            Request::Truncate { handle, size } => w.u8(op::TRUNCATE).u64(handle).u64(size),
-            Request::Fallocate {
-                handle,
-                mode,
-                offset,
-                len,
-            } => w
-                .u8(op::FALLOCATE)
-                .u64(handle)
-                .i32(mode)
-                .u64(offset)
-                .u64(len),
-            Request::SeekData { handle, offset } => w.u8(op::SEEK_DATA).u64(handle).u64(offset),
-            Request::SeekHole { handle, offset } => w.u8(op::SEEK_HOLE).u64(handle).u64(offset),
-            Request::Fsync { handle, data_only } => {
-                w.u8(op::FSYNC).u64(handle).u8(data_only.into())
-            }
-            Request::Sync => w.u8(op::SYNC),
-            Request::LockSet {
-                handle,
-                space,
-                start,
-                end,
-                kind,
-                description,
-                wait,
-            } => w
-                .u8(op::LOCK_SET)
-                .u64(handle)
-                .u8(space_code(space))
-                .u64(start)
-                .opt_u64(end)
-                .u8(lock_code(kind))
-                .u8(description.into())
-                .u8(wait.into()),
-            Request::LockGet {
-                handle,
-                space,
-                start,
-                end,
-                kind,
-                description,
-            } => w
-                .u8(op::LOCK_GET)
-                .u64(handle)
-                .u8(space_code(space))
-                .u64(start)
-                .opt_u64(end)
-                .u8(lock_code(Some(kind)))
-                .u8(description.into()),
-            Request::LockRelease { ino, space } => {
-                w.u8(op::LOCK_RELEASE).u64(ino.0).u8(space_code(space))
-            }
-            _ => unreachable!("encode handles the other requests"),
-        };
-    }
-
     /// Whether the request may change what a stat, lookup or read shows (the table's
     /// change count moves around it; `crate::table`). Opening without creating or
     /// truncating, closing, syncing and locking change nothing of that.
@@ -991,147 +804,6 @@ pub fn get_kind(r: &mut Reader<'_>) -> Result<Kind> {
     kind_of(r.u8()?)
 }
 
+mod encode;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn samples() -> Vec<Request<'static>> {
-        vec![
-            Request::Hello {
-                token: 9,
-                version: VERSION,
-            },
-            Request::Posts {
-                token: 9,
-                version: VERSION,
-                sent: 3,
-                ring: true,
-            },
-            Request::Barrier { count: 12 },
-            Request::Resolve {
-                start: InodeNo(1),
-                follow: true,
-                path: b"a/b",
-            },
-            Request::Open {
-                start: InodeNo(1),
-                flags: libc::O_CREAT | libc::O_RDWR,
-                mode: 0o644,
-                path: b"f",
-            },
-            Request::Create {
-                parent: InodeNo(1),
-                kind: Kind::Symlink,
-                perm: 0o777,
-                name: b"l",
-                target: Some(b"t"),
-            },
-            Request::Rename {
-                from: InodeNo(1),
-                from_name: b"a",
-                to: InodeNo(2),
-                to_name: b"b",
-                mode: RenameMode::Exchange,
-            },
-            Request::SetAttr {
-                ino: InodeNo(3),
-                changes: AttrChanges {
-                    perm: Some(0o600),
-                    uid: None,
-                    gid: Some(5),
-                    atime: Some(TimeChange::Now),
-                    mtime: Some(TimeChange::At(-7)),
-                },
-            },
-            Request::Readdir {
-                dir: InodeNo(1),
-                max: 128,
-                after: Some(b"x"),
-            },
-            Request::Write {
-                handle: 4,
-                offset: 8192,
-                data: b"hello",
-            },
-            Request::LockSet {
-                handle: 4,
-                space: LockSpace::Record,
-                start: 0,
-                end: Some(10),
-                kind: Some(LockKind::Write),
-                description: false,
-                wait: true,
-            },
-            Request::LockGet {
-                handle: 4,
-                space: LockSpace::Flock,
-                start: 0,
-                end: None,
-                kind: LockKind::Read,
-                description: true,
-            },
-            Request::Statfs,
-        ]
-    }
-
-    fn body(r: &Request<'_>) -> Vec<u8> {
-        let mut w = Writer::new();
-        r.encode(&mut w);
-        let mut b = w.body().to_vec();
-        b.extend_from_slice(r.data());
-        b
-    }
-
-    #[test]
-    fn every_code_decodes_to_its_value() {
-        for k in Kind::ALL {
-            assert_eq!(kind_of(kind_code(k)), Ok(k));
-        }
-        for m in [
-            RenameMode::Replace,
-            RenameMode::NoReplace,
-            RenameMode::Exchange,
-        ] {
-            assert_eq!(rename_of(rename_code(m)), Ok(m));
-        }
-        for m in [XattrMode::Either, XattrMode::Create, XattrMode::Replace] {
-            assert_eq!(xattr_of(xattr_code(m)), Ok(m));
-        }
-        for l in [None, Some(LockKind::Read), Some(LockKind::Write)] {
-            assert_eq!(lock_of(lock_code(l)), Ok(l));
-        }
-        for sp in [LockSpace::Record, LockSpace::Flock] {
-            assert_eq!(space_of(space_code(sp)), Ok(sp));
-        }
-        assert_eq!(kind_of(0), Err(Errno(libc::EINVAL)));
-        assert_eq!(lock_of(3), Err(Errno(libc::EINVAL)));
-    }
-
-    #[test]
-    fn requests_round_trip() {
-        for r in samples() {
-            let b = body(&r);
-            assert_eq!(Request::decode(&b).unwrap(), r);
-        }
-    }
-
-    #[test]
-    fn malformed_requests_are_errors() {
-        for r in samples() {
-            let b = body(&r);
-            for cut in 0..b.len() {
-                assert!(Request::decode(&b[..cut]).is_err(), "{r:?} cut at {cut}");
-            }
-            let mut longer = b.clone();
-            longer.push(0);
-            assert!(
-                Request::decode(&longer).is_err(),
-                "{r:?} with a trailing byte"
-            );
-        }
-        assert_eq!(Request::decode(&[200]), Err(Errno(libc::ENOSYS)));
-        let mut w = Writer::new();
-        w.u8(op::READ).u64(1).u64(0).u32(u32::MAX);
-        assert_eq!(Request::decode(w.body()), Err(Errno(libc::EINVAL)));
-    }
-}
+mod tests;

@@ -16,14 +16,16 @@
 use crate::mailbox::{Conn, Mailbox};
 use crate::peer::{self, Peer};
 use crate::postring::PostRing;
-use crate::proto::Request;
+use crate::posts::Drain;
+use crate::proto::{op_name, Request};
 use crate::session::{Caller as SessionCaller, Session};
 use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
 use crate::{Notify, CONNECTIONS_MAX};
+use platform::reqstats::{Stats, ThreadStats};
 use posix::Errno;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -49,6 +51,9 @@ struct Shared {
     tables: Mutex<HashMap<(u32, u32, u64), Arc<Table>>>,
     /// Requests answered (diagnostics, tests).
     requests: std::sync::atomic::AtomicU64,
+    /// Per opcode: requests, and posts (`augefs mount -o stats`).
+    stats: Stats,
+    posted: Stats,
 }
 
 impl Shared {
@@ -88,6 +93,17 @@ impl Instance {
         path: &Path,
         notify: Option<Notify>,
     ) -> std::io::Result<Instance> {
+        Self::start_timed(fs, path, notify, false)
+    }
+
+    /// [`Instance::start`], timing every request and post (`timing`: the wall and CPU
+    /// time of each, in the report [`Instance::stop`] returns).
+    pub fn start_timed(
+        fs: Arc<FileSystem>,
+        path: &Path,
+        notify: Option<Notify>,
+        timing: bool,
+    ) -> std::io::Result<Instance> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -119,6 +135,13 @@ impl Instance {
             page,
             tables: Mutex::new(HashMap::new()),
             requests: std::sync::atomic::AtomicU64::new(0),
+            stats: Stats::new(
+                timing,
+                "attached processes' requests",
+                "its socket",
+                op_name,
+            ),
+            posted: Stats::new(timing, "attached processes' posts", "its socket", op_name),
         });
         // Every other caller's call first runs a lease holder's posts (crate::posts).
         let weak = Arc::downgrade(&shared);
@@ -157,8 +180,9 @@ impl Instance {
     }
 
     /// Stops accepting, ends every connection (clients see the instance gone), waits
-    /// for their threads, and removes the socket.
-    pub fn stop(mut self) {
+    /// for their threads, and removes the socket. Returns the figures of its requests
+    /// and posts, per opcode (timed if it started timed).
+    pub fn stop(mut self) -> String {
         self.shared.stopping.store(true, Ordering::Release);
         // SAFETY: the listener's descriptor is open until the accept thread returns.
         unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
@@ -178,6 +202,11 @@ impl Instance {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
+        format!(
+            "{}{}",
+            self.shared.stats.report(),
+            self.shared.posted.report()
+        )
     }
 }
 
@@ -307,7 +336,6 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Some((session, role)) = handshake(shared, &peer, &mut conn) else {
         return;
     };
-    let mut w = Writer::new();
     let table = shared.table(&peer.creds);
     let cache = shared.page.as_deref().zip(table.as_deref());
     // The socket, apart from the connection: a lock wait watches it while `conn`
@@ -321,29 +349,50 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         cache,
     };
     if let Role::Posts { ring, .. } = role {
-        return match ring {
-            Some(ring) => serve_ring(&session, &caller, conn, ring),
-            None => serve_posts(&session, &caller, conn),
+        let counters = shared.posted.thread();
+        let counters = match ring {
+            Some(ring) => serve_ring(&session, &caller, conn, ring, counters),
+            None => serve_posts(&session, &caller, conn, counters),
         };
+        shared.posted.merge(counters);
+        return;
     }
+    let mut counters = shared.stats.thread();
+    serve_calls(shared, &session, &caller, &mut conn, &mut counters);
+    shared.stats.merge(counters);
+}
+
+/// Answers a connection's requests in order until it ends.
+fn serve_calls(
+    shared: &Arc<Shared>,
+    session: &Arc<Session>,
+    caller: &SessionCaller<'_>,
+    conn: &mut Conn,
+    counters: &mut ThreadStats,
+) {
+    let mut w = Writer::new();
+    let sock = caller.socket.as_raw_fd();
     let me = vfs::leases::Caller::Session(session.token);
     loop {
         let buf = match conn.recv() {
             Ok(Some(b)) => b,
             Ok(None) | Err(_) => return,
         };
+        let op = buf.first().copied().map_or(0, u32::from);
+        let stamp = counters.begin();
         w.clear();
         w.i32(0);
         let req = Request::decode(buf);
         // A Barrier (no reply) holds the connection's next request back.
         if let Ok(Request::Barrier { count }) = req {
+            run_posts_for(session, count);
             session.posts.wait_applied(count);
+            counters.end(op, stamp);
             continue;
         }
         shared.requests.fetch_add(1, Ordering::Relaxed);
         // Requests answered with descriptors (on the socket).
-        let sock = socket.as_raw_fd();
-        match (&req, cache) {
+        match (&req, caller.cache) {
             (Ok(Request::Tables), Some((page, table))) => {
                 let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
                 if crate::shm::send_fds(sock, w.finish(0), &fds).is_err() {
@@ -367,16 +416,19 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         let quiet = matches!(req, Ok(Request::CloseQuiet { .. }));
         let r = req.and_then(|req| match req {
             Request::Tables | Request::Mailbox { .. } => Err(Errno(libc::EOPNOTSUPP)),
-            req => session.run(&caller, req, &mut w),
+            req => session.run(caller, req, &mut w),
         });
         if quiet {
+            counters.end(op, stamp);
             continue;
         }
         if let Err(Errno(e)) = r {
             w.clear();
             w.i32(e);
         }
-        if conn.send(w.finish(0), &[]).is_err() {
+        let sent = conn.send(w.finish(0), &[]);
+        counters.end(op, stamp);
+        if sent.is_err() {
             return;
         }
     }
@@ -384,23 +436,36 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
 
 /// Runs a session's posted requests in order until the connection ends (the client
 /// closed it, died, or a lease ended: crate::posts), then ends its leases.
-fn serve_posts(session: &Session, caller: &SessionCaller<'_>, mut conn: Conn) {
+fn serve_posts(
+    session: &Session,
+    caller: &SessionCaller<'_>,
+    mut conn: Conn,
+    mut counters: ThreadStats,
+) -> ThreadStats {
     crate::session::posting_thread();
     let mut w = Writer::new();
     while let Ok(Some(buf)) = conn.recv() {
-        if !run_post(session, caller, buf, &mut w) {
+        if !run_post(session, caller, buf, &mut w, &mut counters) {
             break;
         }
     }
     session.posts.close(|l| session.end_lease(l));
+    counters
 }
 
 /// Runs one posted request (`body`, a frame's): false if it is not one a client may
 /// post (the connection then ends: a client that does is not ours).
-fn run_post(session: &Session, caller: &SessionCaller<'_>, body: &[u8], w: &mut Writer) -> bool {
+fn run_post(
+    session: &Session,
+    caller: &SessionCaller<'_>,
+    body: &[u8],
+    w: &mut Writer,
+    counters: &mut ThreadStats,
+) -> bool {
     if let Some(d) = post_delay() {
         std::thread::sleep(d);
     }
+    let stamp = counters.begin();
     let failed = match Request::decode(body) {
         Ok(
             req @ (Request::Write { .. } | Request::SetAttr { .. } | Request::CloseQuiet { .. }),
@@ -412,54 +477,137 @@ fn run_post(session: &Session, caller: &SessionCaller<'_>, body: &[u8], w: &mut 
         _ => return false,
     };
     session.posts.applied(failed);
+    counters.end(body.first().copied().map_or(0, u32::from), stamp);
     true
 }
 
 /// [`serve_posts`] for a connection whose posts come through `ring`
-/// (`crate::postring`): runs each record in order while there are some; when there
-/// are none, spins a while, then says it sleeps and waits on the socket, which carries
-/// only the client's rings (empty frames) and, at its end, the close. The end of the
-/// socket (the client died or closed it, or a lease ended: `Posts::end` shut it for
-/// reading after closing the ring) closes the ring; what was published before runs,
-/// then the leases end.
-fn serve_ring(session: &Session, caller: &SessionCaller<'_>, conn: Conn, ring: Arc<PostRing>) {
+/// (`crate::postring`): runs each record in order while there are some (holding the
+/// ring's drain: a request of the session that must follow them may run them itself,
+/// [`run_posts_for`]); when there are none, spins a while, then says it sleeps and
+/// waits on the socket, which carries only the client's rings (empty frames) and, at
+/// its end, the close. The end of the socket (the client died or closed it, or a lease
+/// ended: `Posts::end` shut it for reading after closing the ring) closes the ring;
+/// what was published before runs, then the leases end.
+fn serve_ring(
+    session: &Session,
+    caller: &SessionCaller<'_>,
+    conn: Conn,
+    ring: Arc<PostRing>,
+    counters: ThreadStats,
+) -> ThreadStats {
     crate::session::posting_thread();
-    let mut reader = crate::postring::Reader::new(ring);
-    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
     let fd = conn.stream.as_raw_fd();
+    session.posts.set_drain(Drain {
+        reader: crate::postring::Reader::new(ring.clone()),
+        creds: caller.creds.clone(),
+        fd,
+        refused: false,
+        counters,
+    });
+    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
     let mut w = Writer::new();
     loop {
-        match reader.next_record() {
-            Ok(Some(body)) => {
-                if run_post(session, caller, body, &mut w) {
-                    continue;
-                }
-                break;
-            }
-            Ok(None) => {}
-            Err(crate::postring::Lie) => break,
-        }
-        if reader.finished() {
+        let drained = match session.posts.drain().as_mut() {
+            Some(d) => run_published(session, d, u64::MAX, &mut w),
+            None => Drained::Finished,
+        };
+        if drained != Drained::Empty {
             break;
         }
         let mut turns = 0u32;
         let came = spinner.wait_until(|| {
             turns += 1;
-            reader.ready() || (turns % 64 == 0 && crate::mailbox::readable(fd, 0))
+            ring.pending() || (turns % 64 == 0 && crate::mailbox::readable(fd, 0))
         });
         if !came {
-            reader.set_asleep(true);
-            if !reader.ready() {
+            ring.set_asleep(true);
+            if !ring.pending() {
                 crate::mailbox::readable(fd, -1);
             }
-            reader.set_asleep(false);
+            ring.set_asleep(false);
         }
         if crate::mailbox::readable(fd, 0) && !take_rings(fd) {
-            reader.close();
+            ring.close();
         }
     }
-    reader.close();
-    session.posts.close(|l| session.end_lease(l));
+    ring.close();
+    let (_, drain) = session.posts.close_with_drain(|l| session.end_lease(l));
+    drain
+        .expect("the thread's own drain, until it ends")
+        .counters
+}
+
+/// How a run of a ring's records ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    /// None is published now (or `count` have run).
+    Empty,
+    /// The ring is closed and every record published before ran.
+    Finished,
+    /// A record was not a post, or the ring lied: nothing more runs.
+    Refused,
+}
+
+/// Runs `d`'s published records in order, as the posting connection's process, until
+/// none is left or the session's `count` posts have run.
+fn run_published(session: &Session, d: &mut Drain, count: u64, w: &mut Writer) -> Drained {
+    if d.refused {
+        return Drained::Refused;
+    }
+    // SAFETY: the posting connection's socket stays open while its drain is registered
+    // (its thread clears the drain before the socket closes), and the caller holds the
+    // drain.
+    let socket = unsafe { BorrowedFd::borrow_raw(d.fd) };
+    let caller = SessionCaller {
+        creds: &d.creds,
+        socket,
+        cache: None,
+    };
+    let drained = loop {
+        if session.posts.applied_count() >= count {
+            break Drained::Empty;
+        }
+        match d.reader.next_record() {
+            Ok(Some(body)) => {
+                if !run_post(session, &caller, body, w, &mut d.counters) {
+                    break Drained::Refused;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(crate::postring::Lie) => break Drained::Refused,
+        }
+        break if d.reader.finished() {
+            Drained::Finished
+        } else {
+            Drained::Empty
+        };
+    };
+    d.refused = drained == Drained::Refused;
+    drained
+}
+
+/// Runs the session's published posts in this thread until its first `count` posts have
+/// run, if no other thread is running them: what a request that must follow them does
+/// instead of waiting for the posting thread to wake. Posts run as the posting thread
+/// runs them (not told to the kernel: `crate::session::posting_thread`). A refusal
+/// ends the posting connection (its thread then ends the leases).
+fn run_posts_for(session: &Session, count: u64) {
+    let Some(mut guard) = session.posts.try_drain() else {
+        return;
+    };
+    let Some(d) = guard.as_mut() else {
+        return;
+    };
+    let was = crate::session::set_posting(true);
+    let drained = run_published(session, d, count, &mut Writer::new());
+    crate::session::set_posting(was);
+    if drained == Drained::Refused {
+        d.reader.ring().close();
+        // SAFETY: the socket is open while the drain is registered (held here).
+        unsafe { libc::shutdown(d.fd, libc::SHUT_RD) };
+    }
 }
 
 /// Reads what the socket of a ring's connection holds now (without waiting): false at

@@ -83,7 +83,12 @@ thread_local! {
 
 /// Marks this thread as a posting connection's.
 pub(crate) fn posting_thread() {
-    POSTING.with(|p| p.set(true));
+    set_posting(true);
+}
+
+/// Marks this thread as running posts (or not): what it was.
+pub(crate) fn set_posting(on: bool) -> bool {
+    POSTING.with(|p| p.replace(on))
 }
 
 /// The connection a request came on: who sent it, and its socket (a lock wait watches

@@ -842,6 +842,45 @@ fn a_stray_store_into_a_mailbox_faults() {
     assert!(!text.contains("STORED"), "a stray store reached a mailbox");
 }
 
+#[test]
+fn the_figures_count_each_request_and_post_by_opcode() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("i.sock");
+    let fs = testsupport::mount::mounted(64 << 20, 1);
+    let inst = Instance::start_timed(fs, &sock, None, true).unwrap();
+    {
+        let r = Remote::connect_with(&sock, Transport::Auto).unwrap();
+        let p = Posix::new(
+            Arc::new(r),
+            vfs::Creds::of_process(),
+            std::process::id() as i32,
+        );
+        let fd = p
+            .open_fd(At::Cwd, b"/counted", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .unwrap();
+        for _ in 0..5 {
+            p.write(fd, b"posted").unwrap();
+        }
+        p.fsync(fd, false).unwrap();
+        p.close(fd).unwrap();
+    }
+    let report = inst.stop();
+    let row = |table: &str, op: &str| -> u64 {
+        let t = &report[report
+            .find(table)
+            .unwrap_or_else(|| panic!("{table}: {report}"))..];
+        t.lines()
+            .take_while(|l| !l.starts_with("augefs:") || l.contains(table))
+            .find(|l| l.split_whitespace().next() == Some(op))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    assert_eq!(row("requests over", "OPEN"), 1, "{report}");
+    assert_eq!(row("requests over", "FSYNC"), 1, "{report}");
+    assert_eq!(row("posts over", "WRITE"), 5, "{report}");
+    assert!(report.contains("wall us/req"), "{report}");
+}
+
 /// Run as a child by [`a_stray_store_into_the_posting_ring_faults`].
 #[test]
 fn child_that_stores_into_the_posting_ring() {

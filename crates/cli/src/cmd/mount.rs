@@ -37,7 +37,8 @@ pub struct Args {
     /// commits, default 5; 0: only fsync and unmount), allow_other, allow_root,
     /// writeback_cache, threads=N (request threads; default two per CPU), nouring (serve
     /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
-    /// (per-request counts and times in the log at unmount), fsname=NAME, pmr=FILE,
+    /// (per-request counts and times in the log at unmount, of FUSE's requests and of
+    /// attached processes' requests and posts), fsname=NAME, pmr=FILE,
     /// nosuid, nodev, noexec (and suid, dev, exec); fstab's defaults, noauto, nofail,
     /// _netdev, rw, noatime are accepted. Permissions are always checked by the kernel
     /// (default_permissions).
@@ -95,6 +96,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let log = args.log.clone();
     let mounted = format!("augefs: {image} mounted on {}", args.dir.display());
     let at = dir.clone();
+    let stats = opts.stats;
     let served = serve(fs, &args.dir, &image, &opts, move |ready| {
         let unmounter = ready.unmounter;
         std::thread::spawn(move || {
@@ -104,14 +106,17 @@ pub fn run(mut args: Args) -> Result<(), String> {
                 }
             }
         });
-        let instance = start_instance(&at, ready.fs, ready.caches);
+        let instance = start_instance(&at, ready.fs, ready.caches, stats);
         if daemon {
             announce_ready(log.as_deref());
             eprintln!("{mounted}");
         }
         Box::new(move || {
             if let Some(i) = instance {
-                i.stop();
+                let report = i.stop();
+                if stats {
+                    eprint!("{report}");
+                }
             }
         })
     })
@@ -129,6 +134,7 @@ fn start_instance(
     dir: &Path,
     fs: std::sync::Arc<vfs::FileSystem>,
     caches: augefs_fuse::KernelCaches,
+    timing: bool,
 ) -> Option<instance::server::Instance> {
     let notify = instance::Notify(std::sync::Arc::new(move |c| match c {
         instance::Change::Entry { parent, name } => caches.entry_changed(parent, name),
@@ -136,7 +142,7 @@ fn start_instance(
         instance::Change::Data { ino } => caches.data_changed(ino),
     }));
     let socket = instance::socket_path(dir);
-    match instance::server::Instance::start(fs, &socket, Some(notify)) {
+    match instance::server::Instance::start_timed(fs, &socket, Some(notify), timing) {
         Ok(i) => {
             if !instance::pkey::available() {
                 eprintln!("augefs: {}", instance::pkey::UNAVAILABLE);
