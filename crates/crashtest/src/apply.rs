@@ -243,14 +243,14 @@ impl<'a> Runner<'a> {
 
     /// Whose dirty data `op` writes back before its own change if it succeeds: by
     /// docs/SEMANTICS.md §2, fsync and fdatasync of a file (and O_SYNC/O_DSYNC writes),
-    /// sync, and every operation that writes a file's record: xattrs, truncate,
-    /// punch, zero range, an allocation that grows it, link, an unlink that leaves it
-    /// links (or leaves it open), a rename of
-    /// it (source, and both files of an exchange) or over it when it keeps a link or is
-    /// open. A chmod writes nothing back: it is logged at once if the file has no dirty
-    /// pages (then it counts here, the file being as written back), and otherwise its
-    /// record rides with the file's next write-back. Not fsync of a directory, not
-    /// create, mkdir, symlink, close.
+    /// sync, and every operation that writes a file's record: truncate, punch, zero
+    /// range, an allocation that grows it, link, an unlink that leaves it links (or
+    /// leaves it open), a rename of it (source, and both files of an exchange) or over
+    /// it when it keeps a link or is open. A chmod or an extended-attribute change
+    /// writes nothing back: it is logged at once if the file has no dirty pages (then it
+    /// counts here, the file being as written back), and otherwise it rides with the
+    /// file's next write-back. Not fsync of a directory, not create, mkdir, symlink,
+    /// close.
     pub fn written_back(&self, op: &Op) -> WrittenBack {
         let mut files = BTreeSet::new();
         let fs = self.fs;
@@ -270,9 +270,7 @@ impl<'a> Runner<'a> {
             | Op::Append(..)
             | Op::Truncate(..)
             | Op::Punch(..)
-            | Op::Zero(..)
-            | Op::SetXattr(..)
-            | Op::RemoveXattr(..) => {
+            | Op::Zero(..) => {
                 let buffered = matches!(
                     op,
                     Op::Write(.., WriteMode::Buffered | WriteMode::Direct)
@@ -294,7 +292,10 @@ impl<'a> Runner<'a> {
                 };
                 files.extend(self.ino(t).ok().filter(|&i| grows(i)).map(|i| i.0));
             }
-            Op::Chmod(t, _) => {
+            // Attribute changes of a file with dirty pages wait for its next write-back
+            // and ride with it (docs/DESIGN.md §10.7); of a clean file, they are logged
+            // at once, as a write-back would log them.
+            Op::Chmod(t, _) | Op::SetXattr(t, ..) | Op::RemoveXattr(t, _) => {
                 if let Some((ino, _)) = self.ino(t).ok().and_then(file) {
                     if !self.dirty.contains(&ino) {
                         files.insert(ino);

@@ -5,7 +5,12 @@
 //!
 //! Invariants:
 //! - Lock order within a handle: `ranges`, `writeback`, `state`, `pages`, `xattrs`; no other
-//!   inode's locks are taken while holding `writeback` without `state`.
+//!   inode's locks are taken while holding `writeback` without `state`, but by the
+//!   write-back of a group of files (`data::many`), which takes their `writeback` locks
+//!   in inode order without waiting (`try_lock`), then their `state` and `pages` one
+//!   file at a time: it never waits while holding a `writeback` lock for another, and
+//!   a file's `state` is held without its `writeback` only for moments that take no
+//!   other inode's lock.
 //! - One handle per inode (the inode table, `crate::caches::InodeTable`, makes them):
 //!   its record is loaded once, under the table's shard lock.
 //! - A directory's `created` record, when set, is newer than `state`'s and is taken
@@ -38,7 +43,8 @@ pub(crate) struct InodeState {
 pub(crate) type PendingXattrs = std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 /// An inode in memory. Lock order: `ranges`, `writeback`, `state`, `pages`, `xattrs` (and no
-/// other inode's locks while holding `writeback` without `state`).
+/// other inode's locks while holding `writeback` without `state`, but by a group
+/// write-back: see the module's invariants).
 ///
 /// Laid out in declaration order, what a stat or an open reads first: `writeback`,
 /// `state`, `created` and the head of `pages` (its dirty counts) follow the reference

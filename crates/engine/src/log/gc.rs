@@ -15,7 +15,6 @@
 use super::domain::{HeadKind, Run};
 use super::index::NewBlock;
 use super::keys::{self, FileBlock, Mapping, Reverse, ReverseExtent};
-use super::write::{reap, submit_runs};
 use super::{Domain, Engine, BLOCK};
 use crate::error::EngineError;
 use crate::space::victim::{self, Policy};
@@ -209,18 +208,10 @@ impl Engine {
         if blocks == 0 {
             return Ok((Vec::new(), None));
         }
-        let (state, runs) = self.reserve(domain, HeadKind::Gc, blocks as u32)?;
-        let s = domain.tracker.issue();
+        let (state, runs, seqs) = self.reserve_numbered(domain, HeadKind::Gc, blocks as u32, 1)?;
         drop(state);
-        let mut queue = self.device.queue()?;
-        let written =
-            submit_runs(&mut queue, &runs, data, IoCause::Gc).and_then(|()| reap(&mut queue));
-        domain.tracker.complete(s);
-        self.failing(written)?;
-        let prefix = domain.tracker.completed_prefix();
-        self.failing(self.device.flush(IoCause::Gc).map_err(Into::into))?;
-        domain.tracker.durable_after_flush(prefix);
-        Ok((runs, Some(s)))
+        self.write_data(domain, &runs, &[data], &seqs, IoCause::Gc, true)?;
+        Ok((runs, Some(seqs[0])))
     }
 
     /// Points every moved block that is still valid at its new address in one batch,

@@ -3,7 +3,8 @@
 //! docs/DESIGN.md §9 has the reasoning and the crash case tree.
 //!
 //! - [`Engine`] (this module): the mounted engine, its configuration and reports;
-//!   `mount` (open and recovery), `write` (write, fsync, punch, foreground cleaning),
+//!   `mount` (open and recovery), `write` (write, fsync, punch, foreground cleaning;
+//!   `write::many`: many files' blocks at once, and the ordered path),
 //!   `read`, `checkpoint` (domain checkpoints, sync, discards).
 //! - [`domain`]: a domain's heads, reservations and segment information.
 //! - [`keys`]: the engine's records in MetaDB (docs/FORMAT.md §6.2).
@@ -53,7 +54,7 @@ use pmr::Pmr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tracker::SeqTracker;
-pub use write::{Extra, Ranges, WriteOptions};
+pub use write::{Extra, FileWrite, Ranges, WriteOptions};
 
 const BLOCK: usize = BLOCK_SIZE_BYTES as usize;
 

@@ -10,6 +10,10 @@
 //! - The persist of an fsync waits only for numbers issued before its batch, read under
 //!   the domain's lock: a later number may belong to a writer waiting inside MetaDB.
 
+mod many;
+
+pub use many::FileWrite;
+
 use super::domain::{DomainState, HeadKind, Required, Run};
 use super::index::NewBlock;
 use super::keys::{self, DomainRecord, FileBlock};
@@ -151,39 +155,9 @@ impl Engine {
         durability: Durability,
         also: &[InodeNo],
     ) -> Result<(), EngineError> {
-        assert!(ino.0 != 0, "inode 0");
-        assert!(
-            !data.is_empty() && data.len() % BLOCK == 0,
-            "write of {} bytes",
-            data.len()
-        );
-        assert_eq!(
-            ranges.iter().map(|r| r.1).sum::<u64>(),
-            (data.len() / BLOCK) as u64,
-            "ranges cover the data"
-        );
-        assert!(
-            ranges.windows(2).all(|w| w[0].0 .0 + w[0].1 <= w[1].0 .0)
-                && ranges.iter().all(|r| r.1 > 0),
-            "ranges ascend without overlapping"
-        );
+        let pieces = [data];
+        let blocks = Blocks::new(ino, ranges, &pieces, extra);
         self.check_writable()?;
-        let numbers: Vec<FileBlock> = ranges
-            .iter()
-            .flat_map(|&(first, n)| (first.0..first.0 + n).map(FileBlock))
-            .collect();
-        let blocks = Blocks {
-            ino,
-            ranges,
-            crcs: data
-                .chunks(BLOCK)
-                .zip(&numbers)
-                .map(|(b, &n)| keys::block_crc(ino, n, b))
-                .collect(),
-            numbers,
-            data,
-            extra,
-        };
         let domain = self.domain(ino);
         match self.config.fsync_path {
             FsyncPath::Async => self.write_async(domain, &blocks, durability, also),
@@ -255,26 +229,55 @@ impl Engine {
         .into())
     }
 
-    /// A queue, the domain's lock, `count` reserved blocks of the user head and the
-    /// write's number (issued under the lock, so numbers follow the domain's batches).
+    /// `count` reserved blocks of `domain`'s `kind` head and the numbers of `writes` data
+    /// writes, issued under the domain's lock (returned held), so numbers follow the
+    /// domain's batches.
     #[allow(clippy::type_complexity)]
-    fn start_write<'a>(
+    pub(super) fn reserve_numbered<'a>(
         &'a self,
         domain: &'a Domain,
+        kind: HeadKind,
         count: u32,
-    ) -> Result<
-        (
-            device::Queue<'a>,
-            MutexGuard<'a, DomainState>,
-            Vec<Run>,
-            u64,
-        ),
-        EngineError,
-    > {
-        let queue = self.device.queue()?;
-        let (state, runs) = self.reserve(domain, HeadKind::User, count)?;
-        let seq = domain.tracker.issue();
-        Ok((queue, state, runs, seq))
+        writes: usize,
+    ) -> Result<(MutexGuard<'a, DomainState>, Vec<Run>, Vec<u64>), EngineError> {
+        assert!(
+            writes > 0 && writes <= count as usize,
+            "{writes} writes of {count} blocks"
+        );
+        let (state, runs) = self.reserve(domain, kind, count)?;
+        let seqs = (0..writes).map(|_| domain.tracker.issue()).collect();
+        Ok((state, runs, seqs))
+    }
+
+    /// Writes `data` (its pieces one after the other) to `runs` and waits for it. The
+    /// writes numbered `seqs` are complete when it returns, whatever happened; with
+    /// `flush` they are durable too (a device flush after they completed).
+    pub(super) fn write_data(
+        &self,
+        domain: &Domain,
+        runs: &[Run],
+        data: &[&[u8]],
+        seqs: &[u64],
+        cause: IoCause,
+        flush: bool,
+    ) -> Result<(), EngineError> {
+        let written = self
+            .device
+            .queue()
+            .map_err(Into::into)
+            .and_then(|mut queue| {
+                submit_runs(&mut queue, runs, data, cause).and_then(|()| reap(&mut queue))
+            });
+        for &seq in seqs {
+            domain.tracker.complete(seq);
+        }
+        self.failing(written)?;
+        if flush {
+            let prefix = domain.tracker.completed_prefix();
+            self.failing(self.device.flush(cause).map_err(Into::into))?;
+            domain.tracker.durable_after_flush(prefix);
+        }
+        Ok(())
     }
 
     /// The data and its index batch are issued together; with `Durability::Fsync` the
@@ -298,7 +301,9 @@ impl Engine {
         // waits for this number.
         let mut also_parts = Vec::new();
         self.parts_of(also, &mut also_parts);
-        let (queue, mut state, runs, seq) = self.start_write(domain, count)?;
+        let queue = self.device.queue()?;
+        let (mut state, runs, seqs) = self.reserve_numbered(domain, HeadKind::User, count, 1)?;
+        let seq = seqs[0];
         // From here the write's number must complete whatever happens: `inflight`
         // completes it when reaped, at the latest when dropped.
         let mut inflight = InFlight {
@@ -308,10 +313,7 @@ impl Engine {
         };
         let queue = inflight.queue.as_mut().expect("not reaped yet");
         let submitted = submit_runs(queue, &runs, blocks.data, IoCause::UserData);
-        let made = submitted.and_then(|()| {
-            let batch = self.index_batch(&mut state, domain, blocks, &runs, seq)?;
-            self.put_batch(domain, &mut state, Some(blocks.ino), &batch)
-        });
+        let made = submitted.and_then(|()| self.log_blocks(&mut state, domain, blocks, &runs, seq));
         let own_required = match (&made, durability) {
             (Ok(_), Durability::Fsync) => state.required.clone(),
             _ => Vec::new(),
@@ -350,32 +352,17 @@ impl Engine {
             .fetch_add(u64::from(count), Ordering::Relaxed);
     }
 
+    /// F2FS's order: the data, a wait for it (and a device flush for an fsync), then
+    /// the batch, and for an fsync its persist.
     fn write_ordered(
         &self,
         domain: &Domain,
         blocks: &Blocks<'_>,
         durability: Durability,
     ) -> Result<(), EngineError> {
-        let count = blocks.count();
-        let (mut queue, state, runs, seq) = self.start_write(domain, count)?;
-        drop(state);
-        let submitted = submit_runs(&mut queue, &runs, blocks.data, IoCause::UserData);
-        let reaped = submitted.and_then(|()| reap(&mut queue));
-        domain.tracker.complete(seq);
-        self.failing(reaped)?;
-        if durability == Durability::Fsync {
-            let prefix = domain.tracker.completed_prefix();
-            self.failing(self.device.flush(IoCause::UserData).map_err(Into::into))?;
-            domain.tracker.durable_after_flush(prefix);
-        }
-        let mut state = domain.lock();
-        let made = self
-            .index_batch(&mut state, domain, blocks, &runs, seq)
-            .and_then(|batch| self.put_batch(domain, &mut state, Some(blocks.ino), &batch));
-        drop(state);
-        let receipt = self.failing(made)?;
-        self.counted_written(count);
-        if durability == Durability::Fsync {
+        let fsync = durability == Durability::Fsync;
+        let (receipt, seq) = self.write_in_order(domain, &[blocks], fsync, &mut 0)?;
+        if fsync {
             // The data is durable already; the persist also covers what the batch requires.
             self.persist_domain(domain, receipt, seq)?;
         }
@@ -521,16 +508,22 @@ impl Engine {
         }
     }
 
-    /// The batch that points the blocks of `blocks` at `runs` (reserved, now written or
-    /// in flight), invalidating what they replace. Under the domain's lock.
-    fn index_batch(
+    /// Makes the batch that points the blocks of `blocks` at `runs` (reserved, now
+    /// written or in flight, by the write numbered `seq`), invalidating what they
+    /// replace, and puts it in the domain's lane. Under the domain's lock.
+    fn log_blocks(
         &self,
         state: &mut DomainState,
         domain: &Domain,
         blocks: &Blocks<'_>,
         runs: &[Run],
         seq: u64,
-    ) -> Result<WriteBatch, EngineError> {
+    ) -> Result<Receipt, EngineError> {
+        assert_eq!(
+            runs.iter().map(|r| r.blocks).sum::<u32>(),
+            blocks.count(),
+            "runs hold the write's blocks"
+        );
         let ino = blocks.ino;
         let mut view = self.load_index(ino, blocks.ranges)?;
         let mut batch = WriteBatch::new();
@@ -549,7 +542,7 @@ impl Engine {
         state.unreserve(&self.geometry, runs);
         self.finish_batch(state, domain, &mut batch);
         blocks.extra.append_to(&mut batch, holes as i64);
-        Ok(batch)
+        self.put_batch(domain, state, Some(ino), &batch)
     }
 
     pub(super) fn finish_batch(
@@ -817,13 +810,59 @@ struct Blocks<'a> {
     ranges: &'a [(FileBlock, u64)],
     /// The file block of each 4 KiB block of `data`.
     numbers: Vec<FileBlock>,
-    data: &'a [u8],
+    /// The blocks' bytes, in pieces of whole blocks, one after the other.
+    data: &'a [&'a [u8]],
     crcs: Vec<u32>,
     /// The caller's operations for the same batch.
     extra: Extra<'a>,
 }
 
-impl Blocks<'_> {
+impl<'a> Blocks<'a> {
+    /// The blocks of `data` (whole 4 KiB blocks, in pieces of whole blocks) as blocks
+    /// `ranges` of `ino`, their CRCs computed; ranges that do not ascend, overlap or
+    /// cover the data are a bug.
+    fn new(
+        ino: InodeNo,
+        ranges: &'a [(FileBlock, u64)],
+        data: &'a [&'a [u8]],
+        extra: Extra<'a>,
+    ) -> Blocks<'a> {
+        assert!(ino.0 != 0, "inode 0");
+        let bytes: usize = data.iter().map(|p| p.len()).sum();
+        assert!(
+            bytes > 0 && data.iter().all(|p| p.len() % BLOCK == 0),
+            "write of {bytes} bytes in pieces of {:?}",
+            data.iter().map(|p| p.len()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            ranges.iter().map(|r| r.1).sum::<u64>(),
+            (bytes / BLOCK) as u64,
+            "ranges cover the data"
+        );
+        assert!(
+            ranges.windows(2).all(|w| w[0].0 .0 + w[0].1 <= w[1].0 .0)
+                && ranges.iter().all(|r| r.1 > 0),
+            "ranges ascend without overlapping"
+        );
+        let numbers: Vec<FileBlock> = ranges
+            .iter()
+            .flat_map(|&(first, n)| (first.0..first.0 + n).map(FileBlock))
+            .collect();
+        Blocks {
+            ino,
+            ranges,
+            crcs: data
+                .iter()
+                .flat_map(|p| p.chunks(BLOCK))
+                .zip(&numbers)
+                .map(|(b, &n)| keys::block_crc(ino, n, b))
+                .collect(),
+            numbers,
+            data,
+            extra,
+        }
+    }
+
     fn count(&self) -> u32 {
         self.crcs.len() as u32
     }
@@ -839,18 +878,28 @@ fn append(batch: &mut WriteBatch, extra: &WriteBatch) {
     }
 }
 
-/// Submits one write per run of `data` (without waiting).
-pub(super) fn submit_runs(
+/// Submits one write per run of `data` (its pieces one after the other; without
+/// waiting).
+fn submit_runs(
     queue: &mut device::Queue<'_>,
     runs: &[Run],
-    data: &[u8],
+    data: &[&[u8]],
     cause: IoCause,
 ) -> Result<(), EngineError> {
-    let mut at = 0usize;
+    let mut pieces = data.iter().copied().filter(|p| !p.is_empty());
+    let mut piece: &[u8] = &[];
     for run in runs {
-        let len = run.blocks as usize * BLOCK;
-        let buf = AlignedBuf::from_slice(&data[at..at + len]);
-        at += len;
+        let mut buf = AlignedBuf::scratch(run.blocks as usize * BLOCK);
+        let mut filled = 0;
+        while filled < buf.len() {
+            if piece.is_empty() {
+                piece = pieces.next().expect("runs cover the data");
+            }
+            let n = piece.len().min(buf.len() - filled);
+            buf[filled..filled + n].copy_from_slice(&piece[..n]);
+            piece = &piece[n..];
+            filled += n;
+        }
         let mut request = IoRequest::write(run.start.byte_offset(), buf, cause);
         loop {
             match queue.push(request) {
@@ -865,7 +914,10 @@ pub(super) fn submit_runs(
             }
         }
     }
-    assert_eq!(at, data.len(), "runs cover the data");
+    assert!(
+        piece.is_empty() && pieces.next().is_none(),
+        "runs cover the data"
+    );
     queue.submit(0)?;
     Ok(())
 }
@@ -906,7 +958,7 @@ impl Drop for InFlight<'_> {
 }
 
 /// Waits for every request of `queue`; the first failure, after all have finished.
-pub(super) fn reap(queue: &mut device::Queue<'_>) -> Result<(), EngineError> {
+fn reap(queue: &mut device::Queue<'_>) -> Result<(), EngineError> {
     let mut first_error = None;
     while queue.outstanding() > 0 {
         queue.submit(1)?;

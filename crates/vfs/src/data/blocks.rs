@@ -14,7 +14,7 @@ use crate::pagecache::{zero_block, Block, PAGE};
 use crate::records::{self, Inode};
 use crate::shared::{Core, BLOCK};
 use engine::log::keys::FileBlock;
-use engine::log::{Durability, Extra, WriteOptions};
+use engine::log::{Durability, Extra, FileWrite, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
 
@@ -53,6 +53,41 @@ impl Core {
         self.engine.write(ino, ranges, data, opts)?;
         *inode = counted.done();
         Ok(())
+    }
+
+    /// [`Core::write_ranges`] of several files (buffered) with one engine call
+    /// (`Engine::write_many`): each file's blocks in a batch of its own with its record
+    /// and the attribute changes riding with it. A file whose batch was made is marked
+    /// `written`, its `inode` then as the batch wrote it, also when a later file's failed.
+    pub(super) fn write_files(&self, files: &mut [FileBlocks<'_>]) -> Result<(), VfsError> {
+        for f in files.iter() {
+            self.record_in(f.ino, f.ino)?;
+        }
+        let counted: Vec<Counted<'_>> = files
+            .iter()
+            .map(|f| Counted::new(f.ino, &f.inode, f.xattrs))
+            .collect();
+        let makers: Vec<_> = counted.iter().map(|c| |delta| c.batch(delta)).collect();
+        let writes: Vec<FileWrite<'_>> = files
+            .iter()
+            .zip(&makers)
+            .map(|(f, make)| FileWrite {
+                ino: f.ino,
+                ranges: &f.ranges,
+                data: &f.data,
+                extra: Extra::Counted(make),
+            })
+            .collect();
+        let mut made = vec![false; writes.len()];
+        let result = self.engine.write_many(&writes, &mut made);
+        drop(writes);
+        for ((f, counted), made) in files.iter_mut().zip(counted).zip(made) {
+            if made {
+                f.inode = counted.done();
+                f.written = true;
+            }
+        }
+        Ok(result?)
     }
 
     /// Unmaps blocks `from..to` (to the end without `to`) of `ino` with `inode` in the
@@ -133,6 +168,22 @@ impl Core {
     pub(super) fn is_mapped(&self, ino: InodeNo, b: u64) -> Result<bool, VfsError> {
         Ok(self.engine.next_mapped(ino, FileBlock(b))? == Some(FileBlock(b)))
     }
+}
+
+/// One file's part of [`Core::write_files`].
+pub(super) struct FileBlocks<'a> {
+    pub ino: InodeNo,
+    /// The record to write (its block count as the file's last batch left it); once
+    /// `written`, as the file's batch wrote it.
+    pub inode: Inode,
+    /// Ascending, with their blocks in order in `data`.
+    pub ranges: Vec<(FileBlock, u64)>,
+    /// The blocks' bytes, one 4 KiB piece per block (the cache's own blocks).
+    pub data: Vec<&'a [u8]>,
+    /// Attribute changes logged in the same batch.
+    pub xattrs: Option<&'a PendingXattrs>,
+    /// Whether the file's batch is logged.
+    pub written: bool,
 }
 
 /// An inode record made for a batch once the engine knows how many blocks the batch maps

@@ -28,11 +28,13 @@
 //!   over (a truncate may have left old bytes in the block on the device).
 //!
 //! Modules: `write`, `read`, `truncate`, `writeback` (write-back, fsync, sync and the
-//! room for dirty pages), `flusher`, `blocks` (blocks to and from the engine) and `view`
+//! room for dirty pages), `many` (the write-back of every dirty file, small files
+//! grouped by domain), `flusher`, `blocks` (blocks to and from the engine) and `view`
 //! (the cache's blocks lent to a reader without a copy).
 
 mod blocks;
 mod flusher;
+mod many;
 mod read;
 mod truncate;
 pub mod view;

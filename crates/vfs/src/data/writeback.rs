@@ -12,16 +12,16 @@
 
 use crate::error::VfsError;
 use crate::fs::FileSystem;
-use crate::handle::{Handle, InodeState};
+use crate::handle::{Handle, InodeState, PendingXattrs};
 use crate::pagecache::Block;
+use crate::records::Inode;
 use crate::shared::{Core, BLOCK};
 use engine::log::keys::FileBlock;
 use format::InodeNo;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Blocks per engine write (keeps each batch well under MetaDB's record limit).
-const WRITE_CHUNK_BLOCKS: u64 = 256;
+pub(super) const WRITE_CHUNK_BLOCKS: u64 = 256;
 /// Segments the room for dirty pages leaves for MetaDB's tables to grow into between
 /// look-ups of the room (a flush or compaction writes a table before it frees the old
 /// ones). Not a bound MetaDB keeps: writes let in against the room hold no reservation in
@@ -29,7 +29,7 @@ const WRITE_CHUNK_BLOCKS: u64 = 256;
 const METADB_GROWTH: u32 = 2;
 
 /// How a write-back reaches the inode's state.
-enum StateAccess<'a> {
+pub(super) enum StateAccess<'a> {
     /// The caller holds the inode for writing its record ([`Handle::write`]).
     Held(&'a mut InodeState),
     /// A write-back on its own: it holds the write-back lock and takes the state lock
@@ -37,10 +37,17 @@ enum StateAccess<'a> {
     Own(&'a Handle),
 }
 
-/// Most threads [`Core::write_back_all`] writes back with.
-const WRITE_BACK_WORKERS: usize = 8;
-/// Files with dirty pages per write-back thread (fewer: fewer threads).
-const WRITE_BACK_FILES_PER_WORKER: usize = 16;
+/// A file's dirty pages as they were at one moment, with its record then.
+pub(super) struct Snapshot {
+    pub inode: Inode,
+    /// The dirty blocks by run, in batches of at most `WRITE_CHUNK_BLOCKS` blocks,
+    /// ascending.
+    pub batches: Vec<Vec<(u64, Vec<Block>)>>,
+    /// The size the log holds for the file.
+    pub durable: u64,
+    /// Attribute changes that ride with the last batch.
+    pub xattrs: Option<PendingXattrs>,
+}
 
 impl Core {
     /// Writes back `h`'s dirty pages, for a caller that holds its record lock
@@ -69,50 +76,81 @@ impl Core {
     fn write_back_with(
         &self,
         h: &Handle,
-        mut access: StateAccess<'_>,
+        access: StateAccess<'_>,
         fsync: Option<&[InodeNo]>,
     ) -> Result<bool, VfsError> {
-        // The snapshot: the inode and its dirty blocks, consistent (writers install both
-        // under the state lock).
-        let (inode, batches, mut durable, xattrs) = {
-            let read_guard;
-            let st: &InodeState = match &access {
-                StateAccess::Held(st) => st,
-                StateAccess::Own(h) => {
-                    read_guard = h.read();
-                    &read_guard
-                }
-            };
-            let mut pages = h.pages();
-            if pages.dirty_count() == 0 {
-                return Ok(false);
+        match self.snapshot(h, &access) {
+            Some(snap) => self.write_snapshot(h, access, snap, fsync),
+            None => Ok(false),
+        }
+    }
+
+    /// The inode and its dirty blocks, consistent (writers install both under the state
+    /// lock), in batches; `None` if nothing is dirty (a deleted inode's pages are
+    /// dropped). The caller holds the write-back lock.
+    pub(super) fn snapshot(&self, h: &Handle, access: &StateAccess<'_>) -> Option<Snapshot> {
+        let read_guard;
+        let st: &InodeState = match access {
+            StateAccess::Held(st) => st,
+            StateAccess::Own(h) => {
+                read_guard = h.read();
+                &read_guard
             }
-            let Some(inode) = st.inode else {
-                pages.clear();
-                self.cache.note_clean(h.ino);
-                return Ok(false);
-            };
-            // Attribute changes made while the pages were dirty ride with them.
-            let xattrs = st
-                .xattrs_pending
-                .then(|| h.xattrs.lock().expect("xattrs lock").clone());
-            let batches: Vec<Vec<(u64, Vec<Block>)>> =
-                group_runs(pages.dirty_runs(WRITE_CHUNK_BLOCKS), WRITE_CHUNK_BLOCKS)
-                    .into_iter()
-                    .map(|runs| {
-                        runs.into_iter()
-                            .map(|(first, n)| (first, pages.blocks(first, n)))
-                            .collect()
-                    })
-                    .collect();
-            let durable = pages
-                .durable_size
-                .expect("dirty pages note the durable size");
-            (inode, batches, durable, xattrs)
         };
+        let mut pages = h.pages();
+        if pages.dirty_count() == 0 {
+            return None;
+        }
+        let Some(inode) = st.inode else {
+            pages.clear();
+            self.cache.note_clean(h.ino);
+            return None;
+        };
+        // Attribute changes made while the pages were dirty ride with them.
+        let xattrs = st
+            .xattrs_pending
+            .then(|| h.xattrs.lock().expect("xattrs lock").clone());
+        let batches: Vec<Vec<(u64, Vec<Block>)>> = pack(
+            pages.dirty_runs(WRITE_CHUNK_BLOCKS),
+            |r| r.1,
+            WRITE_CHUNK_BLOCKS,
+        )
+        .into_iter()
+        .map(|runs| {
+            runs.into_iter()
+                .map(|(first, n)| (first, pages.blocks(first, n)))
+                .collect()
+        })
+        .collect();
+        let durable = pages
+            .durable_size
+            .expect("dirty pages note the durable size");
+        Some(Snapshot {
+            inode,
+            batches,
+            durable,
+            xattrs,
+        })
+    }
+
+    /// Writes `snap` (`h`'s dirty pages, taken under its write-back lock, which the
+    /// caller still holds) back in its batches, noting each batch's result.
+    pub(super) fn write_snapshot(
+        &self,
+        h: &Handle,
+        mut access: StateAccess<'_>,
+        snap: Snapshot,
+        fsync: Option<&[InodeNo]>,
+    ) -> Result<bool, VfsError> {
         // Before the blocks' mappings change: a stat meanwhile (which does not wait for
         // the write-back) counts the blocks as they were until the result is noted.
         self.learn_mappings(h)?;
+        let Snapshot {
+            inode,
+            batches,
+            mut durable,
+            xattrs,
+        } = snap;
         let count = batches.len();
         let mut blocks = inode.blocks;
         for (i, runs) in batches.into_iter().enumerate() {
@@ -130,7 +168,6 @@ impl Core {
             self.write_ranges(h.ino, &mut record, &ranges, &data, also, riding)?;
             blocks = record.blocks;
             durable = record.size;
-            // The result: the block count, and pages not rewritten meanwhile clean.
             let mut write_guard;
             let st: &mut InodeState = match &mut access {
                 StateAccess::Held(st) => st,
@@ -139,18 +176,33 @@ impl Core {
                     &mut write_guard
                 }
             };
-            if let Some(current) = st.inode.as_mut() {
-                current.blocks = blocks;
-            }
-            if let (Some(logged), true) = (riding, st.xattrs_pending) {
-                // Logged now, unless changed again meanwhile.
-                let mut pending = h.xattrs.lock().expect("xattrs lock");
-                pending.retain(|name, value| logged.get(name) != Some(value));
-                st.xattrs_pending = !pending.is_empty();
-            }
-            self.note_written(h, &runs, durable);
+            self.noted(h, st, &runs, &record, riding);
         }
         Ok(fsync.is_some())
+    }
+
+    /// The result of a logged batch of `h` (`runs`, with `record` as the batch wrote
+    /// it and `riding` the attribute changes it carried): the block count, the
+    /// attribute changes no longer pending unless changed again, and pages not
+    /// rewritten meanwhile clean. The caller holds the state lock for writing as `st`.
+    pub(super) fn noted(
+        &self,
+        h: &Handle,
+        st: &mut InodeState,
+        runs: &[(u64, Vec<Block>)],
+        record: &Inode,
+        riding: Option<&PendingXattrs>,
+    ) {
+        if let Some(current) = st.inode.as_mut() {
+            current.blocks = record.blocks;
+        }
+        if let (Some(logged), true) = (riding, st.xattrs_pending) {
+            // Logged now, unless changed again meanwhile.
+            let mut pending = h.xattrs.lock().expect("xattrs lock");
+            pending.retain(|name, value| logged.get(name) != Some(value));
+            st.xattrs_pending = !pending.is_empty();
+        }
+        self.note_written(h, runs, record.size);
     }
 
     /// A batch of `h`'s blocks is logged (the file durable up to `durable` bytes once
@@ -198,47 +250,6 @@ impl Core {
                 return;
             }
         }
-    }
-
-    /// Writes back every file's dirty pages: several files at once, so that their
-    /// device writes overlap (each write-back waits for its own; with thousands of
-    /// small files, as an untar leaves, one at a time is bound by the device's latency).
-    pub(crate) fn write_back_all(&self) -> Result<(), VfsError> {
-        let handles = self.dirty_handles();
-        let workers = (handles.len() / WRITE_BACK_FILES_PER_WORKER).min(WRITE_BACK_WORKERS);
-        if workers <= 1 {
-            for h in &handles {
-                self.write_back(h)?;
-            }
-            return Ok(());
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let work = || -> Result<(), VfsError> {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(h) = handles.get(i) else {
-                    return Ok(());
-                };
-                self.write_back(h)?;
-            }
-        };
-        std::thread::scope(|scope| {
-            let others: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
-            let mine = work();
-            others
-                .into_iter()
-                .map(|t| t.join().expect("a write-back worker panicked"))
-                .fold(mine, Result::and)
-        })
-    }
-
-    /// The handles of the inodes with dirty pages (the inode table keeps them).
-    pub(super) fn dirty_handles(&self) -> Vec<Arc<Handle>> {
-        self.cache
-            .dirty_inodes()
-            .into_iter()
-            .filter_map(|ino| self.inodes.get(ino))
-            .collect()
     }
 
     /// Learns whether each of `h`'s dirty blocks of unknown mapping is mapped on the
@@ -349,42 +360,52 @@ fn ranges_and_bytes(runs: &[(u64, Vec<Block>)]) -> (Vec<(FileBlock, u64)>, Vec<u
             data.extend_from_slice(block);
         }
     }
-    let ranges = runs
-        .iter()
-        .map(|(first, run)| (FileBlock(*first), run.len() as u64))
-        .collect();
-    (ranges, data)
+    (ranges_of(runs), data)
 }
 
-/// Groups runs (ascending, each at most `max` blocks) into batches of at most `max`
-/// blocks, in order.
-fn group_runs(runs: Vec<(u64, u64)>, max: u64) -> Vec<Vec<(u64, u64)>> {
-    let mut batches: Vec<Vec<(u64, u64)>> = Vec::new();
-    let mut size = 0;
-    for run in runs {
+/// The ranges of `runs` for the engine.
+pub(super) fn ranges_of(runs: &[(u64, Vec<Block>)]) -> Vec<(FileBlock, u64)> {
+    runs.iter()
+        .map(|(first, run)| (FileBlock(*first), run.len() as u64))
+        .collect()
+}
+
+/// `items` in consecutive batches, in order, each as long as its sizes stay within
+/// `max` (an item larger than `max` is a batch of its own): a file's dirty runs into
+/// engine writes, small files into groups.
+pub(super) fn pack<T>(items: Vec<T>, size: impl Fn(&T) -> u64, max: u64) -> Vec<Vec<T>> {
+    let mut batches: Vec<Vec<T>> = Vec::new();
+    let mut total = 0;
+    for item in items {
+        let n = size(&item);
         match batches.last_mut() {
-            Some(batch) if size + run.1 <= max => batch.push(run),
+            Some(batch) if total + n <= max => batch.push(item),
             _ => {
-                batches.push(vec![run]);
-                size = 0;
+                batches.push(vec![item]);
+                total = 0;
             }
         }
-        size += run.1;
+        total += n;
     }
     batches
 }
 
 #[cfg(test)]
 mod tests {
-    use super::group_runs;
+    use super::pack;
 
     #[test]
-    fn runs_are_grouped_in_order_up_to_the_limit() {
+    fn items_are_packed_in_order_up_to_the_limit() {
         let runs = vec![(0, 2), (5, 3), (9, 4), (20, 4), (30, 1)];
         assert_eq!(
-            group_runs(runs, 5),
+            pack(runs, |r| r.1, 5),
             vec![vec![(0, 2), (5, 3)], vec![(9, 4)], vec![(20, 4), (30, 1)]]
         );
-        assert!(group_runs(Vec::new(), 5).is_empty());
+        assert!(pack(Vec::<(u64, u64)>::new(), |r| r.1, 5).is_empty());
+        // An item over the limit goes alone.
+        assert_eq!(
+            pack(vec![1, 9, 2, 2], |&n| n, 4),
+            vec![vec![1], vec![9], vec![2, 2]]
+        );
     }
 }
