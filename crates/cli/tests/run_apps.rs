@@ -201,6 +201,16 @@ fn c_program_calls_and_one_log_line_for_an_unsupported_call() {
     no_bridge_left(&fx);
 }
 
+#[test]
+fn c_program_libc_functions_built_on_inner_calls() {
+    let fx = fixture();
+    let exe = compile(&fx, "compat");
+    let out = run(&fx, &[exe.to_str().unwrap()]);
+    assert_eq!(checked_stdout("compat", &out).trim(), "compat ok");
+    fx.fsck_clean();
+    no_bridge_left(&fx);
+}
+
 /// Compiles `tests/run_apps/NAME.c` into the fixture's host directory.
 #[test]
 fn c_program_spawns_with_augefs_descriptors_and_working_directory() {

@@ -8,6 +8,8 @@
 //! - [`route`]: where a path or descriptor goes.
 //! - [`fds`]: open family, close, dup family, fcntl, data calls, sendfile.
 //! - [`names`]: calls on names, attributes, xattrs, chdir, getcwd, realpath.
+//! - [`compat`]: the functions glibc builds on its own inner calls (utime, remove,
+//!   lockf, statvfs, sync, pathconf, the mkstemp family), written over the others.
 //! - [`dirs`]: directory streams. [`stdio`]: fopen and friends via fopencookie.
 //! - [`mmap`]: mappings of augefs files. [`exec`]: handing descriptors over at exec.
 //! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
@@ -38,6 +40,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod compat;
 mod convert;
 mod dirs;
 mod exec;

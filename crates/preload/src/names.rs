@@ -330,9 +330,15 @@ fn attr_fd(px: &Posix, fd: c_int, c: &AttrChanges) -> posix::Result<()> {
 }
 
 interpose! {
+    /// With AT_SYMLINK_NOFOLLOW on a symbolic link: EOPNOTSUPP, as Linux (a link's
+    /// mode cannot change).
     fn fchmodat(d: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int;
     path(d, path) => |px, at, rel| {
-        attr_at(px, at, rel, flags & libc::AT_SYMLINK_NOFOLLOW == 0, false, &perm(mode))
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        if !follow && px.stat(at, rel, false, false)?.kind == vfs::Kind::Symlink {
+            return Err(posix::Errno(libc::EOPNOTSUPP));
+        }
+        attr_at(px, at, rel, follow, false, &perm(mode))
     }
 }
 #[no_mangle]
