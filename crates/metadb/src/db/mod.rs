@@ -681,7 +681,12 @@ impl Inner {
             let mem = sv.active.clone();
             drop(sv);
             if !mem.gate().enter() {
-                std::thread::yield_now();
+                // Sealed: a switch is under way, and holds `switch_lock` from the seal
+                // until the next memtable is installed. Wait for it rather than spin:
+                // on few CPUs a spin takes the CPU the switch (which rotates the WAL,
+                // a device flush) needs. A switch that failed left the database failed.
+                drop(self.switch_lock.lock().expect("switch lock"));
+                self.check_writable()?;
                 continue;
             }
             if mem.approximate_bytes() >= self.config.memtable_bytes {
