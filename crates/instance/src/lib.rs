@@ -48,6 +48,17 @@ pub const FRAME_BYTES_MAX: usize = IO_BYTES_MAX + 4096;
 /// How long a thread that expects a message soon polls for it before sleeping
 /// ([`spin`]): about two wake-ups of an idle CPU on a virtual machine.
 pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// [`SPIN`], or AUGEFS_SPIN_US microseconds (0: never spin; for comparisons and
+/// diagnosis), read once per process.
+pub fn spin() -> std::time::Duration {
+    static S: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("AUGEFS_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(SPIN, std::time::Duration::from_micros)
+    })
+}
 /// Lowest number of the descriptors a client holds (its sockets and the shared memory it
 /// was sent): programs, shells above all, `dup2` onto small numbers they believe free
 /// (`exec 3>file`), which must never be one of ours, or a request would be written into

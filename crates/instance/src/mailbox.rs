@@ -280,8 +280,17 @@ impl Conn {
             mailbox: None,
             seen: 0,
             msg: Vec::new(),
-            spinner: Spinner::new(crate::SPIN),
+            spinner: Spinner::new(crate::spin()),
             ring_asked: false,
+        }
+    }
+
+    /// The instance's end of a connection: its waits spin only in one of the
+    /// instance's spin slots (`crate::spin`).
+    pub fn for_instance(stream: UnixStream) -> Conn {
+        Conn {
+            spinner: Spinner::for_instance(crate::spin()),
+            ..Conn::new(stream)
         }
     }
 

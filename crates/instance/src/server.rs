@@ -332,7 +332,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Ok(peer) = peer::of(stream.as_fd()) else {
         return;
     };
-    let mut conn = Conn::new(stream);
+    let mut conn = Conn::for_instance(stream);
     let Some((session, role)) = handshake(shared, &peer, &mut conn) else {
         return;
     };
@@ -505,7 +505,7 @@ fn serve_ring(
         refused: false,
         counters,
     });
-    let mut spinner = crate::spin::Spinner::new(crate::SPIN);
+    let mut spinner = crate::spin::Spinner::for_instance(crate::spin());
     let mut w = Writer::new();
     loop {
         let drained = match session.posts.drain().as_mut() {

@@ -14,6 +14,7 @@
 //! [`PAUSE_WAITS`] waits, after which it tries again. An idle connection sleeps.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Waits without spinning after a spin that found nothing.
@@ -25,11 +26,57 @@ pub struct Spinner {
     spin: Duration,
     /// Waits left before spinning again.
     paused: u32,
+    /// The instance's side: spins only holding one of the instance's few spin slots.
+    shared: bool,
+}
+
+/// The instance's threads spinning now.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A slot of the instance's spinning, given back when dropped.
+struct Slot;
+
+impl Slot {
+    /// A slot if fewer than half the CPUs' worth of the instance's threads spin (at least
+    /// one): more would take the CPUs that the clients, and the requests being handled,
+    /// need (a waiting client spins on a CPU of its own anyway).
+    fn take() -> Option<Slot> {
+        static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let max = *MAX.get_or_init(|| {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        });
+        SPINNING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Spinner {
     pub fn new(spin: Duration) -> Spinner {
-        Spinner { spin, paused: 0 }
+        Spinner {
+            spin,
+            paused: 0,
+            shared: false,
+        }
+    }
+
+    /// A spinner of one of the instance's threads: it spins only in a free slot (at
+    /// most half the CPUs' worth of the instance's threads spin at once; the others
+    /// sleep at once).
+    pub fn for_instance(spin: Duration) -> Spinner {
+        Spinner {
+            shared: true,
+            ..Spinner::new(spin)
+        }
     }
 
     /// Whether the next wait spins (else it sleeps at once).
@@ -47,6 +94,13 @@ impl Spinner {
             self.paused -= 1;
             return;
         }
+        let _slot = match self.shared {
+            true => match Slot::take() {
+                Some(s) => Some(s),
+                None => return,
+            },
+            false => None,
+        };
         if !wait_readable(fd, self.spin) {
             self.paused = PAUSE_WAITS;
         }
@@ -64,6 +118,13 @@ impl Spinner {
             self.paused -= 1;
             return ready();
         }
+        let _slot = match self.shared {
+            true => match Slot::take() {
+                Some(s) => Some(s),
+                None => return ready(),
+            },
+            false => None,
+        };
         let start = Instant::now();
         let mut turns = 0u32;
         loop {
@@ -109,11 +170,36 @@ pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) -> bool {
 }
 
 thread_local! {
-    static THREAD: std::cell::RefCell<Spinner> = std::cell::RefCell::new(Spinner::new(crate::SPIN));
+    static THREAD: std::cell::RefCell<Spinner> = std::cell::RefCell::new(Spinner::new(crate::spin()));
 }
 
 /// [`Spinner::wait`] with this thread's spinner (a client thread waits for one reply at
 /// a time, on whichever pooled connection it took).
 pub fn wait_on_thread(fd: BorrowedFd<'_>) {
     THREAD.with(|s| s.borrow_mut().wait(fd));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instance_spins_on_at_most_its_slots() {
+        let max = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+        let held: Vec<Slot> = (0..max).map_while(|_| Slot::take()).collect();
+        // Other tests of this binary may hold slots; none is left beyond the maximum.
+        assert!(held.len() <= max);
+        assert!(Slot::take().is_none(), "a slot beyond {max}");
+        // A spinner of the instance without a slot does not spin: it answers at once.
+        let mut s = Spinner::for_instance(Duration::from_secs(5));
+        let t = Instant::now();
+        assert!(!s.wait_until(|| false));
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "it spun without a slot"
+        );
+        drop(held);
+        let slot = Slot::take();
+        assert!(slot.is_some(), "a slot given back is free again");
+    }
 }
