@@ -114,18 +114,25 @@ impl FileSystem {
     }
 
     /// The last link of closed file `ino` (`child`, its state `cst`) goes with `batch`
-    /// (the entry's removal): with the unmapping of its blocks in the file's lane,
-    /// ordered both ways with the directory's lane; the directory's new record
-    /// (`pinode`) follows in its own lane, the first batch there that requires it.
+    /// (the entry's removal) and the directory's new record (`pinode`): with the
+    /// unmapping of its blocks in one batch of the file's lane, ordered both ways with
+    /// the directory's lane. An unlink and an fsync of the directory write one lane.
     fn remove_last_link(
         &self,
         parent: InodeNo,
         pinode: &Inode,
         (ino, child): (InodeNo, &Inode),
         cst: &mut InodeState,
-        batch: WriteBatch,
+        mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         self.order_deletion(ino, &[parent], &[]);
+        batch.put(
+            records::inode_key(parent).to_vec(),
+            pinode.encode().to_vec(),
+        );
+        // The directory's newest record is now in the file's lane: its next record, in
+        // any other lane, follows it.
+        self.core.record_in(parent, ino)?;
         self.delete_inode(ino, child, batch)?;
         cst.inode = None;
         cst.xattrs_pending = false;
@@ -133,15 +140,6 @@ impl FileSystem {
         self.core.engine.order_after(parent, ino);
         // Logged in the file's lane: an fsync of the directory must reach it.
         self.note_lane(parent, ino);
-        let mut times = WriteBatch::new();
-        times.put(
-            records::inode_key(parent).to_vec(),
-            pinode.encode().to_vec(),
-        );
-        self.core.record_in(parent, parent)?;
-        self.core
-            .engine
-            .put_metadata(parent, &times, Durability::Buffered)?;
         Ok(())
     }
 

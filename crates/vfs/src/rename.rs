@@ -89,8 +89,6 @@ impl FileSystem {
             }
         }
         let (spi, dpi, parents) = parent_records(n, (spi, dpi), &changes, now)?;
-        self.core.record_in(sp, dp)?;
-        self.core.record_in(dp, dp)?;
         let logged_in = self.log_rename(n, src, &renamed, changes, parents)?;
         self.note_lane(sp, logged_in);
         self.note_lane(dp, logged_in);
@@ -308,27 +306,27 @@ impl FileSystem {
         let (sp, dp) = (n.sp, n.dp);
         let mut batch = c.batch;
         Ok(match c.follow_up {
-            // The replaced file's last link: the entries go to its lane with its deletion,
-            // so the rename and the freeing are one batch; the parents' new times (their
-            // link counts do not change: a file replaced a file) follow in `dp`'s lane.
+            // The replaced file's last link: the entries and the parents' new times (their
+            // link counts do not change: a file replaced a file) go to its lane with its
+            // deletion, so the rename and the freeing are one batch, and an fsync of the
+            // directory writes one lane.
             Some((ino, inode)) => {
                 let mut also = self.lanes_of(src.ino);
                 also.push(src.ino);
                 self.order_deletion(ino, &[sp, dp], &also);
+                self.core.record_in(sp, ino)?;
+                self.core.record_in(dp, ino)?;
+                add_puts(&mut batch, &parents);
                 self.delete_inode(ino, &inode, batch)?;
                 self.drop_pages(ino);
                 self.core.engine.order_after(sp, ino);
                 self.core.engine.order_after(dp, ino);
-                self.core
-                    .engine
-                    .put_metadata(dp, &parents, Durability::Buffered)?;
                 ino
             }
             None => {
-                for (kind, key, value) in parents.ops() {
-                    assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
-                    batch.put(key.to_vec(), value.to_vec());
-                }
+                self.core.record_in(sp, dp)?;
+                self.core.record_in(dp, dp)?;
+                add_puts(&mut batch, &parents);
                 for d in renamed {
                     self.core.engine.order_after(dp, d.ino);
                 }
@@ -437,6 +435,14 @@ struct Changes {
     follow_up: Option<(InodeNo, Inode)>,
     s_links: i64,
     d_links: i64,
+}
+
+/// Adds `parents` (the parents' new records) to `batch`.
+fn add_puts(batch: &mut WriteBatch, parents: &WriteBatch) {
+    for (kind, key, value) in parents.ops() {
+        assert_eq!(kind, metadb::ValueKind::Put, "parent records are puts");
+        batch.put(key.to_vec(), value.to_vec());
+    }
 }
 
 /// The parents' new records (`spi`, `dpi`: their inodes before): times `now`, link
