@@ -288,7 +288,8 @@ pub struct BufPool {
 
 impl BufPool {
     pub fn new(buf_bytes: usize, count: usize) -> BufPool {
-        let free = (0..count).map(|_| AlignedBuf::zeroed(buf_bytes)).collect();
+        // Scratch: `get` promises no contents (a recycled buffer is not cleared again).
+        let free = (0..count).map(|_| AlignedBuf::scratch(buf_bytes)).collect();
         BufPool {
             buf_bytes,
             count_max: count,

@@ -135,7 +135,7 @@ impl CowBackend {
                     }
                     Base::Device(inner) => {
                         let got =
-                            inner.read(*offset, AlignedBuf::zeroed(buf.len()), request.cause)?;
+                            inner.read(*offset, AlignedBuf::scratch(buf.len()), request.cause)?;
                         buf.copy_from_slice(&got);
                     }
                 }

@@ -336,7 +336,7 @@ impl Manifest {
     fn read(&self, offset: u64, len: u64) -> Result<AlignedBuf, MetaDbError> {
         Ok(self
             .device
-            .read(offset, AlignedBuf::zeroed(len as usize), IoCause::Manifest)?)
+            .read(offset, AlignedBuf::scratch(len as usize), IoCause::Manifest)?)
     }
 
     /// A half whose header is all zero was never switched to, or its first snapshot's

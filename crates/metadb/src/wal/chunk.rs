@@ -137,7 +137,7 @@ pub(super) fn scan(
         }
         let offset = region.start_byte() + u64::from(unit) * UNIT_BYTES;
         let len = header.unit_count as usize * UNIT_BYTES as usize;
-        let buf = device.read(offset, AlignedBuf::zeroed(len), IoCause::Wal)?;
+        let buf = device.read(offset, AlignedBuf::scratch(len), IoCause::Wal)?;
         parse_chunk(&buf, &header, crc, collector)?;
         scan.live.push(LiveChunk {
             unit,
