@@ -153,6 +153,20 @@ impl FileSystem {
         mut batch: WriteBatch,
     ) -> Result<(), VfsError> {
         self.deletion_records(ino, inode, &mut batch)?;
+        if inode.blocks == 0 {
+            // Nothing mapped (the count is exact: the batches that map and unmap blocks
+            // carry it), so no index to scan: an empty file, or a temporary one whose
+            // pages were dropped unwritten, is deleted for the price of its records.
+            debug_assert_eq!(
+                self.core.engine.next_mapped(ino, FileBlock(0))?,
+                None,
+                "inode {ino} counts no blocks but maps some"
+            );
+            self.core
+                .engine
+                .put_metadata(ino, &batch, Durability::Buffered)?;
+            return Ok(());
+        }
         self.core.engine.punch(
             ino,
             FileBlock(0),
