@@ -456,7 +456,8 @@ fn resize_adds_an_area_to_a_full_image_crash_states_included() {
 /// `areas` areas), and checks every crash state.
 fn grow_a_full_image(new_size: u64, areas: u32) {
     use device::recording::{CrashPolicy, RecordingBackend};
-    use testsupport::image::{from_bytes, image_bytes, memory_image};
+    use std::sync::Arc;
+    use testsupport::image::{image_bytes, memory_image};
     use testsupport::mount::{mount, unmount};
     const MIB: u64 = 1 << 20;
     let dev = memory_image(64 * MIB, 2);
@@ -505,7 +506,7 @@ fn grow_a_full_image(new_size: u64, areas: u32) {
     assert!(states.states.len() >= 3, "{} states", states.states.len());
     let mut saw_grown = 0;
     for state in &states.states {
-        let dev = from_bytes(recording.image(state));
+        let dev = Arc::new(recording.device(state, testsupport::image::SECTOR_BYTES));
         let problems = testsupport::check::fsck_problems(&dev);
         assert!(problems.is_empty(), "state {state}: {problems:?}");
         let fs = mount(&dev);

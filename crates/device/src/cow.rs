@@ -22,7 +22,7 @@ use crate::device::Device;
 use crate::error::DeviceError;
 use crate::memory::{SyncQueue, MEMORY_QUEUE_DEPTH};
 use crate::request::{IoOp, IoRequest};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 /// What a [`CowBackend`] reads where nothing was written.
@@ -37,8 +37,9 @@ pub struct CowBackend {
     info: DeviceInfo,
     base: Base,
     unit: u64,
-    /// Logical block index -> its bytes.
-    written: RwLock<HashMap<u64, Box<[u8]>>>,
+    /// Logical block index -> its bytes (ordered: a read visits only the written blocks
+    /// in its range).
+    written: RwLock<BTreeMap<u64, Box<[u8]>>>,
 }
 
 impl CowBackend {
@@ -58,7 +59,7 @@ impl CowBackend {
             },
             base: Base::Bytes(base),
             unit,
-            written: RwLock::new(HashMap::new()),
+            written: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -73,7 +74,7 @@ impl CowBackend {
             info,
             base: Base::Device(Box::new(inner)),
             unit,
-            written: RwLock::new(HashMap::new()),
+            written: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -140,13 +141,11 @@ impl CowBackend {
                     }
                 }
                 let written = self.written.read().expect("cow lock");
-                if !written.is_empty() {
-                    let first = *offset / self.unit;
-                    for (i, chunk) in buf.chunks_mut(self.unit as usize).enumerate() {
-                        if let Some(bytes) = written.get(&(first + i as u64)) {
-                            chunk.copy_from_slice(bytes);
-                        }
-                    }
+                let (first, unit) = (*offset / self.unit, self.unit as usize);
+                let end = first + (buf.len() / unit) as u64;
+                for (&block, bytes) in written.range(first..end) {
+                    let at = (block - first) as usize * unit;
+                    buf[at..at + unit].copy_from_slice(bytes);
                 }
             }
             IoOp::Write { offset, buf } => {

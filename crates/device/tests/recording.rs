@@ -274,6 +274,22 @@ fn every_image_matches_a_naive_replay() {
             recording.image(state) == naive,
             "image of {state} differs from replay"
         );
+        // The copy-on-write device of the state reads the same bytes, whole and a block
+        // at a time.
+        let crashed = recording.device(state, 512);
+        let whole = crashed
+            .read(0, AlignedBuf::zeroed(naive.len()), IoCause::Tool)
+            .expect("read");
+        assert!(
+            whole[..] == naive[..],
+            "device of {state} differs from replay"
+        );
+        for (i, block) in naive.chunks(BLOCK).enumerate() {
+            let got = crashed
+                .read((i * BLOCK) as u64, AlignedBuf::zeroed(BLOCK), IoCause::Tool)
+                .expect("read");
+            assert!(got[..] == *block, "device of {state}, block {i}");
+        }
     }
     assert_eq!(recording.image_after_all(), handle.current_image());
 }

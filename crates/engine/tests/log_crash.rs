@@ -23,7 +23,7 @@ use metadb::WriteBatch;
 use platform::{ManualClock, Rng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use testsupport::image::{formatted, from_bytes, image_bytes, memory_device};
+use testsupport::image::{formatted, image_bytes, memory_device};
 
 const IMAGE_BYTES: u64 = 96 * MIB;
 const FILES: u64 = 4;
@@ -147,8 +147,7 @@ fn check_states(seed: u64, ops: usize, path: FsyncPath, domains: u32, states_max
     let mut dropped = 0;
     for state in &states.states {
         let durable = state.durable_writes();
-        let image = recording.image(state);
-        let crashed = from_bytes(image);
+        let crashed = Arc::new(recording.device(state, 512));
         let engine = mount(crashed.clone(), None, &config)
             .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
         dropped += engine.mount_report().replay.records_dropped;
@@ -290,7 +289,7 @@ fn pmr_mode_async_fsync_recovers_a_prefix_with_every_acknowledged_write() {
             pmr.crash_image_all_kept(),
         ));
         for (state, pmr_image) in &current {
-            let crashed = from_bytes(recording.image(state));
+            let crashed = Arc::new(recording.device(state, 512));
             let crashed_pmr = Arc::new(
                 pmr::Pmr::memory_from_image(pmr_image, pmr::PmrOptions::default()).unwrap(),
             );

@@ -2,7 +2,6 @@
 //! image opens as the old file system intact, as the new one complete, or not at all (never
 //! as a half-new file system, never as "corrupted").
 
-use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
 use engine::image::{read_checkpoints, read_superblock};
@@ -60,8 +59,7 @@ fn every_crash_point_of_mkfs_leaves_old_new_or_nothing() {
     );
     let (mut saw_old, mut saw_new, mut saw_none) = (0, 0, 0);
     for state in &states.states {
-        let image = recording.image(state);
-        let crashed = Device::new(Box::new(MemoryBackend::from_image(image, 512)));
+        let crashed = recording.device(state, 512);
         match read_superblock(&crashed) {
             Ok(choice) => {
                 let sb = choice.superblock;
@@ -109,10 +107,7 @@ fn every_crash_point_of_a_label_change_leaves_old_or_new() {
     assert!(states.states.len() >= 3, "{} states", states.states.len());
     let (mut saw_old, mut saw_new) = (0, 0);
     for state in &states.states {
-        let crashed = Device::new(Box::new(MemoryBackend::from_image(
-            recording.image(state),
-            512,
-        )));
+        let crashed = recording.device(state, 512);
         let sb = read_superblock(&crashed)
             .unwrap_or_else(|e| panic!("state {state}: {e}"))
             .superblock;

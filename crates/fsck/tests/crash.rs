@@ -18,7 +18,7 @@ use device::Device;
 use fsck::Mode;
 use std::sync::Arc;
 use testsupport::check::run_fsck;
-use testsupport::image::{from_bytes, image_bytes, memory_image, SECTOR_BYTES};
+use testsupport::image::{image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::{foreground_config, mount_with};
 use vfs::{FileSystem, OpenOptions};
 
@@ -79,7 +79,7 @@ fn check_states() -> Vec<Checked> {
     assert!(states.states.len() >= 10);
     let mut out = Vec::new();
     for state in &states.states {
-        let dev = from_bytes(recording.image(state));
+        let dev = Arc::new(recording.device(state, SECTOR_BYTES));
         let found = run_fsck(dev.clone(), Mode::Check, true);
         let repaired = (!found.problems.is_empty()).then(|| {
             let fixed = run_fsck(dev.clone(), Mode::Repair, true);

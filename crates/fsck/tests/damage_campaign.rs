@@ -11,6 +11,7 @@
 //! report's 64 random blocks in the first 350 MiB of 1 GiB, scaled to 96 MiB).
 //! `AUGEFS_DAMAGE_SEED=S` changes the random bytes.
 
+use device::cow::CowBackend;
 use device::Device;
 use engine::space::Owner;
 use format::constants::BLOCK_SIZE_BYTES;
@@ -22,7 +23,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use testsupport::bytes::bytes;
 use testsupport::check::try_fsck;
-use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::image::{from_bytes, image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::{foreground_config, manual_clock, try_mount, unmount};
 use vfs::{CacheConfig, FileSystem, Kind, OpenOptions, XattrMode};
 
@@ -223,25 +224,28 @@ struct Outcome {
 }
 
 fn run_case(
-    image: &[u8],
+    image: &Arc<[u8]>,
     damage: &[(usize, Vec<u8>)],
     tree: &BTreeMap<String, Obj>,
 ) -> (Outcome, Vec<String>) {
-    let mut damaged = image.to_vec();
-    for (block, bytes) in damage {
-        damaged[block * BLOCK..(block + 1) * BLOCK].copy_from_slice(bytes);
-    }
+    // A copy-on-write device over the shared image per attempt: the damaged blocks only
+    // are copied, and each attempt starts from the same bytes.
+    let damaged = || {
+        let cow = CowBackend::new(Arc::clone(image), SECTOR_BYTES);
+        for (block, bytes) in damage {
+            cow.put((block * BLOCK) as u64, Some(bytes), BLOCK as u64);
+        }
+        Arc::new(Device::new(Box::new(cow)))
+    };
     let mut out = Outcome::default();
     let mut notes = Vec::new();
-    let fsck = catch_unwind(AssertUnwindSafe(|| {
-        try_fsck(from_bytes(damaged.clone()), Mode::Check, true)
-    }));
+    let fsck = catch_unwind(AssertUnwindSafe(|| try_fsck(damaged(), Mode::Check, true)));
     match fsck {
         Err(_) => out.panicked = true,
         Ok(Ok(report)) => out.detected = !report.problems.is_empty(),
         Ok(Err(_)) => out.detected = true,
     }
-    let mounted = catch_unwind(AssertUnwindSafe(|| match mount(&from_bytes(damaged)) {
+    let mounted = catch_unwind(AssertUnwindSafe(|| match mount(&damaged()) {
         Ok(fs) => {
             let fs = Arc::new(fs);
             let (wrong, failed) = read_all(&fs, tree);
@@ -405,6 +409,7 @@ fn every_metadata_block_damaged_is_refused_or_read_right_and_fsck_sees_it() {
         if long { ", long mode" } else { "" }
     );
     let (image, tree) = build();
+    let image: Arc<[u8]> = image.into();
     let (clean, _) = run_case(&image, &[], &tree);
     assert!(
         !clean.detected && !clean.refused && !clean.reads_failed && !clean.wrong,

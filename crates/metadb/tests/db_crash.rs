@@ -2,7 +2,6 @@
 //! workload, recovery succeeds and the database equals the model after some prefix of
 //! the operations that includes every sync write acknowledged before the crash.
 
-use device::memory::MemoryBackend;
 use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
 use format::constants::MIB;
@@ -116,8 +115,7 @@ fn recovery_at_every_crash_state_keeps_a_prefix_with_all_acknowledged_sync_write
                 .iter()
                 .rposition(|(sync, writes)| *sync && *writes <= durable)
                 .map_or(0, |i| i + 1);
-            let image = recording.image(state);
-            let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+            let crashed = Arc::new(recording.device(state, 512));
             let db = open(crashed, geometry)
                 .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
             let got = contents(&db);

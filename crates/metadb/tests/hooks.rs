@@ -285,8 +285,7 @@ fn pinned_lanes_recover_as_prefixes_and_thread_lanes_are_unaffected() {
     });
     let mut partial = 0;
     for state in &states.states {
-        let image = recording.image(state);
-        let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+        let crashed = Arc::new(recording.device(state, 512));
         let db = MetaDb::open(setup.env(crashed, None), config(2, 2))
             .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
         let got = contents(&db);
@@ -397,8 +396,7 @@ fn a_write_survives_a_crash_only_with_the_writes_it_requires() {
     });
     let mut unmet = 0;
     for state in &states.states {
-        let image = recording.image(state);
-        let crashed = Arc::new(Device::new(Box::new(MemoryBackend::from_image(image, 512))));
+        let crashed = Arc::new(recording.device(state, 512));
         let db = MetaDb::open(setup.env(crashed, None), config(1, 3))
             .unwrap_or_else(|e| panic!("seed {seed} state {state}: recovery failed: {e}"));
         unmet += db.stats().replay_unmet;

@@ -759,7 +759,25 @@ fn damage_before_an_intact_record_is_refused_and_only_the_last_record_reads_as_t
 
 #[test]
 fn a_zeroed_header_over_appended_edits_is_refused() {
-    let edits = generate(10, 5, 8, 30);
+    zeroed_header_refused(generate(10, 5, 8, 30));
+}
+
+/// Records longer than the part of a headless half that is read first (64 KiB): an edit
+/// adding 60 tables with keys of up to 1,000 bytes.
+#[test]
+fn a_zeroed_header_over_long_records_is_refused() {
+    let mut gen = EditGen::new(10, 1000, 1000);
+    let mut long = VersionEdit::default();
+    for _ in 0..60 {
+        gen.add(&mut long, 0);
+    }
+    long.next_table_id = Some(gen.next_id);
+    let mut edits = vec![long];
+    edits.extend((0..4).map(|_| gen.next()));
+    zeroed_header_refused(edits);
+}
+
+fn zeroed_header_refused(edits: Vec<VersionEdit>) {
     let device = memory_device(FULL_IMAGE_BYTES);
     let (manifest, _) = open(&device, FULL_REGION);
     for edit in &edits {

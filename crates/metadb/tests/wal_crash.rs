@@ -357,9 +357,9 @@ fn pmr_memory(bytes: u64) -> Arc<Pmr> {
     Arc::new(Pmr::memory(bytes, PmrOptions::default()).unwrap())
 }
 
-/// A device image of a crash now: everything flushed, plus a random subset of the
-/// writes that completed since the last flush.
-fn device_crash_image(handle: &RecordingHandle, rng: &mut Rng) -> (Vec<u8>, String) {
+/// A device crash now: everything flushed, plus a random subset of the writes that
+/// completed since the last flush (the recording and the state).
+fn device_crash_state(handle: &RecordingHandle, rng: &mut Rng) -> (Recording, CrashState) {
     let recording = handle.snapshot();
     let epoch = *recording.epochs().last().unwrap();
     let whole: Vec<WriteId> = (epoch.durable_writes..epoch.end_writes)
@@ -367,7 +367,7 @@ fn device_crash_image(handle: &RecordingHandle, rng: &mut Rng) -> (Vec<u8>, Stri
         .map(WriteId)
         .collect();
     let state = CrashState::new(epoch.durable_writes, whole, Vec::new());
-    (recording.image(&state), state.to_string())
+    (recording, state)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1172,9 +1172,8 @@ fn check_ssd_states(recording: &Recording, model: &Model, case: SsdCase, life: &
         let fail = |what: String| -> ! {
             panic!("seed {} {life}: crash state {state}: {what}", case.seed);
         };
-        let image = recording.image(state);
         let released = model.released_for(landed_max(state));
-        let device = memory_device(image.clone(), case.logical_block);
+        let device = Arc::new(recording.device(state, case.logical_block));
         let lanes = usize::from(case.lanes);
         let (recovered, recovery) = SsdWal::recover(device, case.region, lanes, released)
             .unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
@@ -1185,6 +1184,7 @@ fn check_ssd_states(recording: &Recording, model: &Model, case: SsdCase, life: &
             .unwrap_or_else(|e| fail(e));
         if case.second_life_every > 0 && i % case.second_life_every == 0 {
             let next = recovered.generation_max().max(released) + 1;
+            let image = recording.image(state);
             ssd_second_life(image, &recovery, released, next, case, &state.to_string());
         }
     }
@@ -1299,7 +1299,8 @@ impl PmrChecker {
         let mut rng = lock(&self.rng);
         let n = self.checks.fetch_add(1, Ordering::SeqCst);
         let pmr_image = self.pmr.crash_image(&mut rng);
-        let (device_image, device_state) = device_crash_image(&self.handle, &mut rng);
+        let (recording, crash) = device_crash_state(&self.handle, &mut rng);
+        let device_state = crash.to_string();
         let fail = |what: String| -> ! {
             panic!(
                 "seed {} {}: check {n} at {point}, device state {device_state}: {what}",
@@ -1309,7 +1310,7 @@ impl PmrChecker {
         let released = model.released;
         let (recovered, recovery) = PmrWal::recover(
             pmr_from(&pmr_image),
-            memory_device(device_image.clone(), 512),
+            Arc::new(recording.device(&crash, 512)),
             SMALL_REGION,
             usize::from(PMR_LANES),
             released,
@@ -1323,7 +1324,7 @@ impl PmrChecker {
             let seed = self.seed ^ (n as u64) << 20;
             pmr_life(
                 pmr_image,
-                device_image,
+                recording.image(&crash),
                 Model::from_recovery(&recovery, released),
                 Some(&recovery),
                 next,

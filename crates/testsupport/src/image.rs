@@ -46,15 +46,24 @@ pub fn from_bytes(image: Vec<u8>) -> Arc<Device> {
     ))))
 }
 
-/// Every byte of `dev`.
+/// Every byte of `dev`, read 4 MiB at a time into one reused buffer (one copy of the
+/// image, where a whole-device buffer would cost three).
 pub fn image_bytes(dev: &Device) -> Vec<u8> {
-    dev.read(
-        0,
-        AlignedBuf::zeroed(dev.size_bytes() as usize),
-        IoCause::Tool,
-    )
-    .expect("read the whole device")
-    .to_vec()
+    const PIECE: u64 = 4 << 20;
+    let size = dev.size_bytes();
+    let mut image = Vec::with_capacity(size as usize);
+    let mut buf = AlignedBuf::scratch(PIECE.min(size) as usize);
+    let mut at = 0;
+    while at < size {
+        let len = PIECE.min(size - at) as usize;
+        buf.reuse_len(len);
+        buf = dev
+            .read(at, buf, IoCause::Tool)
+            .expect("read the whole device");
+        image.extend_from_slice(&buf);
+        at += len as u64;
+    }
+    image
 }
 
 /// The device's bytes now, as a new memory device: what a crash at this instant leaves

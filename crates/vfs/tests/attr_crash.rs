@@ -13,7 +13,7 @@ use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
 use platform::ManualClock;
 use std::sync::Arc;
-use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::image::{image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::{foreground_config, mount_cached};
 use vfs::{CacheConfig, FileSystem, OpenOptions, XattrMode};
 
@@ -156,7 +156,7 @@ fn run(domains: u32) {
                 .unwrap_or(0)
         };
         let (from_a, from_b) = (since(|a| a.1), since(|a| a.2));
-        let crashed = from_bytes(recording.image(state));
+        let crashed = Arc::new(recording.device(state, SECTOR_BYTES));
         let fs = mount(&crashed, &Arc::new(ManualClock::new(1_000_000)));
         let (a, b) = (state_of(&fs, "/a"), state_of(&fs, "/b"));
         let had = |from: usize, got: &FileState, of: fn(&Step) -> &FileState| {

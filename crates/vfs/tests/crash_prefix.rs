@@ -10,7 +10,7 @@ use engine::log::EngineConfig;
 use platform::Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::image::{image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::mount_cached;
 use vfs::{FileSystem, Kind, OpenOptions, RenameMode};
 
@@ -171,7 +171,7 @@ fn crash_states_recover_a_prefix_with_every_fsynced_operation() {
             .iter()
             .rposition(|(ack, writes)| *ack && *writes <= durable)
             .map_or(0, |i| i + 1);
-        let crashed = from_bytes(recording.image(state));
+        let crashed = Arc::new(recording.device(state, SECTOR_BYTES));
         let fs = mount(&crashed);
         let got = tree_of(&fs);
         assert!(

@@ -9,7 +9,7 @@ use platform::{ManualClock, SystemClock};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::image::{image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::{mount, mount_cached, mounted};
 use vfs::{CacheConfig, FileSystem, OpenOptions};
 
@@ -326,7 +326,7 @@ fn a_file_write_back_is_atomic_at_every_crash_point() {
         if state.durable_writes() < before {
             continue;
         }
-        let crashed = from_bytes(recording.image(state));
+        let crashed = Arc::new(recording.device(state, SECTOR_BYTES));
         let fs = mount(&crashed);
         let r = OpenOptions::new().read(true).open(&fs, "/f").unwrap();
         let size = fs.metadata("/f").unwrap().size;

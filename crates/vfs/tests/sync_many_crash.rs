@@ -12,7 +12,7 @@ use device::recording::{CrashPolicy, RecordingBackend};
 use device::Device;
 use platform::{IoCause, ManualClock};
 use std::sync::Arc;
-use testsupport::image::{from_bytes, image_bytes, memory_image};
+use testsupport::image::{from_bytes, image_bytes, memory_image, SECTOR_BYTES};
 use testsupport::mount::{foreground_config, mount_cached};
 use vfs::{CacheConfig, FileSystem, OpenOptions, XattrMode};
 
@@ -193,7 +193,7 @@ fn run(domains: u32) {
     assert_eq!(states.skipped_count, 0);
     let (mut whole, mut partly) = (0, 0);
     for state in &states.states {
-        let fs = mount(&from_bytes(recording.image(state)));
+        let fs = mount(&Arc::new(recording.device(state, SECTOR_BYTES)));
         let acked = state.durable_writes() >= synced;
         let mut news = 0;
         for i in 0..FILES {

@@ -134,6 +134,11 @@ impl Recording {
         device
     }
 
+    /// [`Recording::crash_device`] as a device: what a crash test mounts.
+    pub fn device(&self, state: &CrashState, logical_block_bytes: u32) -> crate::Device {
+        crate::Device::new(Box::new(self.crash_device(state, logical_block_bytes)))
+    }
+
     /// Calls `apply(write, start, end)` for every byte range that lands in `state` after
     /// its durable prefix, in write order.
     fn landed_after_prefix(

@@ -98,6 +98,19 @@ fn parse_record(half: &[u8], at: usize) -> Option<(Frame, &[u8])> {
     Some((parsed, &record[FRAME_BYTES..]))
 }
 
+/// Whether the record whose frame would start at byte `at` of `bytes` (a prefix of a
+/// half) does not lie within them: its frame, or the payload its frame declares, reaches
+/// past their end.
+fn is_cut(bytes: &[u8], at: usize) -> bool {
+    match bytes.get(at..at.saturating_add(FRAME_BYTES)) {
+        Some(frame) => {
+            let payload_len = R_PAYLOAD_LEN.get_u32(frame) as usize;
+            at + FRAME_BYTES + payload_len > bytes.len()
+        }
+        None => true,
+    }
+}
+
 /// The first intact edit record of `epoch` with an index above `index` at or after byte
 /// `from + 1` of a half's bytes (docs/FORMAT.md §5.4, "what proves damage"). Records are
 /// packed byte to byte, so every offset is tried; the epoch, kind and index are compared
@@ -342,14 +355,26 @@ impl Manifest {
     /// A half whose header is all zero was never switched to, or its first snapshot's
     /// header never landed; edits are appended only after the header is durable, so an
     /// intact edit record after the snapshot proves the header damaged (FORMAT.md §5.4).
+    ///
+    /// Only the half's first 64 KiB are read (a half never switched to is zeros, and
+    /// every mount checks it), the rest only if a record that may be there reaches past.
     fn check_headless_half(&self, half: u32) -> Result<(), MetaDbError> {
+        const PEEK_BYTES: u64 = 64 << 10;
         let start = self.half_start(half);
-        let bytes = self.read(start, self.half_bytes)?;
+        let mut bytes = self.read(start, PEEK_BYTES.min(self.half_bytes))?;
+        let whole_if_cut = |bytes: &mut AlignedBuf, at: usize| {
+            if is_cut(bytes, at) && bytes.len() < self.half_bytes as usize {
+                *bytes = self.read(start, self.half_bytes)?;
+            }
+            Ok::<(), MetaDbError>(())
+        };
         let snapshot_at = HEADER_BLOCK_BYTES as usize;
+        whole_if_cut(&mut bytes, snapshot_at)?;
         let Some((snapshot, _)) = parse_record(&bytes, snapshot_at) else {
             return Ok(());
         };
         let at = snapshot_at + FRAME_BYTES + snapshot.payload_len;
+        whole_if_cut(&mut bytes, at)?;
         match parse_record(&bytes, at) {
             Some((edit, _))
                 if edit.kind == KIND_EDIT

@@ -114,7 +114,7 @@ pub(super) fn scan(
     };
     let mut unit = 1u32;
     while unit < units {
-        let Some((header, crc)) = ChunkHeader::decode(&heads[unit as usize]) else {
+        let Some((header, crc)) = heads[unit as usize] else {
             unit += 1;
             continue;
         };
@@ -149,32 +149,37 @@ pub(super) fn scan(
     Ok(scan)
 }
 
-/// The first `io` bytes of every unit (unit 0's entry is unused).
+/// The chunk header (with its CRC) at the start of every unit that holds one (unit 0's
+/// entry is unused): the first `io` bytes of each unit, read in batches into the same
+/// buffers.
 fn read_unit_heads(
     device: &Device,
     region: Region,
     units: u32,
     io: usize,
-) -> Result<Vec<AlignedBuf>, MetaDbError> {
-    let mut heads: Vec<AlignedBuf> = Vec::with_capacity(units as usize);
-    heads.push(AlignedBuf::zeroed(io));
+) -> Result<Vec<Option<(ChunkHeader, u32)>>, MetaDbError> {
+    let mut heads = Vec::with_capacity(units as usize);
+    heads.push(None);
+    // The reads overwrite their buffers whole.
+    let mut bufs: Vec<AlignedBuf> = Vec::new();
     let mut next = 1u32;
     while next < units {
         let end = (next + SCAN_BATCH_READS_MAX as u32).min(units);
         let requests = (next..end)
             .map(|u| {
                 let offset = region.start_byte() + u64::from(u) * UNIT_BYTES;
-                IoRequest::read(offset, AlignedBuf::zeroed(io), IoCause::Wal)
+                let buf = bufs.pop().unwrap_or_else(|| AlignedBuf::scratch(io));
+                IoRequest::read(offset, buf, IoCause::Wal)
             })
             .collect();
         for completion in device.run(requests)? {
             completion.result?;
-            heads.push(
-                completion
-                    .request
-                    .into_buf()
-                    .expect("a read returns its buffer"),
-            );
+            let buf = completion
+                .request
+                .into_buf()
+                .expect("a read returns its buffer");
+            heads.push(ChunkHeader::decode(&buf));
+            bufs.push(buf);
         }
         next = end;
     }
@@ -212,22 +217,27 @@ pub(super) fn parse_chunk(
     Ok(())
 }
 
-/// The length of `buf` up to its last non-zero byte, found a word at a time (it runs on
-/// every chunk at every recovery, and a chunk's unwritten tail is usually most of it).
+/// The length of `buf` up to its last non-zero byte, found from the end a 4 KiB piece at
+/// a time by comparing with a zero block (the C library's vectorized comparison: this runs
+/// on every chunk and manifest half at every recovery, and their unwritten tails are
+/// usually most of them), then a byte at a time within the last piece that is not zero.
 pub(crate) fn written_len(buf: &[u8]) -> usize {
-    let words = buf.len() / 8;
-    let tail = &buf[words * 8..];
-    if let Some(p) = tail.iter().rposition(|&b| b != 0) {
-        return words * 8 + p + 1;
+    const PIECE: usize = 4096;
+    static ZEROS: [u8; PIECE] = [0; PIECE];
+    let mut end = buf.len();
+    while end > 0 {
+        let start = end - (end - 1) % PIECE - 1;
+        let piece = &buf[start..end];
+        if piece != &ZEROS[..piece.len()] {
+            let p = piece
+                .iter()
+                .rposition(|&b| b != 0)
+                .expect("a non-zero byte");
+            return start + p + 1;
+        }
+        end = start;
     }
-    let Some(w) = buf[..words * 8]
-        .chunks_exact(8)
-        .rposition(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) != 0)
-    else {
-        return 0;
-    };
-    let word = &buf[w * 8..w * 8 + 8];
-    w * 8 + word.iter().rposition(|&b| b != 0).expect("a non-zero byte") + 1
+    0
 }
 
 /// Which units hold chunks of unreleased generations; allocation is first-fit from a
@@ -646,7 +656,7 @@ mod tests {
 
     #[test]
     fn written_len_finds_the_last_non_zero_byte() {
-        for len in [0usize, 1, 7, 8, 9, 64, 100] {
+        for len in [0usize, 1, 7, 8, 9, 64, 100, 4095, 4096, 4097, 8193] {
             assert_eq!(written_len(&vec![0u8; len]), 0);
             for at in 0..len {
                 let mut buf = vec![0u8; len];
