@@ -439,3 +439,53 @@ fn compaction_debt_stays_bounded() {
     let db = Arc::into_inner(db).expect("threads are done");
     db.close().unwrap();
 }
+
+/// A compaction's tables go to the block cache where it has room: after a load and its
+/// compactions, every key reads without a device read, as from a store over the
+/// kernel's page cache (tables above the size read whole at open, so the cache holds
+/// only what the flushes and compactions put there).
+#[test]
+fn compacted_tables_fill_a_block_cache_with_room() {
+    let geometry = Geometry::compute(256 * MIB, 1).unwrap();
+    let device = Arc::new(Device::new(Box::new(MemoryBackend::new(256 * MIB, 512))));
+    let config = MetaDbConfig {
+        memtable_bytes: 256 << 10,
+        block_cache_bytes: 32 << 20,
+        table: TableOptions {
+            table_bytes_max: 512 << 10,
+            ..TableOptions::default()
+        },
+        compaction: CompactionConfig {
+            level0_file_trigger: 2,
+            level_base_bytes: 1 << 20,
+            level_size_multiplier: 4,
+            ..CompactionConfig::default()
+        },
+        ..small_config()
+    };
+    let db = MetaDb::open(env(device.clone(), geometry), config).unwrap();
+    let mut rng = Rng::from_seed(31);
+    let mut keys = Vec::new();
+    for round in 0..12 {
+        for _ in 0..2_000 {
+            let key = format!("{:016x}", rng.next_u64()).into_bytes();
+            db.put(&key, &[round as u8; 200], Durability::Buffered)
+                .unwrap();
+            keys.push(key);
+        }
+        db.flush().unwrap();
+    }
+    db.compact().unwrap();
+    let stats = db.stats();
+    assert_eq!(stats.tables_per_level[0], 0, "{stats:?}");
+    assert!(
+        stats.bytes_per_level[1..].iter().sum::<u64>() > 4 << 20,
+        "{stats:?}"
+    );
+    let before = device.counters().snapshot();
+    for key in &keys {
+        assert!(db.get(key).unwrap().is_some());
+    }
+    let reads = device.counters().snapshot().since(&before).total().read_ops;
+    assert_eq!(reads, 0, "gets of compacted keys read the device");
+}

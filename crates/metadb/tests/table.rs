@@ -10,7 +10,7 @@ use metadb::iter::{InternalIterator, MergingIterator, VecIterator};
 use metadb::table::builder::{TableBuilder, TableOptions};
 use metadb::table::cache::BlockCache;
 use metadb::table::layout::{Footer, FOOTER_BYTES};
-use metadb::table::reader::Table;
+use metadb::table::reader::{CacheFill, Table};
 use metadb::table::{TableId, TableMeta};
 use metadb::types::InternalKey;
 use metadb::{MetaDbError, SegmentPool, Seq, TableStore, ValueKind};
@@ -516,7 +516,15 @@ fn a_table_opened_from_its_written_bytes_reads_nothing_and_serves_from_the_cache
     let before = reads();
     let offset = env.pool.offset(meta.segment);
     let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
-    let table = Table::open_written(device, offset, meta.clone(), cache, &bytes, true).unwrap();
+    let table = Table::open_written(
+        device,
+        offset,
+        meta.clone(),
+        cache,
+        &bytes,
+        CacheFill::Evicting,
+    )
+    .unwrap();
     let table = Arc::new(table);
     assert!(table.block_count() > 10);
     assert_eq!(env.cache.stats().blocks, table.block_count());
@@ -530,7 +538,8 @@ fn a_table_opened_from_its_written_bytes_reads_nothing_and_serves_from_the_cache
     // Without filling, blocks are read from the device as after `Table::open`.
     env.cache.invalidate_table(meta.id);
     let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
-    let plain = Table::open_written(device, offset, meta.clone(), cache, &bytes, false).unwrap();
+    let plain =
+        Table::open_written(device, offset, meta.clone(), cache, &bytes, CacheFill::None).unwrap();
     assert_eq!(reads(), before);
     assert_eq!(env.cache.stats().blocks, 0);
     let key = model.keys().nth(model.len() / 3).unwrap();
@@ -540,7 +549,14 @@ fn a_table_opened_from_its_written_bytes_reads_nothing_and_serves_from_the_cache
     let mut bad = bytes.clone();
     bad[10] ^= 0x40;
     let (device, cache) = (Arc::clone(&env.device), Arc::clone(&env.cache));
-    let Err(err) = Table::open_written(device, offset, meta.clone(), cache, &bad, true) else {
+    let Err(err) = Table::open_written(
+        device,
+        offset,
+        meta.clone(),
+        cache,
+        &bad,
+        CacheFill::Evicting,
+    ) else {
         panic!("a flipped byte in a data block was served");
     };
     assert!(is_table_corruption(&err, meta.id, "data block"), "{err}");

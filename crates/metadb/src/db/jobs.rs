@@ -12,7 +12,8 @@ use crate::iter::{InternalIterator, MergingIterator};
 use crate::manifest::VersionEdit;
 use crate::memtable::Memtable;
 use crate::table::builder::TableBuilder;
-use crate::table::reader::{ReadOptions, Table};
+use crate::table::cache::BlockCache;
+use crate::table::reader::{CacheFill, ReadOptions, Table};
 use crate::table::{TableId, TableMeta};
 use crate::types::{Seq, ValueKind};
 use device::{AlignedBuf, DeviceError, IoCause, IoRequest, Queue};
@@ -29,10 +30,22 @@ struct TableSink<'d> {
     queue: Queue<'d>,
     /// The first failed write; later completions are still collected.
     failed: Option<DeviceError>,
-    /// Whether to keep the written buffers (a flush's: the tables then open from them).
-    keep: bool,
-    /// The written tables' buffers by table id, with `keep`.
+    /// Which written buffers to keep (the tables then open from them).
+    keep: Keep,
+    /// The written tables' buffers by table id, as `keep` says.
     written: HashMap<u64, AlignedBuf>,
+    /// Their bytes.
+    kept_bytes: usize,
+}
+
+/// Which of a [`TableSink`]'s written tables are kept, to open from their buffers.
+enum Keep {
+    /// Every one (a flush's: they fill the block cache).
+    All,
+    /// Those the block cache has room for besides the ones kept already (a
+    /// compaction's: they go to the cache only where it has room, so keeping more would
+    /// hold memory for nothing).
+    WhileRoom(Arc<BlockCache>),
 }
 
 impl TableSink<'_> {
@@ -55,12 +68,18 @@ impl TableSink<'_> {
                 Err(e) => {
                     self.failed.get_or_insert(e);
                 }
-                Ok(()) if self.keep => {
+                Ok(()) => {
                     let tag = c.request.tag;
                     let buf = c.request.into_buf().expect("a table write has its buffer");
-                    self.written.insert(tag, buf);
+                    let room = match &self.keep {
+                        Keep::All => true,
+                        Keep::WhileRoom(cache) => self.kept_bytes + buf.len() <= cache.room_bytes(),
+                    };
+                    if room {
+                        self.kept_bytes += buf.len();
+                        self.written.insert(tag, buf);
+                    }
                 }
-                Ok(()) => {}
             }
         }
     }
@@ -104,8 +123,15 @@ impl Inner {
     ) -> Result<Vec<Arc<TableHandle>>, MetaDbError> {
         // A flush's tables are small (a memtable's worth) and hold the newest keys: they
         // open from what was written and fill the block cache. A compaction's may be
-        // many segments of colder keys: they are read back as usual.
-        let keep = cause == IoCause::Table;
+        // many segments of colder keys: those the cache has room for open from what was
+        // written and go to the cache without evicting anything (after a load, the
+        // store's blocks are there for its first reads, as a store over the kernel's
+        // page cache finds them there); the others are read back as usual.
+        let (keep, fill) = if cause == IoCause::Table {
+            (Keep::All, CacheFill::Evicting)
+        } else {
+            (Keep::WhileRoom(self.cache.clone()), CacheFill::IfRoom)
+        };
         let mut out = TableSink {
             builder: None,
             outputs: Vec::new(),
@@ -113,6 +139,7 @@ impl Inner {
             failed: None,
             keep,
             written: HashMap::new(),
+            kept_bytes: 0,
         };
         let result = self.write_tables_into(&mut out, input, rule, cause);
         // Every submitted write completes before its segment can be given back.
@@ -137,7 +164,7 @@ impl Inner {
                 let segment = meta.segment;
                 let (device, cache) = (self.env.device.clone(), self.cache.clone());
                 let table = match out.written.remove(&meta.id.0) {
-                    Some(buf) => Table::open_written(device, offset, meta, cache, &buf, true)?,
+                    Some(buf) => Table::open_written(device, offset, meta, cache, &buf, fill)?,
                     None => Table::open(device, offset, meta, cache)?,
                 };
                 Ok(Arc::new(TableHandle {

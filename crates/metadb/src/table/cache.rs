@@ -111,9 +111,13 @@ impl Shard {
         self.free.push(i);
     }
 
-    fn insert(&mut self, key: Key, block: Arc<[u8]>) {
+    /// Caches `block` under `key`, evicting least recently used blocks for room only if
+    /// `evict` (else a block that does not fit is left out).
+    fn insert(&mut self, key: Key, block: Arc<[u8]>, evict: bool) {
         let charge = block.len() + ENTRY_OVERHEAD_BYTES;
-        if charge > self.capacity_bytes {
+        if charge > self.capacity_bytes
+            || (!evict && self.used_bytes + charge > self.capacity_bytes)
+        {
             return;
         }
         if let Some(&i) = self.map.get(&key) {
@@ -214,7 +218,28 @@ impl BlockCache {
         self.shard((table, offset))
             .lock()
             .expect("cache shard lock")
-            .insert((table, offset), block);
+            .insert((table, offset), block, true);
+    }
+
+    /// Caches a verified block only where its shard has room for it: nothing is evicted
+    /// (blocks nobody asked for yet, such as a compaction's output, never push out
+    /// blocks that were read).
+    pub fn insert_if_room(&self, table: TableId, offset: u32, block: Arc<[u8]>) {
+        self.shard((table, offset))
+            .lock()
+            .expect("cache shard lock")
+            .insert((table, offset), block, false);
+    }
+
+    /// The bytes no cached block is charged for (summed over the shards).
+    pub fn room_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().expect("cache shard lock");
+                s.capacity_bytes - s.used_bytes
+            })
+            .sum()
     }
 
     /// Drops every block of `table` (a deleted table's blocks are never asked for again).
@@ -252,11 +277,11 @@ mod tests {
     fn shard_evicts_least_recently_used_first() {
         let mut s = Shard::new(3 * (100 + ENTRY_OVERHEAD_BYTES));
         let t = TableId(1);
-        s.insert((t, 0), block(100, 0));
-        s.insert((t, 1), block(100, 1));
-        s.insert((t, 2), block(100, 2));
+        s.insert((t, 0), block(100, 0), true);
+        s.insert((t, 1), block(100, 1), true);
+        s.insert((t, 2), block(100, 2), true);
         assert!(s.get((t, 0)).is_some(), "0 becomes most recent");
-        s.insert((t, 3), block(100, 3));
+        s.insert((t, 3), block(100, 3), true);
         assert!(s.get((t, 1)).is_none(), "1 was least recent");
         assert_eq!(s.get((t, 0)).unwrap()[0], 0);
         assert_eq!(s.get((t, 2)).unwrap()[0], 2);
@@ -264,12 +289,40 @@ mod tests {
         assert_eq!(s.used_bytes, 3 * (100 + ENTRY_OVERHEAD_BYTES));
         assert_eq!((s.hits, s.misses), (4, 1));
         // One large block pushes out everything it needs room for, oldest first.
-        s.insert((t, 4), block(250, 4));
+        s.insert((t, 4), block(250, 4), true);
         assert!(s.get((t, 0)).is_none() && s.get((t, 2)).is_none());
         assert!(s.get((t, 3)).is_some() && s.get((t, 4)).is_some());
         // A block bigger than the shard is not cached and evicts nothing.
-        s.insert((t, 5), block(1000, 5));
+        s.insert((t, 5), block(1000, 5), true);
         assert!(s.get((t, 5)).is_none() && s.get((t, 3)).is_some());
+    }
+
+    #[test]
+    fn an_insert_if_room_evicts_nothing() {
+        let cache = BlockCache::new(CACHE_SHARDS * 2 * (100 + ENTRY_OVERHEAD_BYTES));
+        let room = cache.room_bytes();
+        assert_eq!(room, cache.capacity_bytes());
+        // Enough read blocks to fill every shard.
+        for off in 0..200 {
+            cache.insert(TableId(1), off, block(100, 1));
+        }
+        let read = cache.stats().blocks;
+        assert!(read > 0 && cache.room_bytes() < 100 + ENTRY_OVERHEAD_BYTES);
+        for off in 0..200 {
+            cache.insert_if_room(TableId(2), off, block(100, 2));
+        }
+        assert_eq!(
+            cache.stats().blocks,
+            read,
+            "a full cache took or lost blocks"
+        );
+        assert!((0..200).all(|off| cache.get(TableId(2), off).is_none()));
+        // Where a shard has room, the block goes in.
+        cache.invalidate_table(TableId(1));
+        assert_eq!(cache.room_bytes(), room);
+        cache.insert_if_room(TableId(2), 7, block(100, 2));
+        assert_eq!(cache.get(TableId(2), 7).unwrap()[0], 2);
+        assert_eq!(cache.room_bytes(), room - 100 - ENTRY_OVERHEAD_BYTES);
     }
 
     #[test]
@@ -279,7 +332,7 @@ mod tests {
         for _ in 0..10_000 {
             let key = (TableId(rng.below(3)), rng.below(8) as u32);
             if rng.chance(1, 2) {
-                s.insert(key, block(10, key.1 as u8));
+                s.insert(key, block(10, key.1 as u8), true);
             } else if let Some(b) = s.get(key) {
                 assert_eq!(b[0], key.1 as u8);
             }

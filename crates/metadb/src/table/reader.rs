@@ -29,6 +29,17 @@ use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// Which of a just-written table's data blocks [`Table::open_written`] puts in the block
+/// cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheFill {
+    None,
+    /// Every block, evicting the least recently used (a flush's newest keys).
+    Evicting,
+    /// Those the cache has room for, evicting nothing (a compaction's).
+    IfRoom,
+}
+
 /// Counters of one table's lookups and reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableStats {
@@ -181,7 +192,7 @@ impl Table {
             // the whole table, and the mount, fail.
             let whole = device.read(offset, AlignedBuf::zeroed(len as usize), IoCause::Table)?;
             let table = Table::open_from_tail(device, offset, meta, cache, &whole, 0)?;
-            table.cache_blocks(&whole, false)?;
+            table.cache_blocks(&whole, false, true)?;
             return Ok(table);
         }
         // The last 4 KiB: the footer, and for small tables the index and bloom too.
@@ -195,17 +206,19 @@ impl Table {
     }
 
     /// Opens the table `meta` describes from `bytes`, the whole table as it was just
-    /// written at `offset` (a flush keeps its buffers): no device read. With `fill_cache`
-    /// its data blocks go to the block cache too, as a lookup reading them would put
-    /// them: the keys a flush writes are the ones written last, and an overwrite's
-    /// lookup of the mapping it replaces would otherwise read them straight back.
+    /// written at `offset` (a flush keeps its buffers, a compaction those the block
+    /// cache has room for): no device read. Its data blocks go to the block cache as
+    /// `fill` says: a flush's as a lookup reading them would put them (the keys a flush
+    /// writes are the ones written last, and an overwrite's lookup of the mapping it
+    /// replaces would otherwise read them straight back), a compaction's only where
+    /// the cache has room.
     pub fn open_written(
         device: Arc<Device>,
         offset: u64,
         meta: TableMeta,
         cache: Arc<BlockCache>,
         bytes: &[u8],
-        fill_cache: bool,
+        fill: CacheFill,
     ) -> Result<Table, MetaDbError> {
         assert_eq!(
             bytes.len(),
@@ -214,22 +227,28 @@ impl Table {
             meta.id.0
         );
         let table = Table::open_from_tail(device, offset, meta, cache, bytes, 0)?;
-        if fill_cache {
-            table.cache_blocks(bytes, true)?;
+        match fill {
+            CacheFill::None => {}
+            CacheFill::Evicting => table.cache_blocks(bytes, true, true)?,
+            CacheFill::IfRoom => table.cache_blocks(bytes, true, false)?,
         }
         Ok(table)
     }
 
-    /// Puts every data block of `bytes` (the whole table) in the block cache. A block
-    /// that fails its checksum is an error when `strict`, else left out.
-    fn cache_blocks(&self, bytes: &[u8], strict: bool) -> Result<(), MetaDbError> {
+    /// Puts every data block of `bytes` (the whole table) in the block cache, evicting
+    /// for room if `evict`. A block that fails its checksum is an error when `strict`,
+    /// else left out.
+    fn cache_blocks(&self, bytes: &[u8], strict: bool, evict: bool) -> Result<(), MetaDbError> {
         for i in 0..self.index.len() {
             let handle = self.index.handle(i);
             let sealed = &bytes[handle.offset as usize..handle.end() as usize];
             match unseal(self.id(), handle.offset, sealed, &|| {
                 format!("data block at offset {}", handle.offset)
             }) {
-                Ok(body) => self.cache.insert(self.id(), handle.offset, Arc::from(body)),
+                Ok(body) if evict => self.cache.insert(self.id(), handle.offset, Arc::from(body)),
+                Ok(body) => self
+                    .cache
+                    .insert_if_room(self.id(), handle.offset, Arc::from(body)),
                 Err(e) if strict => return Err(e),
                 Err(_) => {}
             }
