@@ -436,3 +436,55 @@ fn a_programs_small_descriptors_are_never_the_instances() {
     fx.unmount();
     fx.fsck_clean();
 }
+
+/// What the instance's process holds now: open descriptors, threads and resident KiB.
+fn holdings(pid: u32) -> (usize, usize, u64) {
+    let count = |dir: &str| {
+        std::fs::read_dir(format!("/proc/{pid}/{dir}"))
+            .expect("the daemon's /proc")
+            .count()
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    (count("fd"), count("task"), rss)
+}
+
+#[test]
+fn attach_and_detach_cycles_leave_the_instance_as_it_was() {
+    let fx = fixture();
+    fx.mount();
+    let pid = daemons(&fx.mnt)[0];
+    std::fs::write(fx.mnt.join("f"), b"x").expect("write f");
+    let f = fx.mnt.join("f").display().to_string();
+    // Each `cat` is a process of its own that attaches, reads and exits.
+    let cycles = |n: u32| {
+        let script = format!("for i in $(seq {n}); do cat {f} >/dev/null || exit 1; done");
+        let out = run_attached(&fx, &["sh".as_ref(), "-c".as_ref(), script.as_ref()]);
+        check("the attached loop", &out);
+    };
+    cycles(200);
+    let before = holdings(pid);
+    cycles(1000);
+    let after = holdings(pid);
+    eprintln!("descriptors, threads, resident KiB: before {before:?}, after {after:?}");
+    assert_eq!(after.0, before.0, "descriptors: every connection's closed");
+    assert!(
+        after.1 <= before.1 + instance::workers::IDLE_MAX,
+        "threads: at most the pool's idle ones more ({before:?} -> {after:?})"
+    );
+    assert!(
+        after.2 <= before.2 + 4096,
+        "resident memory grew by more than 4 MiB over 1,000 attached processes \
+         ({before:?} -> {after:?})"
+    );
+    assert!(
+        attached_pids(&fx).len() >= 1200,
+        "every cat attached directly"
+    );
+    fx.unmount();
+    fx.fsck_clean();
+}

@@ -222,10 +222,10 @@ impl Remote {
     fn connect_socket(&self) -> Result<UnixStream> {
         let s = UnixStream::connect(&self.path).map_err(|_| notconn())?;
         let s = UnixStream::from(crate::high_fd(s.into()));
-        let server = crate::peer::of(s.as_fd()).map_err(|_| notconn())?;
+        let server = crate::peer::uid_of(s.as_fd()).map_err(|_| notconn())?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
-        if server.creds.uid != 0 && server.creds.uid != me {
+        if server != 0 && server != me {
             return Err(Errno(libc::EPERM));
         }
         Ok(s)

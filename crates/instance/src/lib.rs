@@ -38,6 +38,7 @@ mod shm;
 pub mod spin;
 pub mod table;
 pub mod wire;
+pub mod workers;
 
 use std::path::{Path, PathBuf};
 

@@ -15,6 +15,22 @@ pub struct Peer {
 
 /// The peer of the connected Unix socket `fd`.
 pub fn of(fd: BorrowedFd<'_>) -> Result<Peer> {
+    let cred = ucred(fd)?;
+    let groups = vfs::creds::groups_of(cred.pid as u32);
+    Ok(Peer {
+        pid: cred.pid,
+        creds: Creds::user(cred.uid, cred.gid, groups),
+    })
+}
+
+/// The effective user of the peer of `fd` (a client checking the instance's owner: no
+/// groups read).
+pub fn uid_of(fd: BorrowedFd<'_>) -> Result<u32> {
+    ucred(fd).map(|c| c.uid)
+}
+
+/// What the kernel says of the peer of `fd` (a known process).
+fn ucred(fd: BorrowedFd<'_>) -> Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -41,9 +57,5 @@ pub fn of(fd: BorrowedFd<'_>) -> Result<Peer> {
     if cred.pid <= 0 {
         return Err(Errno(libc::EPERM));
     }
-    let groups = vfs::creds::groups_of(cred.pid as u32);
-    Ok(Peer {
-        pid: cred.pid,
-        creds: Creds::user(cred.uid, cred.gid, groups),
-    })
+    Ok(cred)
 }

@@ -1,5 +1,6 @@
 //! The instance's side: a Unix socket accepting attached processes, one thread per
-//! connection (docs/DESIGN.md §12.5).
+//! connection, from a pool that keeps threads for the next ones (`crate::workers`;
+//! docs/DESIGN.md §12.5).
 //!
 //! A connection's first request is Hello: a new session, or another connection of a
 //! session whose process (by the kernel's pid) is the caller. Then each frame is one
@@ -21,11 +22,12 @@ use crate::proto::{op_name, Request};
 use crate::session::{Caller as SessionCaller, Session};
 use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
+use crate::workers::Workers;
 use crate::{Notify, CONNECTIONS_MAX};
 use platform::reqstats::{Stats, ThreadStats};
 use posix::Errno;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -42,8 +44,10 @@ struct Shared {
     fs: Arc<FileSystem>,
     notify: Option<Notify>,
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
-    /// Live connections: their sockets (to end them at stop) and threads.
-    conns: Mutex<HashMap<u64, (RawFd, JoinHandle<()>)>>,
+    /// Live connections: a descriptor of each one's socket (to end them at stop).
+    conns: Mutex<HashMap<u64, OwnedFd>>,
+    /// The threads that serve them (`crate::workers`).
+    workers: Arc<Workers>,
     stopping: AtomicBool,
     /// The change page clients read (None: no attribute tables, every stat asks).
     page: Option<Arc<ChangePage>>,
@@ -131,6 +135,7 @@ impl Instance {
             notify,
             sessions: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
+            workers: Workers::new("augefs-client"),
             stopping: AtomicBool::new(false),
             page,
             tables: Mutex::new(HashMap::new()),
@@ -189,18 +194,13 @@ impl Instance {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        let conns: Vec<_> = {
-            let mut c = self.shared.conns.lock().expect("conns lock");
-            for (fd, _) in c.values() {
-                // SAFETY: the connection's socket is open until its thread ends, which
-                // takes it out of this map first (under the lock held here).
-                unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
-            }
-            c.drain().map(|(_, (_, t))| t).collect()
-        };
-        for t in conns {
-            let _ = t.join();
+        for fd in self.shared.conns.lock().expect("conns lock").values() {
+            // SAFETY: the map owns this descriptor of the connection's socket.
+            unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
         }
+        // Every connection's thread sees its socket end; the pool waits for them all.
+        self.shared.workers.stop();
+        self.shared.conns.lock().expect("conns lock").clear();
         let _ = std::fs::remove_file(&self.path);
         format!(
             "{}{}",
@@ -222,18 +222,23 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             // Refused: the client falls back to the kernel's mount.
             continue;
         }
+        // A descriptor of the socket for stop to end it with (the stream itself
+        // closes when its thread is done with it).
+        let Ok(end) = stream.as_fd().try_clone_to_owned() else {
+            continue;
+        };
         next += 1;
         let id = next;
-        let fd = stream.as_raw_fd();
         let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("augefs-client".into())
-            .spawn(move || {
-                serve(&s, stream);
-                s.conns.lock().expect("conns lock").remove(&id);
-            });
-        if let Ok(t) = spawned {
-            conns.insert(id, (fd, t));
+        let job = move || {
+            serve(&s, stream);
+            s.conns.lock().expect("conns lock").remove(&id);
+        };
+        // Inserted before the job runs: it removes its own entry when done.
+        conns.insert(id, end);
+        drop(conns);
+        if shared.workers.run(job).is_err() {
+            shared.conns.lock().expect("conns lock").remove(&id);
         }
     }
 }
