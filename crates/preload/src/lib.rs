@@ -36,10 +36,12 @@
 // Library code says why it cannot fail (`expect`) or returns an error; tests may unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-/// mimalloc for the library's own allocations (the host program keeps its malloc).
+/// The library's own allocations: mimalloc in a holder, the system's allocator in an
+/// attached process (`alloc`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: alloc::Chosen = alloc::Chosen::new();
 
+mod alloc;
 mod compat;
 mod convert;
 mod dirs;
