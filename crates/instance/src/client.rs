@@ -19,6 +19,10 @@ mod posting;
 mod shared;
 
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
+
+/// Bytes of a file opened for reading that its open's reply may carry (the whole file,
+/// if it has no more): stdio, git and compilers read small files whole at once.
+const PREFETCH_BYTES: u32 = 64 * 1024;
 use crate::forklock::ForkLock;
 use crate::mailbox::Conn;
 use crate::namecache::{Answer, NameCache, Question};
@@ -501,11 +505,19 @@ impl Backend for Remote {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.open_posts();
         }
+        // A small file opened to be read comes with its bytes, kept as a read's.
+        let prefetch = match self.cache() {
+            Some(_) if self.files.enabled() && flags & libc::O_ACCMODE == libc::O_RDONLY => {
+                PREFETCH_BYTES
+            }
+            _ => 0,
+        };
         self.call(
             &Request::Open {
                 start,
                 flags,
                 mode,
+                prefetch,
                 path,
             },
             |r| {
@@ -525,6 +537,11 @@ impl Backend for Remote {
                 });
                 if read && handle != 0 {
                     self.files.opened(ino);
+                }
+                if let Some(count) = r.opt_u64()? {
+                    // The whole file: fewer bytes than asked for means its end.
+                    let data = r.rest();
+                    self.files.fill(ino, count, 0, data, prefetch as usize);
                 }
                 Ok(Found {
                     ino,

@@ -18,13 +18,15 @@ use vfs::locks::LockKind;
 use vfs::{AttrChanges, Kind, Metadata, RenameMode, TimeChange, XattrMode};
 
 /// The protocol's version: moved by every change of a request or a reply.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 const NAME_MAX: usize = 255;
 const PATH_MAX: usize = 4096;
 const XATTR_VALUE_MAX: usize = 64 * 1024;
 /// Entries one readdir request may ask for.
 pub const READDIR_MAX: u32 = 1024;
+/// Most bytes an open's reply carries of the file it opened (a larger ask is lowered).
+pub const PREFETCH_MAX: u32 = 64 * 1024;
 
 /// A request, borrowing its strings and data from the frame.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,11 +122,15 @@ pub enum Request<'a> {
     },
     /// Reply: the inode, its kind, then the handle (0: none), read and write, then the
     /// lease's budget in bytes (0: none; writes and attribute changes of this handle
-    /// may then be posted, up to that many bytes written) and the file's owner.
+    /// may then be posted, up to that many bytes written) and the file's owner; last,
+    /// the file's data count (if quiet) followed by all its bytes, when the open is for
+    /// reading only and the file has at most `prefetch` of them (else none: its first
+    /// read asks, as every read of a file the client keeps no pages of).
     Open {
         start: InodeNo,
         flags: i32,
         mode: u32,
+        prefetch: u32,
         path: &'a [u8],
     },
     Close {
@@ -497,6 +503,7 @@ impl<'a> Request<'a> {
                 start: ino(r)?,
                 flags: r.i32()?,
                 mode: r.u32()?,
+                prefetch: r.u32()?.min(PREFETCH_MAX),
                 path: path(r)?,
             },
             op::CLOSE => Request::Close { handle: r.u64()? },

@@ -296,8 +296,9 @@ impl Session {
                 start,
                 flags,
                 mode,
+                prefetch,
                 path,
-            } => self.open(cx, start, flags, mode, path, w)?,
+            } => self.open(caller, start, (flags, mode, prefetch), path, w)?,
             Request::Close { handle } | Request::CloseQuiet { handle } => {
                 let gone = self.handles.lock().expect("handles lock").remove(&handle);
                 gone.ok_or(Errno(libc::EBADF))?;
@@ -666,14 +667,24 @@ impl Session {
 
     fn open(
         &self,
-        cx: &Creds,
+        caller: &Caller<'_>,
         start: InodeNo,
-        flags: i32,
-        mode: u32,
+        (flags, mode, prefetch): (i32, u32, u32),
         path: &[u8],
         w: &mut Writer,
     ) -> Result<()> {
-        let found = open_in(&self.fs, cx, start, path, flags, mode)?;
+        // An open that changes nothing fills the table with the file's attributes, so
+        // the fstat programs make next (git before it maps an object, stdio before it
+        // reads) needs no request. The count is taken before looking.
+        let quiet = caller.cache.and_then(|(page, _)| page.quiet());
+        let found = open_in(&self.fs, caller.creds, start, path, flags, mode)?;
+        let mut size = None;
+        if let Ok(m) = self.fs.stat_ino(found.ino) {
+            if let (Some(q), Some((_, table))) = (quiet, caller.cache) {
+                table.fill(Key::Inode(found.ino), q, &m);
+            }
+            size = Some(m.size);
+        }
         if let Some((parent, name)) = &found.created {
             self.tell_named(*parent, name);
         }
@@ -712,6 +723,43 @@ impl Session {
                     .u8(write.into())
                     .u64(budget)
                     .u32(owner);
+                // A small file opened to be read comes with its bytes: the read that
+                // follows (or the mapping) needs no request.
+                let small = size.is_some_and(|s| s <= u64::from(prefetch));
+                if read && !write && small && found.kind == vfs::Kind::File {
+                    return self.prefetch(caller, handle, found.ino, prefetch, w);
+                }
+            }
+        }
+        w.opt_u64(None);
+        Ok(())
+    }
+
+    /// The end of an open's reply: all the bytes of `ino`, opened as `handle`, with its
+    /// data count taken before the read (none if a change of it is in flight: then no
+    /// bytes either).
+    fn prefetch(
+        &self,
+        caller: &Caller<'_>,
+        handle: u64,
+        ino: InodeNo,
+        prefetch: u32,
+        w: &mut Writer,
+    ) -> Result<()> {
+        let count = caller.cache.and_then(|(page, _)| page.data_quiet(ino));
+        let mark = w.reserve(0);
+        w.opt_u64(count);
+        if count.is_some() {
+            let h = self.readable(handle)?;
+            let at = w.reserve(prefetch as usize);
+            match self.fs.read_open(local(h.file())?, 0, w.reserved(at)) {
+                Ok(n) => w.truncate_reserved(at, n),
+                // The open stands (its handle is the client's): no bytes, and the
+                // first read asks.
+                Err(_) => {
+                    w.truncate_reserved(mark, 0);
+                    w.opt_u64(None);
+                }
             }
         }
         Ok(())

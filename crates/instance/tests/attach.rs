@@ -566,12 +566,63 @@ fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
     s.fs.fallocate(ino, vfs::sparse::Fallocate::PunchHole, 0, 4096)
         .unwrap();
     assert_eq!(read(0, 16), [0u8; 16]);
-    // After the last close the pages are gone: a new open asks again.
+    // After the last close the pages are gone: a new open of a file this small
+    // brings its bytes as they are now (a change made while it was closed too).
     a.close(fd).unwrap();
+    s.fs.write_at(ino, 1, b"new").unwrap();
     let fd2 = a.open_fd(At::Cwd, b"/f", libc::O_RDONLY, 0).unwrap();
     let before = inst.requests();
-    let mut buf = [0u8; 16];
-    a.pread(fd2, &mut buf, 0).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(a.pread(fd2, &mut buf, 0).unwrap(), 8);
+    assert_eq!(&buf, b"\0new\0\0\0\0");
+    assert_eq!(inst.requests() - before, 0, "the open brought the bytes");
+}
+
+/// An open for reading of a small file brings the file's attributes (into the table)
+/// and its bytes (into the kept pages): the fstat and the reads that follow need no
+/// request, and a change after the open is still seen by the very next read.
+fn a_small_file_opened_for_reading_comes_with_its_bytes(t: Transport) {
+    let s = Setup::new(t);
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b) = (s.client(), s.client());
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i * 3) as u8).collect();
+    let wfd = b
+        .open_fd(At::Cwd, b"/small", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    assert_eq!(b.pwrite(wfd, &data, 0).unwrap(), data.len());
+    let bfd = b
+        .open_fd(At::Cwd, b"/big", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    assert_eq!(b.pwrite(bfd, &big, 0).unwrap(), big.len());
+    b.close(bfd).unwrap();
+    let fd = a.open_fd(At::Cwd, b"/small", libc::O_RDONLY, 0).unwrap();
+    let before = inst.requests();
+    assert_eq!(a.fstat(fd).unwrap().size, data.len() as u64);
+    let mut all = vec![0u8; 16_384];
+    assert_eq!(a.pread(fd, &mut all, 0).unwrap(), data.len());
+    assert_eq!(all[..data.len()], data[..]);
+    assert_eq!(
+        a.pread(fd, &mut all, 10_000).unwrap(),
+        0,
+        "its end is known"
+    );
+    assert_eq!(
+        inst.requests() - before,
+        0,
+        "the open brought stat and bytes"
+    );
+    // A change after the open: the next read asks, and sees it.
+    b.pwrite(wfd, b"changed", 100).unwrap();
+    let mut buf = [0u8; 7];
+    assert_eq!(a.pread(fd, &mut buf, 100).unwrap(), 7);
+    assert_eq!(&buf, b"changed");
+    // A larger file comes without its bytes: its first read asks.
+    let fd = a.open_fd(At::Cwd, b"/big", libc::O_RDONLY, 0).unwrap();
+    let before = inst.requests();
+    let mut buf = [0u8; 4096];
+    assert_eq!(a.pread(fd, &mut buf, 90_000).unwrap(), 4096);
+    assert_eq!(buf[..], big[90_000..94_096]);
     assert_eq!(inst.requests() - before, 1);
 }
 
@@ -1013,6 +1064,7 @@ each_transport!(
     a_killed_client_releases_its_locks_and_files,
     repeated_stats_need_no_request_until_something_changes,
     warm_reads_need_no_request_and_see_every_change_at_once,
+    a_small_file_opened_for_reading_comes_with_its_bytes,
     a_warm_read_never_returns_bytes_older_than_an_acknowledged_write,
     walks_of_an_unchanged_tree_need_only_their_opens,
     posted_writes_are_seen_by_the_next_caller,

@@ -34,6 +34,7 @@ fn seeds() -> Vec<Vec<u8>> {
             start: root,
             flags: libc::O_CREAT | libc::O_RDWR,
             mode: 0o644,
+            prefetch: 4096,
             path: b"f",
         },
         Request::Create {

@@ -79,8 +79,15 @@ impl Request<'_> {
                 start,
                 flags,
                 mode,
+                prefetch,
                 path,
-            } => w.u8(op::OPEN).u64(start.0).i32(flags).u32(mode).bytes(path),
+            } => w
+                .u8(op::OPEN)
+                .u64(start.0)
+                .i32(flags)
+                .u32(mode)
+                .u32(prefetch)
+                .bytes(path),
             Request::Close { handle } => w.u8(op::CLOSE).u64(handle),
             Request::Create {
                 parent,

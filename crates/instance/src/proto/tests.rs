@@ -23,6 +23,7 @@ fn samples() -> Vec<Request<'static>> {
             start: InodeNo(1),
             flags: libc::O_CREAT | libc::O_RDWR,
             mode: 0o644,
+            prefetch: 4096,
             path: b"f",
         },
         Request::Create {
