@@ -81,13 +81,10 @@ impl Request<'_> {
                 mode,
                 prefetch,
                 path,
-            } => w
-                .u8(op::OPEN)
-                .u64(start.0)
-                .i32(flags)
-                .u32(mode)
-                .u32(prefetch)
-                .bytes(path),
+            } => {
+                w.u8(op::OPEN).u64(start.0).i32(flags);
+                w.u32(mode).u32(prefetch).bytes(path)
+            }
             Request::Close { handle } => w.u8(op::CLOSE).u64(handle),
             Request::Create {
                 parent,
