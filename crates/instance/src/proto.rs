@@ -25,7 +25,7 @@ const PATH_MAX: usize = 4096;
 const XATTR_VALUE_MAX: usize = 64 * 1024;
 /// Entries one readdir request may ask for.
 pub const READDIR_MAX: u32 = 1024;
-/// Most bytes an open's reply carries of the file it opened (a larger ask is lowered).
+/// Most bytes an open's reply carries of the file it opened (a larger ask is EINVAL).
 pub const PREFETCH_MAX: u32 = 64 * 1024;
 
 /// A request, borrowing its strings and data from the frame.
@@ -503,7 +503,10 @@ impl<'a> Request<'a> {
                 start: ino(r)?,
                 flags: r.i32()?,
                 mode: r.u32()?,
-                prefetch: r.u32()?.min(PREFETCH_MAX),
+                prefetch: match r.u32()? {
+                    n if n <= PREFETCH_MAX => n,
+                    _ => return Err(inval()),
+                },
                 path: path(r)?,
             },
             op::CLOSE => Request::Close { handle: r.u64()? },
