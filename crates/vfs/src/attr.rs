@@ -265,8 +265,14 @@ impl FileSystem {
     }
 
     pub fn statfs(&self) -> StatFs {
+        // Files unlinked last free their blocks first: df right after an rm shows them
+        // free.
+        self.core.reap_all();
         let space = self.core.engine.space_report();
-        let used = self.inodes_used.load(std::sync::atomic::Ordering::Relaxed);
+        let used = self
+            .core
+            .inodes_used
+            .load(std::sync::atomic::Ordering::Relaxed);
         let free = space.room_blocks();
         assert!(free <= space.area_blocks(), "free within the area");
         StatFs {

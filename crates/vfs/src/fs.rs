@@ -11,8 +11,9 @@
 //! - An inode's record changes only under its handle's write lock; a directory's entries
 //!   only under the directory's write lock. Cross-directory renames also take the rename
 //!   mutex (so two renames cannot create a cycle), then both directories in inode order.
-//! - Every operation is one MetaDB batch, except a hard-linked file's last unlink done
-//!   while the file is open (its blocks are freed at last close).
+//! - Every operation is one MetaDB batch, except a file's last unlink done while the
+//!   file is open (its blocks are freed at last close) or while it has blocks (they
+//!   are freed by the reaper, `crate::reap`).
 //! - A name operation goes to the parent directory's domain lane (an fsync of the
 //!   directory makes it durable); a file's data and size go to the file's lane with its
 //!   blocks (an fsync of the file makes them durable, and the name it was created under).
@@ -52,11 +53,6 @@ pub struct FileSystem {
     pub(crate) core: Arc<Core>,
     /// (next number, durable high-water: numbers below it may be handed out).
     next_ino: Mutex<(u64, u64)>,
-    /// Inodes in use (statfs's `f_files - f_ffree`): counted at mount, then kept by
-    /// creates (once their batch is logged) and deletions (once their records are in
-    /// the batch that deletes them: a batch that then fails leaves the count one low
-    /// until the next mount, a figure for df, never used to decide anything).
-    pub(crate) inodes_used: std::sync::atomic::AtomicU64,
     pub(crate) rename_lock: Mutex<()>,
     /// Creates' name locks ([`FileSystem::name_stripe`]).
     pub(crate) name_stripes: Box<[Mutex<()>]>,
@@ -81,6 +77,9 @@ pub struct FileSystem {
     leases: crate::leases::Leases,
     /// The background flusher (stopped by unmount and drop).
     flusher: Mutex<Option<crate::data::Flusher>>,
+    /// The reaper of unlinked files' blocks (`crate::reap`; drained by unmount, stopped
+    /// by drop).
+    reaper: Mutex<Option<crate::reap::Reaper>>,
     /// The background commit, if asked for (stopped by unmount and drop).
     committer: Mutex<Option<crate::commit::Committer>>,
     /// The background read-ahead, unless configured off (stopped by unmount and drop).
@@ -95,6 +94,7 @@ impl Drop for FileSystem {
     /// table kept for them may go).
     fn drop(&mut self) {
         self.set_commit_interval(None);
+        self.stop_reaper();
         self.stop_flusher();
         self.stop_readahead();
         self.core.cache.forget_dirty();
@@ -135,17 +135,19 @@ impl FileSystem {
             record_lanes: Mutex::new(HashMap::new()),
             create_lanes: Mutex::new(HashMap::new()),
             cache: page_cache,
+            inodes_used: std::sync::atomic::AtomicU64::new(0),
+            reaps: crate::reap::Reaps::default(),
         });
         core.refresh_room();
         let flusher = cache
             .flush_interval
             .map(|every| crate::data::Flusher::start(core.clone(), every));
+        let reaper = crate::reap::Reaper::start(core.clone());
         let readahead = (cache.readahead_workers > 0)
             .then(|| crate::readahead::ReadAhead::new(core.clone(), cache.readahead_workers));
         let fs = FileSystem {
             core,
             next_ino: Mutex::new((high, high)),
-            inodes_used: std::sync::atomic::AtomicU64::new(0),
             rename_lock: Mutex::new(()),
             name_stripes: (0..NAME_STRIPES).map(|_| Mutex::new(())).collect(),
             name_lanes: Mutex::new(HashMap::new()),
@@ -155,6 +157,7 @@ impl FileSystem {
             changes: crate::changes::Changes::default(),
             leases: crate::leases::Leases::default(),
             flusher: Mutex::new(flusher),
+            reaper: Mutex::new(Some(reaper)),
             committer: Mutex::new(None),
             root: std::sync::OnceLock::new(),
             readahead,
@@ -174,7 +177,8 @@ impl FileSystem {
         fs.reap_orphans()?;
         let used = fs.core.store().inode_count()?;
         assert!(used >= 1, "the root directory is counted");
-        fs.inodes_used
+        fs.core
+            .inodes_used
             .store(used, std::sync::atomic::Ordering::Relaxed);
         Ok(fs)
     }
@@ -188,6 +192,9 @@ impl FileSystem {
             let _ = m.finishing();
         }
         self.set_commit_interval(None);
+        // The files unlinked last are freed now, not left to the next mount.
+        self.core.reap_all();
+        self.stop_reaper();
         self.stop_flusher();
         self.stop_readahead();
         self.core.write_back_all()?;
@@ -220,6 +227,12 @@ impl FileSystem {
 
     fn stop_readahead(&self) {
         if let Some(r) = &self.readahead {
+            r.stop();
+        }
+    }
+
+    fn stop_reaper(&self) {
+        if let Some(r) = self.reaper.lock().expect("reaper lock").take() {
             r.stop();
         }
     }
@@ -304,10 +317,7 @@ impl FileSystem {
 
     /// The handle of `ino` (loaded from MetaDB on first use).
     pub(crate) fn handle(&self, ino: InodeNo) -> Result<Arc<Handle>, VfsError> {
-        self.core.inodes.get_or_load(ino, || {
-            let inode = self.core.store().inode(ino)?;
-            Ok(Handle::new(ino, inode, self.core.cache.clone()))
-        })
+        self.core.handle(ino)
     }
 
     pub(crate) fn opened(&self, h: &Handle) -> Result<(), VfsError> {
@@ -345,19 +355,5 @@ impl FileSystem {
         let ino = n.0;
         n.0 += 1;
         Ok(InodeNo(ino))
-    }
-
-    /// Counts an inode whose creating batch was logged (or, with `-1`, one whose
-    /// deletion is in a batch).
-    pub(crate) fn count_inodes(&self, delta: i64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if delta >= 0 {
-            self.inodes_used.fetch_add(delta.unsigned_abs(), Relaxed);
-        } else {
-            // Saturating: a count left low by a failed batch never wraps.
-            let _ = self.inodes_used.fetch_update(Relaxed, Relaxed, |n| {
-                Some(n.saturating_sub(delta.unsigned_abs()))
-            });
-        }
     }
 }

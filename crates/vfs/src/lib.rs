@@ -10,7 +10,9 @@
 //! - `handle`: an inode in memory (its state, locks and pages).
 //! - `attr`: stat, access, chmod/chown/utimensat, statfs.
 //! - `namespace`: lookups, creates, mknod, hard links, readlink, readdir.
-//! - `remove`: unlink and rmdir, deleting inodes, orphans.
+//! - `remove`: unlink and rmdir, orphans.
+//! - `reap`: deleting inodes, and the reaper that frees unlinked files' blocks after
+//!   their unlinks return.
 //! - `rename`: renames (move, replace, exchange).
 //! - `lanes`: which WAL lanes name operations went to, and the orderings between them.
 //! - `caches`: the inode table and the name (dentry) cache.
@@ -66,6 +68,7 @@ pub mod pagecache;
 pub mod path;
 mod rangelock;
 mod readahead;
+mod reap;
 pub mod records;
 mod remove;
 mod rename;

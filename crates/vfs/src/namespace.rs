@@ -165,7 +165,7 @@ impl FileSystem {
                 );
                 *created = Some(pinode);
             })?;
-        self.count_inodes(1);
+        self.core.count_inodes(1);
         let h = self.handle(ino)?;
         let mut st = h.write();
         st.inode = Some(inode);

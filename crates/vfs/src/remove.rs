@@ -7,6 +7,8 @@
 //!   unmapping of its blocks, ordered both ways with its directories' lanes.
 //! - An open file's last link leaves the inode with nlink 0 and an orphan record in
 //!   the same batch; the freeing drops the record in the batch that frees the inode.
+//!   So does a closed file's that has blocks, whose freeing the reaper does
+//!   (`crate::reap`).
 
 use crate::creds::{Creds, MAY_EXEC};
 use crate::error::VfsError;
@@ -14,8 +16,7 @@ use crate::fs::FileSystem;
 use crate::handle::{live, Handle, InodeState};
 use crate::namespace::{check_name, live_dir, relinked, show};
 use crate::records::{self, Inode, Kind};
-use engine::log::keys::FileBlock;
-use engine::log::{Durability, WriteOptions};
+use engine::log::Durability;
 use format::InodeNo;
 use metadb::WriteBatch;
 
@@ -81,7 +82,7 @@ impl FileSystem {
             );
             self.core.record_in(parent, parent)?;
             self.core.record_in_names(entry.ino, parent)?;
-            self.deletion_records(entry.ino, &child, &mut batch)?;
+            self.core.deletion_records(entry.ino, &child, &mut batch)?;
             self.core
                 .engine
                 .put_metadata(parent, &batch, Durability::Buffered)?;
@@ -115,8 +116,10 @@ impl FileSystem {
 
     /// The last link of closed file `ino` (`child`, its state `cst`) goes with `batch`
     /// (the entry's removal) and the directory's new record (`pinode`): with the
-    /// unmapping of its blocks in one batch of the file's lane, ordered both ways with
-    /// the directory's lane. An unlink and an fsync of the directory write one lane.
+    /// unmapping of its blocks in one batch of the file's lane, or, for a file with
+    /// blocks, with an orphan record (the reaper unmaps them in a later batch of the
+    /// lane), ordered both ways with the directory's lane. An unlink and an fsync of the
+    /// directory write one lane.
     fn remove_last_link(
         &self,
         parent: InodeNo,
@@ -133,71 +136,26 @@ impl FileSystem {
         // The directory's newest record is now in the file's lane: its next record, in
         // any other lane, follows it.
         self.core.record_in(parent, ino)?;
-        self.delete_inode(ino, child, batch)?;
-        cst.inode = None;
-        cst.xattrs_pending = false;
+        if child.blocks > 0 && self.core.reaps.room() {
+            // Its blocks are freed by the reaper, in a later batch of this lane: this
+            // one leaves the inode with no link and an orphan record (`crate::reap`).
+            self.core.record_in(ino, ino)?;
+            batch.put(records::inode_key(ino).to_vec(), child.encode().to_vec());
+            batch.put(records::orphan_key(ino).to_vec(), Vec::new());
+            self.core
+                .engine
+                .put_metadata(ino, &batch, Durability::Buffered)?;
+            cst.inode = Some(*child);
+            self.core.reaps.push(ino);
+        } else {
+            self.core.delete_inode(ino, child, batch)?;
+            cst.inode = None;
+            cst.xattrs_pending = false;
+        }
         self.drop_pages(ino);
         self.core.engine.order_after(parent, ino);
         // Logged in the file's lane: an fsync of the directory must reach it.
         self.note_lane(parent, ino);
-        Ok(())
-    }
-
-    /// Deletes inode `ino` and its blocks, with `batch` (the name operation that
-    /// dropped its last link, or the deletion of its orphan record), in one batch of the
-    /// inode's lane.
-    pub(crate) fn delete_inode(
-        &self,
-        ino: InodeNo,
-        inode: &Inode,
-        mut batch: WriteBatch,
-    ) -> Result<(), VfsError> {
-        self.deletion_records(ino, inode, &mut batch)?;
-        if inode.blocks == 0 {
-            // Nothing mapped (the count is exact: the batches that map and unmap blocks
-            // carry it), so no index to scan: an empty file, or a temporary one whose
-            // pages were dropped unwritten, is deleted for the price of its records.
-            debug_assert_eq!(
-                self.core.engine.next_mapped(ino, FileBlock(0))?,
-                None,
-                "inode {ino} counts no blocks but maps some"
-            );
-            self.core
-                .engine
-                .put_metadata(ino, &batch, Durability::Buffered)?;
-            return Ok(());
-        }
-        self.core.engine.punch(
-            ino,
-            FileBlock(0),
-            None,
-            WriteOptions::new(&batch, Durability::Buffered),
-        )?;
-        Ok(())
-    }
-
-    /// Adds the deletion of inode `ino`'s records (not its blocks) to `batch`. A deletion
-    /// needs no [`FileSystem::record_in`]: whichever lane keeps or loses it, the inode
-    /// is either gone or in a state it had.
-    pub(crate) fn deletion_records(
-        &self,
-        ino: InodeNo,
-        inode: &Inode,
-        batch: &mut WriteBatch,
-    ) -> Result<(), VfsError> {
-        batch.delete(records::inode_key(ino).to_vec());
-        self.count_inodes(-1);
-        if inode.kind == Kind::Symlink {
-            batch.delete(records::symlink_key(ino).to_vec());
-        }
-        for name in self.xattr_names(ino)? {
-            batch.delete(records::xattr_key(ino, &name));
-        }
-        self.core
-            .record_lanes
-            .lock()
-            .expect("record lanes lock")
-            .remove(&ino);
         Ok(())
     }
 
@@ -234,7 +192,7 @@ impl FileSystem {
         self.persist_lanes(self.take_lanes(ino))?;
         let mut batch = WriteBatch::new();
         batch.delete(records::orphan_key(ino).to_vec());
-        self.delete_inode(ino, inode, batch)
+        self.core.delete_inode(ino, inode, batch)
     }
 
     /// Mount: frees every orphan a crash (or a failed close) left. An orphan record whose

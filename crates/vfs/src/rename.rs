@@ -276,7 +276,7 @@ impl FileSystem {
             tst.xattrs_pending = false;
         } else if tinode.nlink == 0 && tst.open == 0 {
             // A directory or symlink: no blocks, so it goes with the rename.
-            self.deletion_records(t.ino, &tinode, &mut c.batch)?;
+            self.core.deletion_records(t.ino, &tinode, &mut c.batch)?;
             tst.inode = None;
             tst.xattrs_pending = false;
         } else {
@@ -317,7 +317,7 @@ impl FileSystem {
                 self.core.record_in(sp, ino)?;
                 self.core.record_in(dp, ino)?;
                 add_puts(&mut batch, &parents);
-                self.delete_inode(ino, &inode, batch)?;
+                self.core.delete_inode(ino, &inode, batch)?;
                 self.drop_pages(ino);
                 self.core.engine.order_after(sp, ino);
                 self.core.engine.order_after(dp, ino);

@@ -45,7 +45,7 @@ impl FileSystem {
         self.core
             .engine
             .put_metadata(ino, &batch, Durability::Buffered)?;
-        self.count_inodes(1);
+        self.core.count_inodes(1);
         drop(dst);
         let open = self.open_ino(ino)?;
         assert_eq!(self.attrs_ino(ino)?.nlink, 0, "a fresh tmpfile has no name");

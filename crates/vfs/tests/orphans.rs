@@ -77,3 +77,47 @@ fn crash_while_an_unlinked_file_is_open_frees_it_at_mount() {
     assert_eq!(fs.engine().space_report().live_blocks - before, 256);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 }
+
+/// Closed files with blocks, unlinked: their blocks are freed after the unlinks return
+/// (`vfs::reap`), all of them by the time statfs answers; a crash right after the
+/// unlinks frees the rest at the next mount.
+#[test]
+fn unlinked_closed_files_are_freed_by_statfs_or_the_next_mount() {
+    let dev = memory_image(IMAGE, 3);
+    let fs = mount(&dev);
+    let before = fs.engine().space_report().live_blocks;
+    let files_before = fs.statfs().files - fs.statfs().files_free;
+    let mut inos = Vec::new();
+    for i in 0..64 {
+        let f = big_open_file(&fs, &format!("/f{i}"));
+        inos.push(f.ino());
+    }
+    for i in 0..64 {
+        fs.remove_file(&format!("/f{i}")).unwrap();
+        assert!(fs.metadata(&format!("/f{i}")).is_err());
+    }
+    fs.sync().unwrap();
+    let crashed = crash_copy(&dev);
+    // statfs waits for the reaper: everything is freed when it answers.
+    let st = fs.statfs();
+    assert_eq!(fs.engine().space_report().live_blocks, before);
+    assert_eq!(st.files - st.files_free, files_before);
+    assert_eq!(common::orphan_records(&fs), 0);
+    for &ino in &inos {
+        assert_eq!(common::mapped_blocks(&fs, ino), 0);
+        assert!(fs.stat_ino(InodeNo(ino)).is_err());
+    }
+    assert_eq!(fs.engine().space_report().live_blocks, before);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+
+    let fs = mount(&crashed);
+    assert_eq!(common::orphan_records(&fs), 0);
+    for &ino in &inos {
+        assert_eq!(common::mapped_blocks(&fs, ino), 0);
+        assert!(fs.stat_ino(InodeNo(ino)).is_err());
+    }
+    assert_eq!(fs.engine().space_report().live_blocks, before);
+    let st = fs.statfs();
+    assert_eq!(st.files - st.files_free, files_before);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+}

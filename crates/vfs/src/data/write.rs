@@ -87,6 +87,8 @@ impl FileSystem {
         let claim = match self.core.cache.claim_room(pages_bytes) {
             Some(claim) => claim,
             None => {
+                // Blocks of files unlinked last are freed first.
+                self.core.reap_all();
                 self.core.write_back_all()?;
                 self.core.refresh_room();
                 self.core
