@@ -136,7 +136,7 @@ impl FileSystem {
             create_lanes: Mutex::new(HashMap::new()),
             cache: page_cache,
             inodes_used: std::sync::atomic::AtomicU64::new(0),
-            reaps: crate::reap::Reaps::default(),
+            reaps: crate::shared::Reaps::default(),
         });
         core.refresh_room();
         let flusher = cache

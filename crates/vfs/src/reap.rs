@@ -13,7 +13,7 @@
 //! Invariants:
 //! - A queued inode is freed only if it still has no link and no handle: one opened
 //!   meanwhile (by inode number) is freed by its last close instead.
-//! - The queue holds at most [`REAPS_MAX`] inodes; an unlink that finds it full frees
+//! - The queue holds at most `crate::shared::REAPS_MAX` inodes; an unlink that finds it full frees
 //!   the file itself.
 //! - Whoever needs the space counted right waits for the queue: statfs, a write that
 //!   finds no room, unmount ([`Core::reap_all`]).
@@ -26,47 +26,8 @@ use engine::log::keys::FileBlock;
 use engine::log::{Durability, WriteOptions};
 use format::InodeNo;
 use metadb::WriteBatch;
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// Inodes the reaper may have queued at most.
-pub const REAPS_MAX: usize = 4096;
-
-#[derive(Debug, Default)]
-struct Queue {
-    inodes: VecDeque<InodeNo>,
-    /// The reaper is freeing one (popped, not done).
-    busy: bool,
-    /// A reaper thread takes the queue.
-    running: bool,
-    stop: bool,
-}
-
-/// The inodes left for the reaper.
-#[derive(Debug, Default)]
-pub(crate) struct Reaps {
-    queue: Mutex<Queue>,
-    /// Wakes the reaper.
-    wake: Condvar,
-    /// The queue emptied.
-    idle: Condvar,
-}
-
-impl Reaps {
-    /// Whether an unlink may leave an inode to the reaper now (there is one, with room).
-    pub fn room(&self) -> bool {
-        let q = self.queue.lock().expect("reaps lock");
-        q.running && !q.stop && q.inodes.len() < REAPS_MAX
-    }
-
-    /// Queues `ino`, whose orphan record is logged (taken by the reaper, or by the
-    /// next [`Core::reap_all`] if the reaper stopped meanwhile).
-    pub fn push(&self, ino: InodeNo) {
-        self.queue.lock().expect("reaps lock").inodes.push_back(ino);
-        self.wake.notify_one();
-    }
-}
 
 /// The reaper's thread.
 pub(crate) struct Reaper {

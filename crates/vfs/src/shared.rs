@@ -14,8 +14,8 @@ use crate::pagecache::Cache;
 use engine::log::Engine;
 use format::InodeNo;
 use platform::Clock;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// The file system's block (defined once, in `format`).
 pub const BLOCK: u64 = format::constants::BLOCK_SIZE_BYTES;
@@ -43,5 +43,43 @@ pub(crate) struct Core {
     /// until the next mount, a figure for df, never used to decide anything).
     pub inodes_used: std::sync::atomic::AtomicU64,
     /// Inodes left to the reaper (`crate::reap`).
-    pub reaps: crate::reap::Reaps,
+    pub reaps: Reaps,
+}
+
+/// Inodes the reaper may have queued at most.
+pub const REAPS_MAX: usize = 4096;
+
+#[derive(Debug, Default)]
+pub(crate) struct ReapQueue {
+    pub inodes: VecDeque<InodeNo>,
+    /// The reaper is freeing one (popped, not done).
+    pub busy: bool,
+    /// A reaper thread takes the queue.
+    pub running: bool,
+    pub stop: bool,
+}
+
+/// The inodes left for the reaper (`crate::reap`, which runs it).
+#[derive(Debug, Default)]
+pub(crate) struct Reaps {
+    pub queue: Mutex<ReapQueue>,
+    /// Wakes the reaper.
+    pub wake: Condvar,
+    /// The queue emptied.
+    pub idle: Condvar,
+}
+
+impl Reaps {
+    /// Whether an unlink may leave an inode to the reaper now (there is one, with room).
+    pub fn room(&self) -> bool {
+        let q = self.queue.lock().expect("reaps lock");
+        q.running && !q.stop && q.inodes.len() < REAPS_MAX
+    }
+
+    /// Queues `ino`, whose orphan record is logged (taken by the reaper, or by the
+    /// next `Core::reap_all` if the reaper stopped meanwhile).
+    pub fn push(&self, ino: InodeNo) {
+        self.queue.lock().expect("reaps lock").inodes.push_back(ino);
+        self.wake.notify_one();
+    }
 }

@@ -84,19 +84,7 @@ impl FileSystem {
             self.drop_setid(h)?;
         }
         let pages_bytes = (data.len() as u64).div_ceil(BLOCK).saturating_add(1) * BLOCK;
-        let claim = match self.core.cache.claim_room(pages_bytes) {
-            Some(claim) => claim,
-            None => {
-                // Blocks of files unlinked last are freed first.
-                self.core.reap_all();
-                self.core.write_back_all()?;
-                self.core.refresh_room();
-                self.core
-                    .cache
-                    .claim_room(pages_bytes)
-                    .ok_or_else(|| VfsError::no_space(0))?
-            }
-        };
+        let claim = self.claim_room(pages_bytes)?;
         loop {
             // The range this write needs given the size seen last: its blocks, and for
             // a write past the end everything from the old last block on (which it
@@ -224,6 +212,22 @@ impl FileSystem {
             out.push((b, block, mapped));
         }
         Ok(out)
+    }
+
+    /// Room for `bytes` of new pages: if the dirty pages and these could exceed the
+    /// device's room, the files unlinked last are freed and every dirty page is written
+    /// back first, and then they must fit (ENOSPC).
+    fn claim_room(&self, bytes: u64) -> Result<crate::pagecache::RoomClaim<'_>, VfsError> {
+        if let Some(claim) = self.core.cache.claim_room(bytes) {
+            return Ok(claim);
+        }
+        self.core.reap_all();
+        self.core.write_back_all()?;
+        self.core.refresh_room();
+        self.core
+            .cache
+            .claim_room(bytes)
+            .ok_or_else(|| VfsError::no_space(0))
     }
 }
 
