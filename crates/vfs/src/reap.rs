@@ -94,7 +94,12 @@ impl Core {
                         break ino;
                     }
                     self.reaps.idle.notify_all();
-                    q = self.reaps.wake.wait(q).expect("reaps lock");
+                    q = self
+                        .reaps
+                        .wake
+                        .wait_timeout(q, crate::shared::REAP_AFTER)
+                        .expect("reaps lock")
+                        .0;
                 }
             };
             // A failure (the file system turned read-only) leaves the orphan record:
@@ -127,6 +132,8 @@ impl Core {
                 q = self.reaps.queue.lock().expect("reaps lock");
                 continue;
             }
+            // The reaper waits for a batch: this caller wants it now.
+            self.reaps.wake.notify_one();
             q = self.reaps.idle.wait(q).expect("reaps lock");
         }
     }

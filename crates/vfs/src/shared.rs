@@ -48,6 +48,10 @@ pub(crate) struct Core {
 
 /// Inodes the reaper may have queued at most.
 pub const REAPS_MAX: usize = 4096;
+/// Queued inodes that wake the reaper.
+pub const REAP_BATCH: usize = 256;
+/// How long queued inodes wait for the reaper at most.
+pub const REAP_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[derive(Debug, Default)]
 pub(crate) struct ReapQueue {
@@ -79,7 +83,12 @@ impl Reaps {
     /// Queues `ino`, whose orphan record is logged (taken by the reaper, or by the
     /// next `Core::reap_all` if the reaper stopped meanwhile).
     pub fn push(&self, ino: InodeNo) {
-        self.queue.lock().expect("reaps lock").inodes.push_back(ino);
-        self.wake.notify_one();
+        let mut q = self.queue.lock().expect("reaps lock");
+        q.inodes.push_back(ino);
+        // The reaper wakes for a batch (or by its timer): a wake-up per unlink cost
+        // more than it saved.
+        if q.inodes.len() >= REAP_BATCH {
+            self.wake.notify_one();
+        }
     }
 }
