@@ -63,55 +63,45 @@ impl Default for Chosen {
     }
 }
 
+impl Chosen {
+    /// The allocator of this process.
+    #[inline]
+    fn chosen(&self) -> &'static dyn GlobalAlloc {
+        static SYS: System = System;
+        static MI: mimalloc::MiMalloc = mimalloc::MiMalloc;
+        if self.which() == SYSTEM {
+            &SYS
+        } else {
+            &MI
+        }
+    }
+}
+
 // SAFETY: every call goes to one allocator for the life of the process (`which` is
 // set once), so each block is handled by the allocator that made it.
 unsafe impl GlobalAlloc for Chosen {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if self.which() == SYSTEM {
-                System.alloc(layout)
-            } else {
-                mimalloc::MiMalloc.alloc(layout)
-            }
-        }
+        unsafe { self.chosen().alloc(layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if self.which() == SYSTEM {
-                System.alloc_zeroed(layout)
-            } else {
-                mimalloc::MiMalloc.alloc_zeroed(layout)
-            }
-        }
+        unsafe { self.chosen().alloc_zeroed(layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller's contract; `ptr` came from the same allocator.
-        unsafe {
-            if self.which() == SYSTEM {
-                System.dealloc(ptr, layout)
-            } else {
-                mimalloc::MiMalloc.dealloc(ptr, layout)
-            }
-        }
+        unsafe { self.chosen().dealloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's contract; `ptr` came from the same allocator.
-        unsafe {
-            if self.which() == SYSTEM {
-                System.realloc(ptr, layout, new_size)
-            } else {
-                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
-            }
-        }
+        unsafe { self.chosen().realloc(ptr, layout, new_size) }
     }
 }
 

@@ -21,7 +21,7 @@
 use crate::error::VfsError;
 use crate::handle::Handle;
 use crate::records::{self, Inode, Kind};
-use crate::shared::Core;
+use crate::shared::{Core, REAP_AFTER, REAP_BATCH};
 use engine::log::keys::FileBlock;
 use engine::log::{Durability, WriteOptions};
 use format::InodeNo;
@@ -82,33 +82,39 @@ impl Core {
 
     /// The reaper's loop: frees queued inodes until stopped.
     fn reap_queued(&self) {
+        let mut q = self.reaps.queue.lock().expect("reaps lock");
         loop {
-            let ino = {
-                let mut q = self.reaps.queue.lock().expect("reaps lock");
-                loop {
-                    if q.stop {
-                        return;
-                    }
-                    if let Some(ino) = q.inodes.pop_front() {
-                        q.busy = true;
-                        break ino;
-                    }
-                    self.reaps.idle.notify_all();
-                    q = self
-                        .reaps
-                        .wake
-                        .wait_timeout(q, crate::shared::REAP_AFTER)
-                        .expect("reaps lock")
-                        .0;
-                }
-            };
-            // A failure (the file system turned read-only) leaves the orphan record:
-            // the next mount frees it.
-            let _ = self.reap(ino);
-            let mut q = self.reaps.queue.lock().expect("reaps lock");
-            q.busy = false;
+            if q.stop {
+                return;
+            }
             if q.inodes.is_empty() {
                 self.reaps.idle.notify_all();
+                // No timer: an idle file system wakes nobody.
+                q = self.reaps.wake.wait(q).expect("reaps lock");
+                continue;
+            }
+            // The first file queued woke it: a window for more to come, cut short by a
+            // full batch or by someone waiting for the queue.
+            if q.inodes.len() < REAP_BATCH {
+                q = self
+                    .reaps
+                    .wake
+                    .wait_timeout(q, REAP_AFTER)
+                    .expect("reaps lock")
+                    .0;
+            }
+            while let Some(ino) = q.inodes.pop_front() {
+                if q.stop {
+                    q.inodes.push_front(ino);
+                    return;
+                }
+                q.busy = true;
+                drop(q);
+                // A failure (the file system turned read-only) leaves the orphan
+                // record: the next mount frees it.
+                let _ = self.reap(ino);
+                q = self.reaps.queue.lock().expect("reaps lock");
+                q.busy = false;
             }
         }
     }

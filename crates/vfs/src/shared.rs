@@ -48,9 +48,9 @@ pub(crate) struct Core {
 
 /// Inodes the reaper may have queued at most.
 pub const REAPS_MAX: usize = 4096;
-/// Queued inodes that wake the reaper.
+/// Queued inodes that end the reaper's wait for more.
 pub const REAP_BATCH: usize = 256;
-/// How long queued inodes wait for the reaper at most.
+/// How long the reaper waits for more after the first file is queued.
 pub const REAP_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[derive(Debug, Default)]
@@ -85,9 +85,9 @@ impl Reaps {
     pub fn push(&self, ino: InodeNo) {
         let mut q = self.queue.lock().expect("reaps lock");
         q.inodes.push_back(ino);
-        // The reaper wakes for a batch (or by its timer): a wake-up per unlink cost
-        // more than it saved.
-        if q.inodes.len() >= REAP_BATCH {
+        // The first file queued wakes the reaper, which waits a moment for more, and
+        // a full batch ends its wait: a wake-up per unlink cost more than it saved.
+        if q.inodes.len() == 1 || q.inodes.len() >= REAP_BATCH {
             self.wake.notify_one();
         }
     }
