@@ -155,6 +155,7 @@ pub fn record_with(
 /// The room the engine promises (not statfs's free, which counts free segments a
 /// small image's writes may take now but GC may not make again).
 fn free_bytes(fs: &FileSystem) -> u64 {
+    fs.wait_for_frees();
     let s = fs.engine().space_report();
     s.capacity_blocks.saturating_sub(s.live_blocks) * format::constants::BLOCK_SIZE_BYTES
 }

@@ -264,10 +264,16 @@ impl FileSystem {
         self.core.cache.room_left()
     }
 
+    /// Returns once the files unlinked so far have their blocks freed (the reaper's
+    /// queue, `crate::reap`): the engine's space figures are exact after it.
+    pub fn wait_for_frees(&self) {
+        self.core.reap_all();
+    }
+
     pub fn statfs(&self) -> StatFs {
         // Files unlinked last free their blocks first: df right after an rm shows them
         // free.
-        self.core.reap_all();
+        self.wait_for_frees();
         let space = self.core.engine.space_report();
         let used = self
             .core

@@ -131,6 +131,8 @@ pub fn check_tree(fs: &FileSystem, models: &[&Model], data: bool) -> Result<(), 
             }
         }
     }
+    // Files unlinked last may still hold blocks the reaper frees.
+    fs.wait_for_frees();
     let live: u64 = fs.engine().valid_blocks().iter().sum();
     if live + unwritten != mapped {
         return Err(format!(

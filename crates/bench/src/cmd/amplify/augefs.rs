@@ -83,7 +83,9 @@ impl Subject for Augefs {
     }
 
     fn used_bytes(&self) -> Result<u64, String> {
-        // The live data blocks (statfs's used space also counts the log's reserves).
+        // The live data blocks (statfs's used space also counts the log's reserves),
+        // once the files unlinked last are freed.
+        self.fs().wait_for_frees();
         let live = self.fs().engine().space_report().live_blocks;
         Ok(live * format::constants::BLOCK_SIZE_BYTES)
     }
