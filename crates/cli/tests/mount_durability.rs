@@ -42,14 +42,18 @@ fn check_workload(mnt: &Path) {
     }
 }
 
-/// SIGKILLs the daemon (nothing is unmounted or synced), detaches the dead mount and
-/// mounts the image again.
-fn kill_and_remount(fx: &Fixture) {
+/// SIGKILLs the daemon (nothing is unmounted or synced) and detaches the dead mount.
+fn kill_daemon(fx: &Fixture) {
     let pids = daemons(&fx.mnt);
     assert_eq!(pids.len(), 1);
     sh(&format!("kill -KILL {}", pids[0]), &[]);
     wait_until("the daemon dies", || !alive(pids[0]));
     sh("umount -l \"$MNT\"", &fx.vars());
+}
+
+/// [`kill_daemon`], then mounts the image again.
+fn kill_and_remount(fx: &Fixture) {
+    kill_daemon(fx);
     fx.mount();
 }
 
@@ -82,11 +86,7 @@ fn an_rm_rf_made_durable_then_a_kill_frees_its_files_at_the_next_mount() {
         "rm -rf \"$MNT/d\" \"$MNT/big1\" && sync \"$MNT\"",
         &fx.vars(),
     );
-    let pids = daemons(&fx.mnt);
-    assert_eq!(pids.len(), 1);
-    sh(&format!("kill -KILL {}", pids[0]), &[]);
-    wait_until("the daemon dies", || !alive(pids[0]));
-    sh("umount -l \"$MNT\"", &fx.vars());
+    kill_daemon(&fx);
     fx.fsck_clean();
     fx.mount();
     assert!(!fx.mnt.join("d").exists() && !fx.mnt.join("big1").exists());

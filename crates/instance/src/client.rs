@@ -19,10 +19,6 @@ mod posting;
 mod shared;
 
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
-
-/// Bytes of a file opened for reading that its open's reply may carry (the whole file,
-/// if it has no more): stdio, git and compilers read small files whole at once.
-const PREFETCH_BYTES: u32 = 64 * 1024;
 use crate::forklock::ForkLock;
 use crate::mailbox::Conn;
 use crate::namecache::{Answer, NameCache, Question};
@@ -505,10 +501,11 @@ impl Backend for Remote {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.open_posts();
         }
-        // A small file opened to be read comes with its bytes, kept as a read's.
+        // A small file opened to be read comes with its bytes, kept as a read's (stdio,
+        // git and compilers read small files whole at once).
         let prefetch = match self.cache() {
             Some(_) if self.files.enabled() && flags & libc::O_ACCMODE == libc::O_RDONLY => {
-                PREFETCH_BYTES
+                proto::PREFETCH_MAX
             }
             _ => 0,
         };

@@ -679,11 +679,14 @@ impl Session {
         let quiet = caller.cache.and_then(|(page, _)| page.quiet());
         let found = open_in(&self.fs, caller.creds, start, path, flags, mode)?;
         let mut size = None;
-        if let Ok(m) = self.fs.stat_ino(found.ino) {
-            if let (Some(q), Some((_, table))) = (quiet, caller.cache) {
-                table.fill(Key::Inode(found.ino), q, &m);
+        let table = caller.cache.map(|(_, t)| t).zip(quiet);
+        if table.is_some() || prefetch > 0 {
+            if let Ok(m) = self.fs.stat_ino(found.ino) {
+                if let Some((table, q)) = table {
+                    table.fill(Key::Inode(found.ino), q, &m);
+                }
+                size = Some(m.size);
             }
-            size = Some(m.size);
         }
         if let Some((parent, name)) = &found.created {
             self.tell_named(*parent, name);

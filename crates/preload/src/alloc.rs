@@ -55,15 +55,7 @@ impl Chosen {
             Err(first) => first,
         }
     }
-}
 
-impl Default for Chosen {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Chosen {
     /// The allocator of this process.
     #[inline]
     fn chosen(&self) -> &'static dyn GlobalAlloc {

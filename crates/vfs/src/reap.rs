@@ -3,7 +3,7 @@
 //! closed files an unlink left to it (docs/DESIGN.md §10.4 "Deferred freeing").
 //!
 //! Freeing a file's blocks scans its block index in MetaDB and deletes each mapping,
-//! about two thirds of an unlink of a small file that has blocks (an rm -rf of a
+//! about 40% of the CPU of an unlink of a small file that has blocks (an rm -rf of a
 //! tree). So the last unlink of a closed file with blocks logs, in the file's lane, the
 //! removal of its name and its record with no links and an orphan record (as an
 //! unlink of an open file does), and queues the file here; the reaper deletes the
@@ -13,8 +13,8 @@
 //! Invariants:
 //! - A queued inode is freed only if it still has no link and no handle: one opened
 //!   meanwhile (by inode number) is freed by its last close instead.
-//! - The queue holds at most `crate::shared::REAPS_MAX` inodes; an unlink that finds it full frees
-//!   the file itself.
+//! - The queue holds at most `crate::shared::REAPS_MAX` inodes; an unlink that finds
+//!   it full frees the file itself.
 //! - Whoever needs the space counted right waits for the queue: statfs, a write that
 //!   finds no room, unmount ([`Core::reap_all`]).
 
