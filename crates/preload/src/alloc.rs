@@ -104,10 +104,14 @@ mod tests {
     #[test]
     fn the_first_choice_stays() {
         let c = Chosen::new();
-        let first = c.which();
-        assert!(first == SYSTEM || first == MIMALLOC);
+        let env = c.which();
+        assert!(env == SYSTEM || env == MIMALLOC);
+        // A first choice the environment would not make now (it changed since): a
+        // later decision keeps it, whatever the environment says.
+        let first = if env == SYSTEM { MIMALLOC } else { SYSTEM };
         c.which.store(first, Ordering::Relaxed);
         assert_eq!(c.decide(), first, "a later decision keeps the first");
+        assert_eq!(c.which(), first);
         let layout = Layout::from_size_align(100, 8).expect("layout");
         // SAFETY: a block made and freed by the same allocator, of `layout`.
         unsafe {
