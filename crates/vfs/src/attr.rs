@@ -275,10 +275,7 @@ impl FileSystem {
         // free.
         self.wait_for_frees();
         let space = self.core.engine.space_report();
-        let used = self
-            .core
-            .inodes_used
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let used = self.core.inode_count.used();
         let free = space.room_blocks();
         assert!(free <= space.area_blocks(), "free within the area");
         StatFs {

@@ -221,14 +221,6 @@ impl Core {
     /// Counts an inode whose creating batch was logged (or, with `-1`, one whose
     /// deletion is in a batch).
     pub(crate) fn count_inodes(&self, delta: i64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if delta >= 0 {
-            self.inodes_used.fetch_add(delta.unsigned_abs(), Relaxed);
-        } else {
-            // Saturating: a count left low by a failed batch never wraps.
-            let _ = self.inodes_used.fetch_update(Relaxed, Relaxed, |n| {
-                Some(n.saturating_sub(delta.unsigned_abs()))
-            });
-        }
+        self.inode_count.add(delta);
     }
 }

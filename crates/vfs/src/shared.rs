@@ -37,11 +37,8 @@ pub(crate) struct Core {
     /// a member of that lane's domain ([`Core::record_in`]).
     pub create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     pub cache: Arc<Cache>,
-    /// Inodes in use (statfs's `f_files - f_ffree`): counted at mount, then kept by
-    /// creates (once their batch is logged) and deletions (once their records are in
-    /// the batch that deletes them: a batch that then fails leaves the count one low
-    /// until the next mount, a figure for df, never used to decide anything).
-    pub inodes_used: std::sync::atomic::AtomicU64,
+    /// Inodes in use (statfs's `f_files - f_ffree`, `crate::inode_count`).
+    pub inode_count: crate::inode_count::InodeCount,
     /// Inodes left to the reaper (`crate::reap`).
     pub reaps: Reaps,
 }

@@ -51,17 +51,26 @@ impl Store<'_> {
         }
     }
 
-    /// How many inode records there are (one scan of the inode keys, whose tag no
-    /// other record shares: a mount's count, kept by creates and deletions after).
-    pub fn inode_count(&self) -> Result<u64, VfsError> {
+    /// How many inode records `snapshot` holds (one scan of the inode keys, whose tag no
+    /// other record shares: `crate::inode_count`); `None` if `stop` was set meanwhile.
+    pub fn inode_count(
+        &self,
+        snapshot: &metadb::db::Snapshot,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<u64>, VfsError> {
         let start = [records::INODE_TAG];
         let end = [records::INODE_TAG + 1];
         let mut count = 0;
-        for item in self.db.range(&start, Some(&end), None)? {
+        for item in self.db.range(&start, Some(&end), Some(snapshot))? {
             item?;
             count += 1;
+            if count % crate::inode_count::STOP_CHECK_EVERY == 0
+                && stop.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Ok(None);
+            }
         }
-        Ok(count)
+        Ok(Some(count))
     }
 
     /// How many inodes there are of each kind, by on-disk `kind` (index 0 unused).

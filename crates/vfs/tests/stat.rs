@@ -1,10 +1,12 @@
 //! What `stat`/`statx` report beyond the model's fields: birth, change and modification
-//! times as operations move them, the block size, rdev and the statx mask.
+//! times as operations move them, the block size, rdev and the statx mask; and statfs's
+//! inode count, which a mount's background scan and the changes since make up.
 
 use engine::log::{EngineConfig, EngineEnv};
 use platform::ManualClock;
 use std::sync::Arc;
 use testsupport::image::memory_image;
+use testsupport::mount::mount;
 use vfs::{FileSystem, Metadata, OpenOptions};
 
 #[test]
@@ -54,5 +56,45 @@ fn statx_fields_follow_the_operations() {
         .unwrap();
     assert_eq!(fs.metadata("/g").unwrap().btime_ns, born);
     drop(f);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+}
+
+/// Files made before the mount are counted by the mount's background scan, files made
+/// and removed while it runs by the changes since: statfs's count is exact, neither
+/// twice (a scan of the live state would also meet the new files, numbered above the
+/// old) nor short (nor meet the removed ones first).
+#[test]
+fn statfs_counts_inodes_made_before_and_while_the_mount_counts() {
+    const BEFORE: u64 = 20_000;
+    const MADE: u64 = 300;
+    const REMOVED: u64 = 200;
+    let dev = memory_image(256 << 20, 2);
+    let fs = mount(&dev);
+    fs.create_dir("/d", 0o755).unwrap();
+    for i in 0..BEFORE {
+        fs.make_node(&format!("/d/{i}"), libc::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+
+    let fs = mount(&dev);
+    // Removed from the end (the newest inode numbers, last in the scan) and made anew
+    // while the count runs.
+    for i in 0..MADE.max(REMOVED) {
+        if i < REMOVED {
+            fs.remove_file(&format!("/d/{}", BEFORE - 1 - i)).unwrap();
+        }
+        if i < MADE {
+            fs.make_node(&format!("/d/new{i}"), libc::S_IFREG | 0o644, 0)
+                .unwrap();
+        }
+    }
+    let st = fs.statfs();
+    // The root, /d and the files.
+    assert_eq!(st.files - st.files_free, 2 + BEFORE + MADE - REMOVED);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    let fs = mount(&dev);
+    let st = fs.statfs();
+    assert_eq!(st.files - st.files_free, 2 + BEFORE + MADE - REMOVED);
     Arc::into_inner(fs).unwrap().unmount().unwrap();
 }
