@@ -23,6 +23,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod augefs;
+mod child;
 mod cmd;
 mod cpu;
 mod fio;
@@ -85,6 +86,12 @@ enum Command {
     Report(cmd::report::Args),
     /// IO amplification (io-amplification.txt's workloads) beside ext2/ext4/xfs/btrfs.
     Amplify(cmd::amplify::Args),
+    /// The whole file system's recovery after a crash at scale: a child writes small
+    /// fsync'd files and logs, is killed, and the mount is timed with its breakdown.
+    Recovery(cmd::recovery::Args),
+    /// The process `recovery` crashes (not for direct use).
+    #[command(hide = true)]
+    RecoveryChild(cmd::recovery::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +105,8 @@ fn main() -> ExitCode {
         Command::FsWorker(args) => cmd::bench_fs::worker(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Amplify(args) => cmd::amplify::run(args),
+        Command::Recovery(args) => cmd::recovery::run(args),
+        Command::RecoveryChild(args) => cmd::recovery::child(args),
     };
     // A signal's undo runs on its own thread; let it finish and exit with 128 + signal.
     interrupt::wait_if_interrupted();

@@ -80,6 +80,9 @@ pub struct FileSystem {
     /// The reaper of unlinked files' blocks (`crate::reap`; drained by unmount, stopped
     /// by drop).
     reaper: Mutex<Option<crate::reap::Reaper>>,
+    /// The scan that counts the inodes (`crate::inode_count`; stopped by unmount and
+    /// drop).
+    counter: Mutex<Option<crate::inode_count::Counter>>,
     /// The background commit, if asked for (stopped by unmount and drop).
     committer: Mutex<Option<crate::commit::Committer>>,
     /// The background read-ahead, unless configured off (stopped by unmount and drop).
@@ -87,6 +90,18 @@ pub struct FileSystem {
     /// Held while this instance serves its image to programs (device::holder), from
     /// `crate::image::open_image` until [`FileSystem::stop_serving`] or the end.
     serving: Mutex<Option<device::holder::Mark>>,
+    /// What the mount did after the engine's part (set once, by the mount).
+    mounted: std::sync::OnceLock<MountFacts>,
+}
+
+/// The file system's part of a mount, after the engine's
+/// ([`engine::log::MountReport`]): times by the engine's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MountFacts {
+    /// Files unlinked while open (or queued for freeing) when the image was last in use,
+    /// freed by this mount.
+    pub orphans_freed: u64,
+    pub orphans_ns: u64,
 }
 
 impl Drop for FileSystem {
@@ -94,6 +109,7 @@ impl Drop for FileSystem {
     /// table kept for them may go).
     fn drop(&mut self) {
         self.set_commit_interval(None);
+        self.stop_counter();
         self.stop_reaper();
         self.stop_flusher();
         self.stop_readahead();
@@ -135,7 +151,7 @@ impl FileSystem {
             record_lanes: Mutex::new(HashMap::new()),
             create_lanes: Mutex::new(HashMap::new()),
             cache: page_cache,
-            inodes_used: std::sync::atomic::AtomicU64::new(0),
+            inode_count: Default::default(),
             reaps: crate::shared::Reaps::default(),
         });
         core.refresh_room();
@@ -158,10 +174,12 @@ impl FileSystem {
             leases: crate::leases::Leases::default(),
             flusher: Mutex::new(flusher),
             reaper: Mutex::new(Some(reaper)),
+            counter: Mutex::new(None),
             committer: Mutex::new(None),
             root: std::sync::OnceLock::new(),
             readahead,
             serving: Mutex::new(None),
+            mounted: std::sync::OnceLock::new(),
         };
         if fs.core.store().inode(ROOT)?.is_none() {
             let now = fs.now();
@@ -174,12 +192,15 @@ impl FileSystem {
         }
         let root = fs.handle(ROOT)?;
         fs.root.set(root).expect("the root handle is set once");
-        fs.reap_orphans()?;
-        let used = fs.core.store().inode_count()?;
-        assert!(used >= 1, "the root directory is counted");
-        fs.core
-            .inodes_used
-            .store(used, std::sync::atomic::Ordering::Relaxed);
+        let started = fs.core.clock.now_ns();
+        let orphans_freed = fs.reap_orphans()?;
+        let facts = MountFacts {
+            orphans_freed,
+            orphans_ns: fs.core.clock.now_ns().saturating_sub(started),
+        };
+        *fs.counter.lock().expect("counter lock") =
+            Some(crate::inode_count::Counter::start(fs.core.clone()));
+        fs.mounted.set(facts).expect("a mount's facts are set once");
         Ok(fs)
     }
 
@@ -194,6 +215,7 @@ impl FileSystem {
         self.set_commit_interval(None);
         // The files unlinked last are freed now, not left to the next mount.
         self.core.reap_all();
+        self.stop_counter();
         self.stop_reaper();
         self.stop_flusher();
         self.stop_readahead();
@@ -228,6 +250,12 @@ impl FileSystem {
     fn stop_readahead(&self) {
         if let Some(r) = &self.readahead {
             r.stop();
+        }
+    }
+
+    fn stop_counter(&self) {
+        if let Some(c) = self.counter.lock().expect("counter lock").take() {
+            c.stop();
         }
     }
 
@@ -283,6 +311,12 @@ impl FileSystem {
     /// Page-cache counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.core.cache.stats()
+    }
+
+    /// What this mount found and did after the engine's part
+    /// (`self.engine().mount_report()`).
+    pub fn mount_facts(&self) -> MountFacts {
+        self.mounted.get().copied().unwrap_or_default()
     }
 
     pub fn engine(&self) -> &Engine {

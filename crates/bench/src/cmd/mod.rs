@@ -5,4 +5,5 @@ pub mod bench_device;
 pub mod bench_engine;
 pub mod bench_fs;
 pub mod bench_metadb;
+pub mod recovery;
 pub mod report;

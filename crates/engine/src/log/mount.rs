@@ -32,6 +32,8 @@ impl Engine {
     /// Mounts the image on `env.device`: recovers MetaDB (dropping WAL records whose
     /// data never reached the device), then rebuilds each domain from its records.
     pub fn open(env: EngineEnv, config: EngineConfig) -> Result<Engine, EngineError> {
+        let clock = env.clock.clone();
+        let started = clock.now_ns();
         let device = env.device.clone();
         // This build writes WAL records older code would take for an empty log: make such
         // code refuse the image first (a no-op on images made since).
@@ -61,6 +63,10 @@ impl Engine {
         let mut domains = Vec::new();
         let mut report = MountReport::default();
         let mut failed: Option<EngineError> = None;
+        let metadb_started = clock.now_ns();
+        report.timings.superblock_ns = metadb_started.saturating_sub(started);
+        // (when the rebuild started, when it ended)
+        let mut rebuild = (metadb_started, metadb_started);
         let opened = MetaDb::open_then(
             MetaDbEnv {
                 device: device.clone(),
@@ -71,6 +77,7 @@ impl Engine {
             },
             metadb_config,
             &mut |db| {
+                rebuild.0 = clock.now_ns();
                 let rebuilt = space
                     .claim_result()
                     .map_err(EngineError::from)
@@ -84,6 +91,7 @@ impl Engine {
                             &mut report,
                         )
                     });
+                rebuild.1 = clock.now_ns();
                 match rebuilt {
                     Ok(d) => {
                         domains = d;
@@ -106,6 +114,9 @@ impl Engine {
         };
         space.claim_result()?;
         report.replay = hooks.replay.lock().expect("replay report").clone();
+        report.timings.replay_ns = rebuild.0.saturating_sub(metadb_started);
+        report.timings.domains_ns = rebuild.1.saturating_sub(rebuild.0);
+        report.timings.finish_ns = clock.now_ns().saturating_sub(rebuild.1);
         hooks.set_trackers(domains.iter().map(|d| d.tracker.clone()).collect());
         let (global_seq, _) = slot_state(&slots, CheckpointOwner::Global)?;
         Ok(Engine {

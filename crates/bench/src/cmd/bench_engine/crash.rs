@@ -31,11 +31,12 @@ use platform::units::{human, parse_size};
 use platform::{IoCause, SystemClock};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::child::CrashChild;
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Threads of the child, one file each (the "4 threads").
@@ -130,17 +131,6 @@ fn child_appends(
     Ok(())
 }
 
-/// Kills and reaps the child when dropped, whatever happened.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        // Already dead and reaped in the ordinary course; errors say only that.
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// What the child acknowledged before it died.
 #[derive(Debug, Default)]
 struct Crash {
@@ -176,49 +166,19 @@ fn crash(args: &Args, setup: &Setup, run: u32) -> Result<Crash, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
     let limit = args.crash_size + args.crash_size / 4;
     let image = setup.image.to_string_lossy().into_owned();
-    let spawned = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["engine-crash-child", "--image", &image, "--backend"])
         .arg(args.common.backend.name())
         .args(["--threads", &CRASH_THREADS.to_string()])
         .args(["--write-size", &CRASH_WRITE_BYTES.to_string()])
-        .args(["--limit", &limit.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("starting the crash child: {e}"))?;
-    let mut child = ChildGuard(spawned);
-    let stdout = child.0.stdout.take().expect("piped");
-    let mut stderr = child.0.stderr.take().expect("piped");
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // Read so that the pipe never fills and blocks the child.
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
+        .args(["--limit", &limit.to_string()]);
+    let mut child = CrashChild::spawn(command, "crash child")?;
     let mut crash = Crash::default();
     let mut mounted_at = None;
     let mut killed = false;
     let mut next_progress = 1u64 << 28;
-    loop {
-        let line = match lines.recv_timeout(STALL_TIMEOUT) {
-            Ok(line) => line.map_err(|e| format!("reading the crash child: {e}"))?,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Err(format!(
-                    "the crash child printed nothing for {} s",
-                    STALL_TIMEOUT.as_secs()
-                ))
-            }
-        };
+    while let Some(line) = child.next_line(STALL_TIMEOUT)? {
         if line == "mounted" {
             mounted_at = Some(Instant::now());
             continue;
@@ -236,19 +196,12 @@ fn crash(args: &Args, setup: &Setup, run: u32) -> Result<Crash, String> {
             next_progress += 1 << 28;
         }
         if done >= args.crash_size && !killed {
-            child
-                .0
-                .kill()
-                .map_err(|e| format!("killing the crash child: {e}"))?;
+            child.kill()?;
             killed = true;
             crash.appending_ns = mounted_at.map_or(0, |t| t.elapsed().as_nanos() as u64);
         }
     }
-    let status = child
-        .0
-        .wait()
-        .map_err(|e| format!("waiting for the crash child: {e}"))?;
-    let errors = errors.join().unwrap_or_default();
+    let (status, errors) = child.finish()?;
     if !killed {
         return Err(format!(
             "the crash child ended before it was killed ({status}): {}",
