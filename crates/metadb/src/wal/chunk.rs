@@ -112,6 +112,9 @@ pub(super) fn scan(
         header_copies,
         live: Vec::new(),
     };
+    // Every live chunk first (headers only), then their reads in batches, parsed in
+    // order: a chunk's records reach the collector in the region's order either way.
+    let mut found = Vec::new();
     let mut unit = 1u32;
     while unit < units {
         let Some((header, crc)) = heads[unit as usize] else {
@@ -135,16 +138,31 @@ pub(super) fn scan(
                 ),
             ));
         }
-        let offset = region.start_byte() + u64::from(unit) * UNIT_BYTES;
-        let len = header.unit_count as usize * UNIT_BYTES as usize;
-        let buf = device.read(offset, AlignedBuf::scratch(len), IoCause::Wal)?;
-        parse_chunk(&buf, &header, crc, collector)?;
+        found.push((header, crc));
         scan.live.push(LiveChunk {
             unit,
             units: header.unit_count,
             generation: header.generation,
         });
         unit += header.unit_count;
+    }
+    for batch in found.chunks(SCAN_BATCH_READS_MAX) {
+        let requests = batch
+            .iter()
+            .map(|(header, _)| {
+                let offset = region.start_byte() + u64::from(header.unit_index) * UNIT_BYTES;
+                let len = header.unit_count as usize * UNIT_BYTES as usize;
+                IoRequest::read(offset, AlignedBuf::scratch(len), IoCause::Wal)
+            })
+            .collect();
+        for ((header, crc), completion) in batch.iter().zip(device.run(requests)?) {
+            completion.result?;
+            let buf = completion
+                .request
+                .into_buf()
+                .expect("a read returns its buffer");
+            parse_chunk(&buf, header, *crc, collector)?;
+        }
     }
     Ok(scan)
 }
