@@ -93,9 +93,9 @@ fn validate(args: &Args) -> Result<(), String> {
     }
     check_image_size(args.image_bytes())?;
     // The child may issue a quarter more than it is killed at, and MetaDB needs room.
-    if args.image_bytes() < args.bytes / 4 * 5 + (1 << 30) {
+    if args.image_bytes() < args.bytes / 4 * 5 + (256 << 20) {
         return Err(format!(
-            "--image-size {} is too small for --bytes {}: give at least 1.25 x --bytes + 1 GiB",
+            "--image-size {} is too small for --bytes {}: give at least 1.25 x --bytes + 256 MiB",
             human(args.image_bytes()),
             human(args.bytes)
         ));
