@@ -47,6 +47,7 @@ pub fn have_program(program: &str) -> bool {
 /// The block layer's counters of a device since it appeared.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BlockStat {
+    pub read_requests: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub write_requests: u64,
@@ -56,13 +57,15 @@ pub struct BlockStat {
 
 impl BlockStat {
     /// Parses `/sys/block/<dev>/stat`: fields 3 and 7 are sectors read and written
-    /// (512 B each), field 5 write requests, field 16 flush requests (Linux 5.5+).
+    /// (512 B each), fields 1 and 5 read and write requests, field 16 flush requests
+    /// (Linux 5.5+).
     pub fn parse(stat: &str) -> Option<BlockStat> {
         let fields: Vec<u64> = stat
             .split_whitespace()
             .map(|f| f.parse().ok())
             .collect::<Option<_>>()?;
         Some(BlockStat {
+            read_requests: *fields.first()?,
             read_bytes: *fields.get(2)? * 512,
             write_bytes: *fields.get(6)? * 512,
             write_requests: *fields.get(4)?,

@@ -49,6 +49,23 @@ impl Common {
     }
 }
 
+/// Parses a count with an optional decimal suffix: `20000`, `100K`, `10M`, `1G`.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1_000),
+        Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
+        Some((i, 'g' | 'G')) => (&t[..i], 1_000_000_000),
+        _ => (t, 1),
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid count {text:?}: expected a number like 20000 or 10M"))?;
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("count {text:?} is too large"))
+}
+
 pub fn check_image_size(bytes: u64) -> Result<(), String> {
     if bytes % (1 << 20) != 0 {
         return Err("--image-size must be a multiple of 1 MiB".to_string());

@@ -26,7 +26,7 @@
 mod case;
 mod filebench;
 mod interposer;
-mod ops;
+pub(crate) mod ops;
 mod report;
 mod target;
 mod workload;

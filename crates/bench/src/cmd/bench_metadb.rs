@@ -47,7 +47,7 @@ mod subject;
 mod workload;
 
 use crate::image::DeviceFacts;
-use crate::options::{check_image_size, check_seconds, check_threads, Common};
+use crate::options::{check_image_size, check_seconds, check_threads, parse_count, Common};
 use crate::pmr::{EmulatedPmr, PmrArgs};
 use crate::scratch::Scratch;
 use crate::threads::Limit;
@@ -135,23 +135,6 @@ pub enum FigureSet {
     Put,
     Get,
     Recovery,
-}
-
-/// Parses a count with an optional decimal suffix: `20000`, `100K`, `10M`, `1G`.
-fn parse_count(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (number, scale) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1_000),
-        Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
-        Some((i, 'g' | 'G')) => (&t[..i], 1_000_000_000),
-        _ => (t, 1),
-    };
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid count {text:?}: expected a number like 20000 or 10M"))?;
-    value
-        .checked_mul(scale)
-        .ok_or_else(|| format!("count {text:?} is too large"))
 }
 
 /// MetaDB tables take about this many bytes per loaded key (24-byte key, 100-byte
