@@ -80,6 +80,19 @@ pub fn drop_caches() -> Result<(), String> {
 
 /// Bytes in use on the file system holding `dir` (statvfs).
 pub fn used_bytes(dir: &Path) -> Result<u64, String> {
+    let st = statvfs(dir)?;
+    Ok((st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64)
+}
+
+/// The size of the file system holding `dir`, and the bytes an unprivileged writer may
+/// still take (statvfs's `f_blocks` and `f_bavail`).
+pub fn space(dir: &Path) -> Result<(u64, u64), String> {
+    let st = statvfs(dir)?;
+    let unit = st.f_frsize as u64;
+    Ok((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+}
+
+fn statvfs(dir: &Path) -> Result<libc::statvfs, String> {
     let path = std::ffi::CString::new(path_str(dir)?).map_err(|e| e.to_string())?;
     // SAFETY: struct statvfs is plain integers, for which all zeros is valid.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -93,7 +106,7 @@ pub fn used_bytes(dir: &Path) -> Result<u64, String> {
             std::io::Error::last_os_error()
         ));
     }
-    Ok((st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64)
+    Ok(st)
 }
 
 #[cfg(test)]

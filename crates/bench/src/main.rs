@@ -89,6 +89,9 @@ enum Command {
     /// The whole file system's recovery after a crash at scale: a child writes small
     /// fsync'd files and logs, is killed, and the mount is timed with its breakdown.
     Recovery(cmd::recovery::Args),
+    /// The standard workloads on a fresh file system and on the same one aged (filled
+    /// to 90%, then files deleted and rewritten), beside kernel file systems.
+    Aged(cmd::aged::Args),
     /// Millions of files: creates by window, then a cold mount and random stats and
     /// reads, beside kernel file systems.
     Files(cmd::files::Args),
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Amplify(args) => cmd::amplify::run(args),
         Command::Recovery(args) => cmd::recovery::run(args),
         Command::Files(args) => cmd::files::run(args),
+        Command::Aged(args) => cmd::aged::run(args),
         Command::RecoveryChild(args) => cmd::recovery::child(args),
     };
     // A signal's undo runs on its own thread; let it finish and exit with 128 + signal.

@@ -23,13 +23,13 @@
 //! - Image files carry the process id and are removed at the end (also after an error)
 //!   unless `--keep`; mounts, daemons and loop devices are undone by guards.
 
-mod case;
-mod filebench;
+pub(crate) mod case;
+pub(crate) mod filebench;
 mod interposer;
 pub(crate) mod ops;
 mod report;
 mod target;
-mod workload;
+pub(crate) mod workload;
 
 pub use interposer::{worker, WorkerArgs};
 pub use report::plot_file_name;

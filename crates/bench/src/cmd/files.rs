@@ -17,7 +17,7 @@
 //! - Images carry the process id and are removed at the end unless `--keep`; loop
 //!   devices and mounts are undone by guards (also on a signal).
 
-mod target;
+pub(crate) mod target;
 
 use crate::goal::Goal;
 use crate::kernelfs::KERNEL_FS;

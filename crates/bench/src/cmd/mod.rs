@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod aged;
 pub mod amplify;
 pub mod bench_device;
 pub mod bench_engine;

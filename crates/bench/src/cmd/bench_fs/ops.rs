@@ -44,6 +44,61 @@ pub trait Fs: Sync {
     fn fsync_dir(&self, path: &str) -> Result<(), String>;
     /// Makes everything durable (sync of the whole file system).
     fn sync(&self) -> Result<(), String>;
+    /// Removes the directory `path` and everything under it.
+    fn remove_all(&self, path: &str) -> Result<(), String>;
+}
+
+/// The tree under directory `dir` of another [`Fs`], as a file system of its own: how
+/// a benchmark runs workloads side by side on one file system.
+pub struct Within<'a> {
+    pub fs: &'a dyn Fs,
+    pub dir: String,
+}
+
+impl Within<'_> {
+    fn at(&self, path: &str) -> String {
+        if path.is_empty() {
+            self.dir.clone()
+        } else {
+            format!("{}/{path}", self.dir)
+        }
+    }
+}
+
+impl Fs for Within<'_> {
+    fn mkdir(&self, path: &str) -> Result<(), String> {
+        self.fs.mkdir(&self.at(path))
+    }
+    fn rmdir(&self, path: &str) -> Result<(), String> {
+        self.fs.rmdir(&self.at(path))
+    }
+    fn create(&self, path: &str) -> Result<Box<dyn FileOps>, String> {
+        self.fs.create(&self.at(path))
+    }
+    fn open(&self, path: &str, write: bool) -> Result<Box<dyn FileOps>, String> {
+        self.fs.open(&self.at(path), write)
+    }
+    fn unlink(&self, path: &str) -> Result<(), String> {
+        self.fs.unlink(&self.at(path))
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), String> {
+        self.fs.rename(&self.at(from), &self.at(to))
+    }
+    fn stat(&self, path: &str) -> Result<u64, String> {
+        self.fs.stat(&self.at(path))
+    }
+    fn readdir(&self, path: &str) -> Result<usize, String> {
+        self.fs.readdir(&self.at(path))
+    }
+    fn fsync_dir(&self, path: &str) -> Result<(), String> {
+        self.fs.fsync_dir(&self.at(path))
+    }
+    fn sync(&self) -> Result<(), String> {
+        self.fs.sync()
+    }
+    fn remove_all(&self, path: &str) -> Result<(), String> {
+        self.fs.remove_all(&self.at(path))
+    }
 }
 
 /// augefs through the vfs Rust API.
@@ -161,6 +216,32 @@ impl Fs for ApiFs {
     fn sync(&self) -> Result<(), String> {
         self.fs.sync().map_err(|e| api_err("sync", e))
     }
+
+    fn remove_all(&self, path: &str) -> Result<(), String> {
+        let mut dirs = vec![abs(path)];
+        // Directories in the order met: removed deepest first once emptied.
+        let mut met = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in self.fs.read_dir(&dir).map_err(|e| api_err(&dir, e))? {
+                if entry.name == b"." || entry.name == b".." {
+                    continue;
+                }
+                let child = format!("{dir}/{}", String::from_utf8_lossy(&entry.name));
+                if entry.kind == vfs::Kind::Dir {
+                    dirs.push(child);
+                } else {
+                    self.fs
+                        .remove_file(&child)
+                        .map_err(|e| api_err(&child, e))?;
+                }
+            }
+            met.push(dir);
+        }
+        for dir in met.iter().rev() {
+            self.fs.remove_dir(dir).map_err(|e| api_err(dir, e))?;
+        }
+        Ok(())
+    }
 }
 
 /// A directory tree through std::fs.
@@ -270,6 +351,10 @@ impl Fs for PosixFs {
                 Err(std::io::Error::last_os_error())
             }
         })
+    }
+
+    fn remove_all(&self, path: &str) -> Result<(), String> {
+        self.call(path, |p| std::fs::remove_dir_all(p))
     }
 }
 

@@ -163,6 +163,19 @@ impl Target {
         }
     }
 
+    /// The file system's size and the bytes writers may still take, as statfs says.
+    pub fn space(&self) -> Result<(u64, u64), String> {
+        match self {
+            Target::Augefs { api: Some(api), .. } => {
+                let st = api.fs.statfs();
+                let unit = u64::from(st.block_size);
+                Ok((st.blocks * unit, st.blocks_free * unit))
+            }
+            Target::Kernel { posix, .. } => kernelfs::space(&posix.root),
+            Target::Augefs { .. } => Err("the target is not mounted".into()),
+        }
+    }
+
     /// Bytes the file system says are in use.
     pub fn used_bytes(&self) -> Result<u64, String> {
         match self {
