@@ -293,6 +293,40 @@ fn versions_of_one_key_never_straddle_tables() {
     db.close().unwrap();
 }
 
+/// One key rewritten far more times than a table holds, within one memtable (an
+/// inode's size at each append + fsync): the flush keeps the versions a reader can see
+/// (the newest, and the newest each snapshot sees), not all of them, so it fits a table;
+/// every snapshot still reads its version. Keeping every version made the flush panic.
+#[test]
+fn a_key_rewritten_many_times_in_one_memtable_flushes_into_one_table() {
+    let geometry = Geometry::compute(512 * MIB, 1).unwrap();
+    let device = Arc::new(Device::new(Box::new(MemoryBackend::new(512 * MIB, 512))));
+    let mut config = small_config();
+    config.memtable_bytes = 4 << 20;
+    config.table.table_bytes_max = 16 << 10;
+    let db = MetaDb::open(env(device, geometry), config).unwrap();
+    let mut snaps = Vec::new();
+    // 2,000 versions of 100 bytes: about 260 KiB, sixteen tables' worth.
+    for i in 0..2000u32 {
+        db.put(b"inode:7", &[(i % 251) as u8; 100], Durability::Buffered)
+            .unwrap();
+        if i % 500 == 0 {
+            snaps.push((i, db.snapshot()));
+        }
+    }
+    db.flush().unwrap();
+    assert_eq!(db.get(b"inode:7").unwrap(), Some(vec![(1999 % 251) as u8; 100]));
+    for (i, snap) in &snaps {
+        assert_eq!(
+            db.get_at(b"inode:7", snap).unwrap(),
+            Some(vec![(i % 251) as u8; 100]),
+            "the version snapshot {i} saw"
+        );
+    }
+    drop(snaps);
+    db.close().unwrap();
+}
+
 /// Eight threads write their own keys (and shared keys under a lock, as the file system
 /// does with inode locks) while background flush and compaction run and readers scan;
 /// afterwards, and after a reopen, the database equals the merged model.

@@ -94,19 +94,45 @@ impl TableSink<'_> {
     }
 }
 
-/// Which versions a merge keeps.
-#[derive(Debug, Clone, Copy)]
+/// Which versions a merge (a flush or a compaction) keeps: of each key, the newest
+/// version, and for each live snapshot the newest version it sees; no other reader can
+/// see any other version (a snapshot taken later sees at least the newest). A flush
+/// that kept every version wrote a table per key that was rewritten tens of thousands
+/// of times in one memtable (an inode's size at each append + fsync), past a table's
+/// size on small images.
+#[derive(Debug, Clone)]
 struct DropRule {
-    /// Versions shadowed by a newer version visible to every snapshot are dropped.
-    oldest_snapshot: Seq,
+    /// Live snapshots, ascending.
+    snapshots: Vec<Seq>,
     /// Tombstones visible to every snapshot are dropped (no older data lies below).
     drop_tombstones: bool,
 }
 
-impl Inner {
+impl DropRule {
+    /// Whether the version `seq` of a key, whose next newer version is `newer`, is the
+    /// newest version some reader sees: the present (no newer version) or a snapshot in
+    /// `seq..newer`.
+    fn visible(&self, seq: Seq, newer: Option<Seq>) -> bool {
+        let Some(newer) = newer else {
+            return true;
+        };
+        let first = self.snapshots.partition_point(|&s| s < seq);
+        self.snapshots.get(first).is_some_and(|&s| s < newer)
+    }
+
     fn oldest_snapshot(&self) -> Seq {
+        self.snapshots.first().copied().unwrap_or(Seq::MAX)
+    }
+}
+
+impl Inner {
+    /// The rule of a merge starting now.
+    fn drop_rule(&self, drop_tombstones: bool) -> DropRule {
         let snapshots = self.snapshots.lock().expect("snapshots lock");
-        snapshots.keys().next().copied().unwrap_or(Seq::MAX)
+        DropRule {
+            snapshots: snapshots.keys().copied().collect(),
+            drop_tombstones,
+        }
     }
 
     /// Writes the entries of `input` into tables of at most one segment each, then
@@ -203,15 +229,13 @@ impl Inner {
                 have_key = true;
                 previous_seq = None;
             }
-            let keep = match rule {
+            let keep = match &rule {
                 None => true,
                 Some(rule) => {
-                    // A newer version every snapshot sees hides this one from everyone.
-                    let shadowed = previous_seq.is_some_and(|newer| newer <= rule.oldest_snapshot);
                     let dead_tombstone = kind == ValueKind::Delete
                         && rule.drop_tombstones
-                        && seq <= rule.oldest_snapshot;
-                    !shadowed && !dead_tombstone
+                        && seq <= rule.oldest_snapshot();
+                    rule.visible(seq, previous_seq) && !dead_tombstone
                 }
             };
             previous_seq = Some(seq);
@@ -367,7 +391,8 @@ impl Inner {
                 iter.next()?;
             }
         }
-        let added = self.write_tables(&mut iter, None, IoCause::Table)?;
+        let rule = self.drop_rule(false);
+        let added = self.write_tables(&mut iter, Some(rule), IoCause::Table)?;
         let mut edit = VersionEdit {
             added: added.iter().map(|h| (0, h.table.meta().clone())).collect(),
             flushed_generation: Some(mem.generation()),
@@ -441,10 +466,12 @@ impl Inner {
                     (lo, hi)
                 });
             let (smallest, largest) = (smallest.expect("inputs"), largest.expect("inputs"));
-            let rule = DropRule {
-                oldest_snapshot: self.oldest_snapshot(),
-                drop_tombstones: is_bottommost(&summary, pick.output_level, &smallest, &largest),
-            };
+            let rule = self.drop_rule(is_bottommost(
+                &summary,
+                pick.output_level,
+                &smallest,
+                &largest,
+            ));
             let mut merged = MergingIterator::new(children);
             added = self.write_tables(&mut merged, Some(rule), IoCause::Compaction)?;
             edit.added = added
@@ -462,5 +489,38 @@ impl Inner {
         drop(sv);
         self.install(&edit, &added, None);
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_is_kept_when_some_reader_sees_it_newest() {
+        let rule = |snapshots: &[Seq]| DropRule {
+            snapshots: snapshots.to_vec(),
+            drop_tombstones: false,
+        };
+        // (snapshots, version, its next newer version, kept)
+        let cases: [(&[Seq], Seq, Option<Seq>, bool); 8] = [
+            (&[], 5, None, true),
+            (&[], 5, Some(9), false),
+            (&[5], 5, Some(9), true),
+            (&[8], 5, Some(9), true),
+            (&[9], 5, Some(9), false),
+            (&[4], 5, Some(9), false),
+            (&[2, 12], 5, Some(9), false),
+            (&[2, 7, 12], 5, Some(9), true),
+        ];
+        for (snapshots, seq, newer, kept) in cases {
+            assert_eq!(
+                rule(snapshots).visible(seq, newer),
+                kept,
+                "snapshots {snapshots:?}, version {seq}, newer {newer:?}"
+            );
+        }
+        assert_eq!(rule(&[]).oldest_snapshot(), Seq::MAX);
+        assert_eq!(rule(&[3, 8]).oldest_snapshot(), 3);
     }
 }
