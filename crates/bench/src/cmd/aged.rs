@@ -21,7 +21,7 @@
 
 use super::bench_fs::case::{parse_cases, Case, Kind, BLOCK_BYTES};
 use super::bench_fs::filebench::Scale;
-use super::bench_fs::ops::{Fs, Within};
+use super::bench_fs::ops::Within;
 use super::bench_fs::workload::{self, Sizes, Spec};
 use super::files::target::{Skip, Target};
 use crate::goal::Goal;
@@ -31,6 +31,10 @@ use crate::stats::spread;
 use platform::units::{human, parse_size};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+
+/// Files aging writes between two looks at statfs (about 32 MiB: the estimate between
+/// them leaves out metadata and the log's overheads).
+const AGE_STATFS_EVERY: u64 = 32;
 
 /// Sizes of the files aging writes: 4 KiB to 4 MiB, a power of 4 each.
 const AGE_SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20];
@@ -201,7 +205,7 @@ fn measure(args: &Args, cases: &[Case], name: &str, image: &Path) -> Result<Figu
         }
     };
     eprintln!("augefs: {name}: the workloads on the fresh file system");
-    figures.fresh = workloads(args, cases, target.fs()?, "fresh")?;
+    figures.fresh = workloads(args, cases, &target, "fresh")?;
     let (files, written) = age(args, &target)?;
     figures.aged_files = files;
     figures.aged_written = written;
@@ -212,18 +216,33 @@ fn measure(args: &Args, cases: &[Case], name: &str, image: &Path) -> Result<Figu
         human(written),
         figures.aged_used_percent
     );
-    figures.aged = workloads(args, cases, target.fs()?, "aged")?;
+    figures.aged = workloads(args, cases, &target, "aged")?;
     target.finish()?;
     Ok(figures)
 }
 
 /// Every workload `--runs` times, each run in a directory of its own removed after it;
 /// ops/s per workload and run.
-fn workloads(args: &Args, cases: &[Case], fs: &dyn Fs, phase: &str) -> Result<Vec<Vec<f64>>, String> {
+fn workloads(
+    args: &Args,
+    cases: &[Case],
+    target: &Target,
+    phase: &str,
+) -> Result<Vec<Vec<f64>>, String> {
+    let fs = target.fs()?;
     let mut rates = vec![Vec::new(); cases.len()];
     for run in 0..args.runs {
         for (i, case) in cases.iter().enumerate() {
             let dir = format!("{phase}-{run}-{i}");
+            let (size, available) = target.space()?;
+            eprintln!(
+                "augefs: {phase} run {}/{}: {} ({} of {} available)",
+                run + 1,
+                args.runs,
+                case.name(),
+                human(available),
+                human(size)
+            );
             fs.mkdir(&dir)?;
             let within = Within { fs, dir: dir.clone() };
             let spec = Spec {
@@ -263,10 +282,13 @@ fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
     let mut state = 1u64;
     let mut files: Vec<(u64, u64)> = Vec::new();
     let (mut next, mut written, mut churned) = (0u64, 0u64, 0u64);
+    let mut filled = false;
     let mut available = target.space()?.1;
     loop {
         let len = AGE_SIZES[(next_random(&mut state) % AGE_SIZES.len() as u64) as usize];
-        let filling = available > keep_free + len;
+        // Filling until the first file that would pass the fill, churning from then on.
+        let filling = !filled && available > keep_free + len;
+        filled |= !filling;
         if !filling && churned >= churn {
             break;
         }
@@ -279,11 +301,23 @@ fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
         }
         if next % 1000 == 0 {
             fs.mkdir(&format!("age/{}", next / 1000))?;
+        }
+        if next % AGE_STATFS_EVERY == 0 {
             // The file system's own figure, now and then: metadata and reserves count.
             available = target.space()?.1;
         }
         let file = fs.create(&age_path(next))?;
-        workload::fill(file.as_ref(), 0, len)?;
+        workload::fill(file.as_ref(), 0, len).map_err(|e| {
+            let (size, free) = target.space().unwrap_or_default();
+            format!(
+                "{e} (aging had written {} in {} files, {} live; statfs: {} of {} available)",
+                human(written),
+                next,
+                files.len(),
+                human(free),
+                human(size)
+            )
+        })?;
         drop(file);
         files.push((next, len));
         next += 1;
