@@ -125,6 +125,16 @@ impl Target {
                 let started = Instant::now();
                 let fs = augefs::mount(&opened, None, clock)?;
                 let ns = started.elapsed().as_nanos() as u64;
+                let t = fs.engine().mount_report().timings;
+                eprintln!(
+                    "augefs: augefs: mounted in {:.1} ms: superblock {:.1}, MetaDB replay {:.1}, domains {:.1}, MetaDB finish {:.1}, orphans {:.1}",
+                    ns as f64 / 1e6,
+                    t.superblock_ns as f64 / 1e6,
+                    t.replay_ns as f64 / 1e6,
+                    t.domains_ns as f64 / 1e6,
+                    t.finish_ns as f64 / 1e6,
+                    fs.mount_facts().orphans_ns as f64 / 1e6
+                );
                 *device = Some(opened);
                 *api = Some(ApiFs { fs, view: false });
                 Ok(ns)
