@@ -49,7 +49,11 @@ fn bench_aged_runs_the_workloads_fresh_and_aged_on_augefs() {
     let written = augefs["aged_written_bytes"].as_u64().expect("written");
     assert!(written >= (512 << 20) / 2 + (512 << 20) / 4, "{json}");
     assert!(json["goals"][0]["met"].is_boolean(), "{json}");
-    assert_eq!(json["goals"][1]["met"], serde_json::Value::Null, "no kernel file system: {json}");
+    assert_eq!(
+        json["goals"][1]["met"],
+        serde_json::Value::Null,
+        "no kernel file system: {json}"
+    );
     assert!(!dir.exists(), "bench files left behind");
 }
 
@@ -59,10 +63,22 @@ fn bench_aged_bad_flags_are_usage_errors() {
     let dir = root.path().join("bench");
     let d = s(&dir);
     for (args, message) in [
-        (vec!["aged", "--dir", d, "--fill", "99"], "--fill must be a percentage in 10..=95"),
-        (vec!["aged", "--dir", d, "--workload", "randread-cold"], "cold runs need the caches dropped"),
-        (vec!["aged", "--dir", d, "--targets", "zfs"], "unknown target \"zfs\""),
-        (vec!["aged", "--dir", d, "--image-size", "256M"], "--image-size must be at least 512 MiB"),
+        (
+            vec!["aged", "--dir", d, "--fill", "99"],
+            "--fill must be a percentage in 10..=95",
+        ),
+        (
+            vec!["aged", "--dir", d, "--workload", "randread-cold"],
+            "cold runs need the caches dropped",
+        ),
+        (
+            vec!["aged", "--dir", d, "--targets", "zfs"],
+            "unknown target \"zfs\"",
+        ),
+        (
+            vec!["aged", "--dir", d, "--image-size", "256M"],
+            "--image-size must be at least 512 MiB",
+        ),
     ] {
         fails_with(augefs_bench(&args), message);
     }

@@ -315,7 +315,10 @@ fn a_key_rewritten_many_times_in_one_memtable_flushes_into_one_table() {
         }
     }
     db.flush().unwrap();
-    assert_eq!(db.get(b"inode:7").unwrap(), Some(vec![(1999 % 251) as u8; 100]));
+    assert_eq!(
+        db.get(b"inode:7").unwrap(),
+        Some(vec![(1999 % 251) as u8; 100])
+    );
     for (i, snap) in &snaps {
         assert_eq!(
             db.get_at(b"inode:7", snap).unwrap(),

@@ -174,7 +174,8 @@ mod tests {
     fn a_scan_counts_its_snapshot_and_the_changes_after_it_once() {
         let fs = mounted();
         for i in 0..50 {
-            fs.make_node(&format!("/f{i}"), libc::S_IFREG | 0o644, 0).unwrap();
+            fs.make_node(&format!("/f{i}"), libc::S_IFREG | 0o644, 0)
+                .unwrap();
         }
         assert_eq!(used(&fs), 51);
         let scan = Scan::now(fs.core.clone());
@@ -182,7 +183,8 @@ mod tests {
             fs.remove_file(&format!("/f{i}")).unwrap();
         }
         for i in 0..30 {
-            fs.make_node(&format!("/g{i}"), libc::S_IFREG | 0o644, 0).unwrap();
+            fs.make_node(&format!("/g{i}"), libc::S_IFREG | 0o644, 0)
+                .unwrap();
         }
         scan.run();
         assert_eq!(used(&fs), 51 - 20 + 30);

@@ -194,8 +194,7 @@ fn measure(args: &Args, cases: &[Case], name: &str, image: &Path) -> Result<Figu
         ..Figures::default()
     };
     // An inode per 4 KiB of ext2/ext4 is plenty: aging's files average hundreds of KiB.
-    let target = match Target::make(name, image, args.image_size, args.image_size / 4096)
-    {
+    let target = match Target::make(name, image, args.image_size, args.image_size / 4096) {
         Ok(t) => t,
         Err(Skip(why)) if name == "augefs" => return Err(why),
         Err(Skip(why)) => {
@@ -244,7 +243,10 @@ fn workloads(
                 human(size)
             );
             fs.mkdir(&dir)?;
-            let within = Within { fs, dir: dir.clone() };
+            let within = Within {
+                fs,
+                dir: dir.clone(),
+            };
             let spec = Spec {
                 case: case.clone(),
                 threads: args.threads,
@@ -362,7 +364,11 @@ fn goals(cases: &[Case], all: &[Figures]) -> Vec<Goal> {
             }),
         });
     }
-    let fsync: Vec<(usize, &Case)> = cases.iter().enumerate().filter(|(_, c)| is_fsync(c)).collect();
+    let fsync: Vec<(usize, &Case)> = cases
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| is_fsync(c))
+        .collect();
     let text = "augefs aged >= 1x the best kernel file system aged, on the fsync workloads";
     goals.push(match augefs {
         Some(a) if !kernels.is_empty() && !fsync.is_empty() => {
@@ -420,7 +426,12 @@ fn print_table(args: &Args, cases: &[Case], all: &[Figures]) {
     }
     print!("{:<22}", "workload (ops/s)");
     for f in all.iter().filter(|f| f.skipped.is_none()) {
-        print!(" {:>12} {:>12} {:>6}", format!("{} fresh", f.target), format!("{} aged", f.target), "ratio");
+        print!(
+            " {:>12} {:>12} {:>6}",
+            format!("{} fresh", f.target),
+            format!("{} aged", f.target),
+            "ratio"
+        );
     }
     println!();
     for (i, case) in cases.iter().enumerate() {

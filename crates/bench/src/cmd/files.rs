@@ -19,6 +19,7 @@
 
 pub(crate) mod target;
 
+use super::bench_fs::ops::Fs;
 use crate::goal::Goal;
 use crate::kernelfs::KERNEL_FS;
 use crate::options::parse_count;
@@ -29,7 +30,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use super::bench_fs::ops::Fs;
 use target::Target;
 
 /// Files per directory.
@@ -92,7 +92,9 @@ fn validate(args: &Args) -> Result<(), String> {
         return Err("--threads must be in 1..=64".into());
     }
     if args.lookups == 0 || args.data_every == 0 || args.data_every > args.files {
-        return Err("--lookups and --data-every must be positive, --data-every at most --files".into());
+        return Err(
+            "--lookups and --data-every must be positive, --data-every at most --files".into(),
+        );
     }
     if let Some(bad) = args
         .targets
@@ -314,7 +316,10 @@ fn lookups(args: &Args, tree: &dyn Fs, read: bool) -> Result<f64, String> {
                         let got = tree.open(&path_of(i), false)?.read_at(&mut buf, 0)?;
                         content_of(i, &mut want);
                         if got != DATA_BYTES || buf != want {
-                            return Err(format!("{}: read other bytes than were written", path_of(i)));
+                            return Err(format!(
+                                "{}: read other bytes than were written",
+                                path_of(i)
+                            ));
                         }
                     }
                     Ok(())
@@ -338,16 +343,17 @@ fn goals(all: &[Figures]) -> Vec<Goal> {
         met: augefs
             .filter(|a| a.windows.len() >= 2)
             .map(|a| a.windows[a.windows.len() - 1] >= 0.9 * a.windows[0]),
-        evidence: augefs
-            .filter(|a| a.windows.len() >= 2)
-            .map_or("needs augefs and two windows".into(), |a| {
+        evidence: augefs.filter(|a| a.windows.len() >= 2).map_or(
+            "needs augefs and two windows".into(),
+            |a| {
                 format!(
                     "{:.0}/s in the first window, {:.0}/s in the last ({:.2}x)",
                     a.windows[0],
                     a.windows[a.windows.len() - 1],
                     a.windows[a.windows.len() - 1] / a.windows[0]
                 )
-            }),
+            },
+        ),
     };
     let ratio = |what: &str, f: fn(&Figures) -> f64| match (augefs, ext4) {
         (Some(a), Some(e)) => Goal {
@@ -380,7 +386,15 @@ fn print_table(args: &Args, all: &[Figures]) {
     );
     println!(
         "{:<8} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>11} {:>9}",
-        "target", "create/s", "first win", "last win", "sync s", "mount ms", "cold stat/s", "cold read/s", "used"
+        "target",
+        "create/s",
+        "first win",
+        "last win",
+        "sync s",
+        "mount ms",
+        "cold stat/s",
+        "cold read/s",
+        "used"
     );
     println!("         (IOs: device read requests per cold stat and per cold read)");
     for f in all {
@@ -401,7 +415,11 @@ fn print_table(args: &Args, all: &[Figures]) {
             human(f.used_bytes)
         );
         let windows: Vec<String> = f.windows.iter().map(|r| format!("{r:.0}")).collect();
-        println!("         creates/s by window of {}: {}", args.window, windows.join(" "));
+        println!(
+            "         creates/s by window of {}: {}",
+            args.window,
+            windows.join(" ")
+        );
         println!(
             "         IOs: {:.2} per stat, {:.2} per read",
             f.stat_device_reads, f.read_device_reads

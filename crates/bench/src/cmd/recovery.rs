@@ -190,8 +190,8 @@ struct Crash {
 
 impl Crash {
     fn note(&mut self, line: &str) -> Result<u64, String> {
-        let (file, bytes) = FileId::parse_ack(line)
-            .ok_or_else(|| format!("the crash child printed {line:?}"))?;
+        let (file, bytes) =
+            FileId::parse_ack(line).ok_or_else(|| format!("the crash child printed {line:?}"))?;
         let known = self.acknowledged.entry(file).or_default();
         let added = bytes.saturating_sub(*known);
         *known = (*known).max(bytes);
@@ -339,8 +339,20 @@ fn ms(ns: u64) -> f64 {
 fn print_table(samples: &[Sample]) {
     println!(
         "{:>3} {:>9} {:>8} {:>8} | {:>8} = {:>6} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>8} {:>6} {:>9}",
-        "run", "acked", "files", "MB/s", "mount ms", "super", "replay", "domains", "finish",
-        "orphans", "WAL read", "records", "dropped", "unacked"
+        "run",
+        "acked",
+        "files",
+        "MB/s",
+        "mount ms",
+        "super",
+        "replay",
+        "domains",
+        "finish",
+        "orphans",
+        "WAL read",
+        "records",
+        "dropped",
+        "unacked"
     );
     for (i, s) in samples.iter().enumerate() {
         let t = &s.engine.timings;

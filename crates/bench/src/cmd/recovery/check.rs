@@ -29,7 +29,10 @@ pub struct Checked {
 }
 
 /// Checks the mounted file system against `acknowledged` (file -> bytes).
-pub fn check(fs: &Arc<FileSystem>, acknowledged: &BTreeMap<FileId, u64>) -> Result<Checked, String> {
+pub fn check(
+    fs: &Arc<FileSystem>,
+    acknowledged: &BTreeMap<FileId, u64>,
+) -> Result<Checked, String> {
     let mut found = BTreeMap::new();
     walk(fs, &mut found)?;
     let mut checked = Checked::default();
@@ -90,7 +93,11 @@ fn walk(fs: &FileSystem, found: &mut BTreeMap<FileId, u64>) -> Result<(), String
                     let size = fs.metadata(&path).map_err(|e| augefs::err(&path, e))?.size;
                     found.insert(file, size);
                 }
-                other => return Err(format!("{path} is a {other:?}, which the workload never makes")),
+                other => {
+                    return Err(format!(
+                        "{path} is a {other:?}, which the workload never makes"
+                    ))
+                }
             }
         }
     }
@@ -134,7 +141,9 @@ fn compare(
             .read_at(&mut buf[..len], at)
             .map_err(|e| augefs::err(&path, e))?;
         if got != len {
-            return Err(format!("{path}: read {got} of {len} bytes at {at} (size {size})"));
+            return Err(format!(
+                "{path}: read {got} of {len} bytes at {at} (size {size})"
+            ));
         }
         workload::fill(file, at, &mut want[..len]);
         if buf[..len] == want[..len] {
@@ -162,7 +171,10 @@ mod tests {
     fn workload_paths_parse_back_and_others_do_not() {
         for file in [
             FileId::Small { thread: 0, n: 0 },
-            FileId::Small { thread: 4, n: 12_345 },
+            FileId::Small {
+                thread: 4,
+                n: 12_345,
+            },
             FileId::Log { thread: 1, k: 7 },
         ] {
             assert_eq!(parse_path(&file.path()), Some(file));

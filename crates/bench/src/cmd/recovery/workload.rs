@@ -152,11 +152,14 @@ mod tests {
         ] {
             assert_eq!(FileId::parse_ack(&file.ack(77)), Some((file, 77)));
         }
-        assert_eq!(
-            FileId::Small { thread: 2, n: 1234 }.path(),
-            "/t2/d1/f1234"
-        );
-        for bad in ["", "small 1 2", "small 1 2 3 4", "large 1 2 3", "small x 2 3"] {
+        assert_eq!(FileId::Small { thread: 2, n: 1234 }.path(), "/t2/d1/f1234");
+        for bad in [
+            "",
+            "small 1 2",
+            "small 1 2 3 4",
+            "large 1 2 3",
+            "small x 2 3",
+        ] {
             assert_eq!(FileId::parse_ack(bad), None, "{bad:?}");
         }
     }
