@@ -79,6 +79,8 @@ pub fn drop_caches() -> Result<(), String> {
 }
 
 /// Bytes in use on the file system holding `dir` (statvfs).
+// statvfs's field types differ between targets (u64 here).
+#[allow(clippy::unnecessary_cast)]
 pub fn used_bytes(dir: &Path) -> Result<u64, String> {
     let st = statvfs(dir)?;
     Ok((st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64)
@@ -86,6 +88,8 @@ pub fn used_bytes(dir: &Path) -> Result<u64, String> {
 
 /// The size of the file system holding `dir`, and the bytes an unprivileged writer may
 /// still take (statvfs's `f_blocks` and `f_bavail`).
+// statvfs's field types differ between targets (u64 here).
+#[allow(clippy::unnecessary_cast)]
 pub fn space(dir: &Path) -> Result<(u64, u64), String> {
     let st = statvfs(dir)?;
     let unit = st.f_frsize as u64;

@@ -13,60 +13,13 @@
 //! - Unmount and drop stop the scan (it checks every [`STOP_CHECK_EVERY`] records) and
 //!   join its thread, so the snapshot never outlives the mount.
 
-use crate::shared::Core;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use crate::shared::{Core, Phase};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Records scanned between two looks at the stop flag.
 pub const STOP_CHECK_EVERY: u64 = 4096;
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    #[default]
-    Counting,
-    Counted(u64),
-    /// Failed or stopped: only the delta is known.
-    Failed,
-}
-
-/// Inodes in use: the mount's scan and the changes since.
-#[derive(Debug, Default)]
-pub(crate) struct InodeCount {
-    phase: Mutex<Phase>,
-    done: Condvar,
-    stop: AtomicBool,
-    /// Inodes created minus inodes deleted since the scan's snapshot: creates once their
-    /// batch is logged, deletions once their records are in the batch that deletes them
-    /// (a batch that then fails leaves the count one low until the next mount).
-    delta: AtomicI64,
-}
-
-impl InodeCount {
-    pub fn add(&self, delta: i64) {
-        self.delta.fetch_add(delta, Relaxed);
-    }
-
-    /// Inodes in use, once the scan is done.
-    pub fn used(&self) -> u64 {
-        let phase = self
-            .done
-            .wait_while(self.phase.lock().expect("inode count lock"), |p| {
-                *p == Phase::Counting
-            })
-            .expect("inode count lock");
-        let base = match *phase {
-            Phase::Counted(n) => n as i64,
-            _ => 0,
-        };
-        (base + self.delta.load(Relaxed)).max(0) as u64
-    }
-
-    fn finish(&self, phase: Phase) {
-        *self.phase.lock().expect("inode count lock") = phase;
-        self.done.notify_all();
-    }
-}
 
 /// The scan's thread.
 pub(crate) struct Counter {

@@ -38,7 +38,7 @@ pub(crate) struct Core {
     pub create_lanes: Mutex<HashMap<InodeNo, InodeNo>>,
     pub cache: Arc<Cache>,
     /// Inodes in use (statfs's `f_files - f_ffree`, `crate::inode_count`).
-    pub inode_count: crate::inode_count::InodeCount,
+    pub inode_count: InodeCount,
     /// Inodes left to the reaper (`crate::reap`).
     pub reaps: Reaps,
 }
@@ -87,5 +87,53 @@ impl Reaps {
         if q.inodes.len() == 1 || q.inodes.len() >= REAP_BATCH {
             self.wake.notify_one();
         }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    #[default]
+    Counting,
+    Counted(u64),
+    /// Failed or stopped: only the delta is known.
+    Failed,
+}
+
+/// Inodes in use: the mount's scan and the changes since (`crate::inode_count`).
+#[derive(Debug, Default)]
+pub(crate) struct InodeCount {
+    pub phase: Mutex<Phase>,
+    done: Condvar,
+    pub stop: std::sync::atomic::AtomicBool,
+    /// Inodes created minus inodes deleted since the scan's snapshot: creates once their
+    /// batch is logged, deletions once their records are in the batch that deletes them
+    /// (a batch that then fails leaves the count one low until the next mount).
+    pub delta: std::sync::atomic::AtomicI64,
+}
+
+impl InodeCount {
+    pub fn add(&self, delta: i64) {
+        self.delta
+            .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Inodes in use, once the scan is done.
+    pub fn used(&self) -> u64 {
+        let phase = self
+            .done
+            .wait_while(self.phase.lock().expect("inode count lock"), |p| {
+                *p == Phase::Counting
+            })
+            .expect("inode count lock");
+        let base = match *phase {
+            Phase::Counted(n) => n as i64,
+            _ => 0,
+        };
+        (base + self.delta.load(std::sync::atomic::Ordering::Relaxed)).max(0) as u64
+    }
+
+    pub fn finish(&self, phase: Phase) {
+        *self.phase.lock().expect("inode count lock") = phase;
+        self.done.notify_all();
     }
 }

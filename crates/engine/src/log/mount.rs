@@ -47,12 +47,7 @@ impl Engine {
         let domain_count = geometry.domain_count;
         let mut metadb_config = fit_metadb(&config.metadb, &geometry);
         metadb_config.pinned_lanes = domain_count as usize;
-        let mut pool_config = PoolConfig::for_geometry(&geometry, device.info().discard_supported);
-        if let Some(r) = config.reserve_segments {
-            pool_config.reserve_segments = r;
-        }
-        pool_config.metadb_headroom = metadb_headroom(&metadb_config);
-        let pool = Arc::new(SpacePool::new(geometry, pool_config));
+        let pool = space_pool(&geometry, &device, &config, &metadb_config);
         let space = Arc::new(MetaDbSpace::new(pool.clone()));
         let slots = read_checkpoints(&device, &geometry)?;
         metadb_config.wal_durable = wal_durable(&slots)?;
@@ -136,6 +131,21 @@ impl Engine {
             map_cache: Default::default(),
         })
     }
+}
+
+/// The segment pool of `geometry`, keeping back what `config` and MetaDB need.
+fn space_pool(
+    geometry: &Geometry,
+    device: &device::Device,
+    config: &EngineConfig,
+    metadb_config: &MetaDbConfig,
+) -> Arc<SpacePool> {
+    let mut pool_config = PoolConfig::for_geometry(geometry, device.info().discard_supported);
+    if let Some(r) = config.reserve_segments {
+        pool_config.reserve_segments = r;
+    }
+    pool_config.metadb_headroom = metadb_headroom(metadb_config);
+    Arc::new(SpacePool::new(*geometry, pool_config))
 }
 
 /// Each domain's checkpointed durable watermark: data written up to it is durable (and

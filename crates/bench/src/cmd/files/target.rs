@@ -72,7 +72,7 @@ impl Target {
             return Err(Skip(format!("{} not found", kernelfs::mkfs_program(name))));
         }
         // ext2/ext4 get an inode per 4 KiB: room for every file plus a tenth.
-        let bytes = bytes.max(((files + files / 10) * kernelfs::EXT_INODE_BYTES >> 20) << 20);
+        let bytes = bytes.max((((files + files / 10) * kernelfs::EXT_INODE_BYTES) >> 20) << 20);
         let file = std::fs::File::create(image).map_err(|e| format!("{}: {e}", image.display()))?;
         file.set_len(bytes)
             .map_err(|e| format!("{}: {e}", image.display()))?;
