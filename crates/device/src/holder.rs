@@ -247,7 +247,7 @@ pub fn open_waiting(
                 let h = holder(path);
                 // Once waiting, a holder that lets go is waited for to the end (it may
                 // have exited meanwhile, leaving the lock to its io_uring a moment).
-                if h.serving || (!told && !lets_go(&h)) || started.elapsed() >= wait {
+                if (!told && !lets_go(&h)) || started.elapsed() >= wait {
                     return Err(DeviceError::InUse {
                         path: p,
                         holder: Some(h),
@@ -266,15 +266,17 @@ pub fn open_waiting(
 
 /// Whether `h` lets go of the image by itself soon.
 fn lets_go(h: &Holder) -> bool {
+    // No process in /proc/locks: the lock outlives its process (an io_uring being torn
+    // down after its exit).
+    let dead = h.pid.is_none_or(|p| !process_alive(p));
+    // A killed server's serving mark can outlast it a moment too (its files are
+    // released after it is reaped): only a live one serves.
     if h.serving {
-        return false;
+        return dead;
     }
     // An exited holder (its io_uring still holds the image a moment) or this very
     // process before an exec (its marks were closed with it) serves nothing, whatever
     // dead mount it left in mountinfo.
-    // No process in /proc/locks: the lock outlives its process (an io_uring being torn
-    // down after its exit).
-    let dead = h.pid.is_none_or(|p| !process_alive(p));
     let own = h.pid == Some(std::process::id());
     h.finishing || dead || own
 }
@@ -302,6 +304,47 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert!(!process_alive(pid));
+    }
+
+    /// A live server is waited for by nobody; a dead one's serving mark (released a
+    /// moment after it was reaped) and a finishing or exited holder are waited for.
+    #[test]
+    fn only_a_live_server_is_in_use_for_good() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let holder = |pid: Option<u32>, serving: bool, finishing: bool| Holder {
+            pid,
+            command: None,
+            serving,
+            finishing,
+            mounted_at: None,
+        };
+        let live = Some(std::process::id());
+        assert!(!lets_go(&holder(live, true, false)), "a live server serves");
+        assert!(
+            lets_go(&holder(Some(dead), true, false)),
+            "a dead server lets go"
+        );
+        assert!(
+            lets_go(&holder(None, true, false)),
+            "a lock with no process lets go"
+        );
+        assert!(
+            lets_go(&holder(Some(dead), false, false)),
+            "an exited holder"
+        );
+        assert!(lets_go(&holder(live, false, true)), "a finishing holder");
+        let mut other = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(
+            !lets_go(&holder(Some(other.id()), false, false)),
+            "another live program (an fsck) holds it"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 
     #[test]
