@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 pub struct CrashChild {
@@ -74,6 +74,38 @@ impl CrashChild {
         self.child
             .kill()
             .map_err(|e| format!("killing the {}: {e}", self.what))
+    }
+
+    /// Reads the child's lines until its stdout closes: `mounted` marks the start of its
+    /// work, every other line goes to `on_line`, which says when to kill the child (the
+    /// first time it says so). Lines still in the pipe after the kill were printed before
+    /// it and go to `on_line` too. Returns the nanoseconds from `mounted` to the kill; an
+    /// error if the child ended without being killed.
+    pub fn until_killed(
+        mut self,
+        stall: Duration,
+        mut on_line: impl FnMut(&str) -> Result<bool, String>,
+    ) -> Result<u64, String> {
+        let (mut mounted_at, mut killed_after) = (None, None);
+        while let Some(line) = self.next_line(stall)? {
+            if line == "mounted" {
+                mounted_at = Some(Instant::now());
+                continue;
+            }
+            if on_line(&line)? && killed_after.is_none() {
+                self.kill()?;
+                killed_after =
+                    Some(mounted_at.map_or(0, |t: Instant| t.elapsed().as_nanos() as u64));
+            }
+        }
+        let what = self.what;
+        let (status, errors) = self.finish()?;
+        killed_after.ok_or_else(|| {
+            format!(
+                "the {what} ended before it was killed ({status}): {}",
+                errors.trim()
+            )
+        })
     }
 
     /// Waits for the child; its exit status and everything it wrote to stderr.

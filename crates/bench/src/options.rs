@@ -35,18 +35,29 @@ impl Common {
     /// Writes `json` to `--json-file` if given, then prints it (`--json`) or calls
     /// `table`, which prints the text report (neither if a signal interrupted the run).
     pub fn emit(&self, json: &str, table: impl FnOnce()) -> Result<(), String> {
-        // Figures an interrupt cut short are not reported.
-        crate::interrupt::wait_if_interrupted();
-        if let Some(file) = &self.json_file {
-            std::fs::write(file, json).map_err(|e| format!("{}: {e}", file.display()))?;
-        }
-        if self.json {
-            println!("{json}");
-        } else {
-            table();
-        }
-        Ok(())
+        emit(self.json, self.json_file.as_deref(), json, table)
     }
+}
+
+/// Writes `json` to `json_file` if given, then prints it (`print_json`) or calls
+/// `table`, which prints the text report (neither if a signal interrupted the run).
+pub fn emit(
+    print_json: bool,
+    json_file: Option<&std::path::Path>,
+    json: &str,
+    table: impl FnOnce(),
+) -> Result<(), String> {
+    // Figures an interrupt cut short are not reported.
+    crate::interrupt::wait_if_interrupted();
+    if let Some(file) = json_file {
+        std::fs::write(file, json).map_err(|e| format!("{}: {e}", file.display()))?;
+    }
+    if print_json {
+        println!("{json}");
+    } else {
+        table();
+    }
+    Ok(())
 }
 
 /// Parses a count with an optional decimal suffix: `20000`, `100K`, `10M`, `1G`.

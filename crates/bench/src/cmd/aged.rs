@@ -23,7 +23,7 @@ use super::bench_fs::case::{parse_cases, Case, Kind, BLOCK_BYTES};
 use super::bench_fs::filebench::Scale;
 use super::bench_fs::ops::Within;
 use super::bench_fs::workload::{self, Sizes, Spec};
-use super::files::target::{Skip, Target};
+use super::files::target::{self, Skip, Target};
 use crate::goal::Goal;
 use crate::kernelfs::KERNEL_FS;
 use crate::scratch::Scratch;
@@ -138,28 +138,9 @@ struct Figures {
 pub fn run(args: Args) -> Result<(), String> {
     let cases = validate(&args)?;
     let scratch = Scratch::create(&args.dir)?.keeping(args.keep);
-    let mut all = Vec::new();
-    let mut failed = None;
-    for name in &args.targets {
-        let image = scratch.named(&format!("aged-{name}"), ".img");
-        let measured = measure(&args, &cases, name, &image);
-        if args.keep {
-            eprintln!("augefs: kept {}", image.display());
-        } else {
-            scratch.remove(&[&image], &[]);
-        }
-        match measured {
-            Ok(f) => all.push(f),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
-    scratch.remove(&[], &[]);
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    let all = target::each_target(&scratch, "aged", &args.targets, args.keep, |name, image| {
+        measure(&args, &cases, name, image)
+    })?;
     let goals = goals(&cases, &all);
     let document = json!({
         "benchmark": "aged",
@@ -173,19 +154,12 @@ pub fn run(args: Args) -> Result<(), String> {
         "goals": goals.iter().map(Goal::json).collect::<Vec<Value>>(),
     });
     let text = serde_json::to_string_pretty(&document).expect("JSON of plain values");
-    crate::interrupt::wait_if_interrupted();
-    if let Some(file) = &args.json_file {
-        std::fs::write(file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
-    }
-    if args.json {
-        println!("{text}");
-        return Ok(());
-    }
-    print_table(&args, &cases, &all);
-    for goal in &goals {
-        println!("goal: {}: {}", goal.text, goal.verdict());
-    }
-    Ok(())
+    crate::options::emit(args.json, args.json_file.as_deref(), &text, || {
+        print_table(&args, &cases, &all);
+        for goal in &goals {
+            println!("goal: {}: {}", goal.text, goal.verdict());
+        }
+    })
 }
 
 fn measure(args: &Args, cases: &[Case], name: &str, image: &Path) -> Result<Figures, String> {
@@ -264,15 +238,6 @@ fn workloads(
     Ok(rates)
 }
 
-/// A splitmix64 step: aging's sizes and deletions.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Fills the file system to `--fill` percent, then deletes and writes files until
 /// `--churn` image sizes were written; the files aging left and the bytes it wrote.
 fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
@@ -281,13 +246,13 @@ fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
     let (size, _) = target.space()?;
     let keep_free = size / 100 * u64::from(100 - args.fill);
     let churn = (args.churn * args.image_size as f64) as u64;
-    let mut state = 1u64;
+    let mut rng = platform::Rng::from_seed(1);
     let mut files: Vec<(u64, u64)> = Vec::new();
     let (mut next, mut written, mut churned) = (0u64, 0u64, 0u64);
     let mut filled = false;
     let mut available = target.space()?.1;
     loop {
-        let len = AGE_SIZES[(next_random(&mut state) % AGE_SIZES.len() as u64) as usize];
+        let len = AGE_SIZES[rng.below(AGE_SIZES.len() as u64) as usize];
         // Filling until the first file that would pass the fill, churning from then on.
         let filling = !filled && available > keep_free + len;
         filled |= !filling;
@@ -296,7 +261,7 @@ fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
         }
         // Past the fill, a file goes for each one written (more while space is short).
         while !filling && !files.is_empty() && available < keep_free + 2 * len {
-            let at = (next_random(&mut state) % files.len() as u64) as usize;
+            let at = rng.below(files.len() as u64) as usize;
             let (n, bytes) = files.swap_remove(at);
             fs.unlink(&age_path(n))?;
             available += bytes;

@@ -134,28 +134,13 @@ struct Figures {
 pub fn run(args: Args) -> Result<(), String> {
     validate(&args)?;
     let scratch = Scratch::create(&args.dir)?.keeping(args.keep);
-    let mut all = Vec::new();
-    let mut failed = None;
-    for name in &args.targets {
-        let image = scratch.named(&format!("files-{name}"), ".img");
-        let measured = measure(&args, name, &image);
-        if args.keep {
-            eprintln!("augefs: kept {}", image.display());
-        } else {
-            scratch.remove(&[&image], &[]);
-        }
-        match measured {
-            Ok(f) => all.push(f),
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-    }
-    scratch.remove(&[], &[]);
-    if let Some(e) = failed {
-        return Err(e);
-    }
+    let all = target::each_target(
+        &scratch,
+        "files",
+        &args.targets,
+        args.keep,
+        |name, image| measure(&args, name, image),
+    )?;
     let goals = goals(&all);
     let document = json!({
         "benchmark": "files",
@@ -169,19 +154,12 @@ pub fn run(args: Args) -> Result<(), String> {
         "goals": goals.iter().map(Goal::json).collect::<Vec<Value>>(),
     });
     let text = serde_json::to_string_pretty(&document).expect("JSON of plain values");
-    crate::interrupt::wait_if_interrupted();
-    if let Some(file) = &args.json_file {
-        std::fs::write(file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
-    }
-    if args.json {
-        println!("{text}");
-        return Ok(());
-    }
-    print_table(&args, &all);
-    for goal in &goals {
-        println!("goal: {}: {}", goal.text, goal.verdict());
-    }
-    Ok(())
+    crate::options::emit(args.json, args.json_file.as_deref(), &text, || {
+        print_table(&args, &all);
+        for goal in &goals {
+            println!("goal: {}: {}", goal.text, goal.verdict());
+        }
+    })
 }
 
 fn measure(args: &Args, name: &str, image: &std::path::Path) -> Result<Figures, String> {
@@ -285,15 +263,6 @@ fn create(args: &Args, name: &str, tree: &dyn Fs) -> Result<Vec<f64>, String> {
     Ok(rates)
 }
 
-/// A splitmix64 step: the lookups' random files.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// `--lookups` stats (or reads of files with data, checked) of random files; per second.
 fn lookups(args: &Args, tree: &dyn Fs, read: bool) -> Result<f64, String> {
     let per_thread = args.lookups.div_ceil(u64::from(args.threads));
@@ -303,11 +272,12 @@ fn lookups(args: &Args, tree: &dyn Fs, read: bool) -> Result<f64, String> {
         let workers: Vec<_> = (0..args.threads)
             .map(|t| {
                 scope.spawn(move || -> Result<(), String> {
-                    let mut state = u64::from(t) + if read { 1 << 32 } else { 0 };
+                    let mut rng =
+                        platform::Rng::from_seed(u64::from(t) + if read { 1 << 32 } else { 0 });
                     let mut buf = vec![0u8; DATA_BYTES];
                     let mut want = vec![0u8; DATA_BYTES];
                     for _ in 0..per_thread {
-                        let r = next_random(&mut state);
+                        let r = rng.next_u64();
                         if !read {
                             tree.stat(&path_of(r % args.files))?;
                             continue;

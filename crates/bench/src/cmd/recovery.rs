@@ -211,18 +211,12 @@ fn crash(args: &Args, image: &Path, run: u32) -> Result<Crash, String> {
         .args(["--backend", args.common.backend.name()])
         .args(["--threads", &args.threads.to_string()])
         .args(["--limit-per-thread", &per_thread.to_string()]);
-    let mut child = CrashChild::spawn(command, "crash child")?;
+    let child = CrashChild::spawn(command, "crash child")?;
     let mut crash = Crash::default();
-    let (mut mounted_at, mut killed, mut done) = (None, false, 0u64);
-    let mut next_progress = 1u64 << 30;
-    while let Some(line) = child.next_line(STALL_TIMEOUT)? {
-        if line == "mounted" {
-            mounted_at = Some(Instant::now());
-            continue;
-        }
-        // Lines still in the pipe after the kill were acknowledged before it: count them.
-        done += crash.note(&line)?;
-        if done >= next_progress && !killed {
+    let (mut done, mut next_progress) = (0u64, 1u64 << 30);
+    crash.writing_ns = child.until_killed(STALL_TIMEOUT, |line| {
+        done += crash.note(line)?;
+        if done >= next_progress && done < args.bytes {
             eprintln!(
                 "augefs: recovery run {}/{}: {} acknowledged",
                 run + 1,
@@ -231,19 +225,8 @@ fn crash(args: &Args, image: &Path, run: u32) -> Result<Crash, String> {
             );
             next_progress += 1 << 30;
         }
-        if done >= args.bytes && !killed {
-            child.kill()?;
-            killed = true;
-            crash.writing_ns = mounted_at.map_or(0, |t| t.elapsed().as_nanos() as u64);
-        }
-    }
-    let (status, errors) = child.finish()?;
-    if !killed {
-        return Err(format!(
-            "the crash child ended before it was killed ({status}): {}",
-            errors.trim()
-        ));
-    }
+        Ok(done >= args.bytes)
+    })?;
     Ok(crash)
 }
 

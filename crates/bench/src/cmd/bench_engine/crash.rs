@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Threads of the child, one file each (the "4 threads").
 pub const CRASH_THREADS: usize = 4;
@@ -173,18 +173,11 @@ fn crash(args: &Args, setup: &Setup, run: u32) -> Result<Crash, String> {
         .args(["--threads", &CRASH_THREADS.to_string()])
         .args(["--write-size", &CRASH_WRITE_BYTES.to_string()])
         .args(["--limit", &limit.to_string()]);
-    let mut child = CrashChild::spawn(command, "crash child")?;
+    let child = CrashChild::spawn(command, "crash child")?;
     let mut crash = Crash::default();
-    let mut mounted_at = None;
-    let mut killed = false;
     let mut next_progress = 1u64 << 28;
-    while let Some(line) = child.next_line(STALL_TIMEOUT)? {
-        if line == "mounted" {
-            mounted_at = Some(Instant::now());
-            continue;
-        }
-        // Lines still in the pipe after the kill were acknowledged before it: count them.
-        crash.note(&line)?;
+    crash.appending_ns = child.until_killed(STALL_TIMEOUT, |line| {
+        crash.note(line)?;
         let done = crash.acknowledged_bytes();
         if done >= next_progress && done < args.crash_size {
             eprintln!(
@@ -195,19 +188,8 @@ fn crash(args: &Args, setup: &Setup, run: u32) -> Result<Crash, String> {
             );
             next_progress += 1 << 28;
         }
-        if done >= args.crash_size && !killed {
-            child.kill()?;
-            killed = true;
-            crash.appending_ns = mounted_at.map_or(0, |t| t.elapsed().as_nanos() as u64);
-        }
-    }
-    let (status, errors) = child.finish()?;
-    if !killed {
-        return Err(format!(
-            "the crash child ended before it was killed ({status}): {}",
-            errors.trim()
-        ));
-    }
+        Ok(done >= args.crash_size)
+    })?;
     Ok(crash)
 }
 

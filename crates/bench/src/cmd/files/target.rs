@@ -13,7 +13,7 @@ use crate::augefs;
 use crate::image;
 use crate::kernelfs::{self, MOUNT_OPTIONS};
 use crate::loopdev::{have_program, KernelMount, LoopDevice};
-use crate::scratch::MountPoint;
+use crate::scratch::{MountPoint, Scratch};
 use device::{BackendChoice, Device};
 use platform::{Clock, SystemClock};
 use std::path::{Path, PathBuf};
@@ -22,6 +22,37 @@ use std::time::Instant;
 
 /// The benchmark's images carry a fixed uuid: they never outlive the run.
 const FS_UUID: [u8; 16] = *b"augefs-bench-fil";
+
+/// `measure` of each of `targets` in turn, each given an image file of its own in
+/// `scratch` (removed after it unless `keep`); the first error ends the run.
+pub fn each_target<T>(
+    scratch: &Scratch,
+    stem: &str,
+    targets: &[String],
+    keep: bool,
+    mut measure: impl FnMut(&str, &Path) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let mut all = Vec::new();
+    let mut failed = None;
+    for name in targets {
+        let image = scratch.named(&format!("{stem}-{name}"), ".img");
+        let measured = measure(name, &image);
+        if keep {
+            eprintln!("augefs: kept {}", image.display());
+        } else {
+            scratch.remove(&[&image], &[]);
+        }
+        match measured {
+            Ok(m) => all.push(m),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    scratch.remove(&[], &[]);
+    failed.map_or(Ok(all), Err)
+}
 
 /// Why a target cannot be measured here.
 #[derive(Debug)]
