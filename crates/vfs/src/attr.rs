@@ -276,7 +276,10 @@ impl FileSystem {
         self.wait_for_frees();
         let space = self.core.engine.space_report();
         let used = self.core.inode_count.used();
-        let free = space.room_blocks();
+        // Dirty pages take blocks at write-back (a write claimed that room, as ext4's
+        // delayed allocation reserves it): df after a write shows them used.
+        let dirty_blocks = self.core.cache.dirty_bytes().div_ceil(BLOCK);
+        let free = space.room_blocks().saturating_sub(dirty_blocks);
         assert!(free <= space.area_blocks(), "free within the area");
         StatFs {
             block_size: BLOCK as u32,

@@ -217,7 +217,7 @@ impl Cache {
         self.dirty_bytes() > self.dirty_limit() / 2
     }
 
-    fn dirty_bytes(&self) -> u64 {
+    pub fn dirty_bytes(&self) -> u64 {
         self.dirty.load(Ordering::Relaxed) * PAGE as u64
     }
 
