@@ -253,7 +253,11 @@ fn age(args: &Args, target: &Target) -> Result<(u64, u64), String> {
     let mut available = target.space()?.1;
     loop {
         let len = AGE_SIZES[rng.below(AGE_SIZES.len() as u64) as usize];
-        // Filling until the first file that would pass the fill, churning from then on.
+        // Filling until the first file that would pass the fill (by statfs, not the
+        // estimate), churning from then on.
+        if !filled && available <= keep_free + len {
+            available = target.space()?.1;
+        }
         let filling = !filled && available > keep_free + len;
         filled |= !filling;
         if !filling && churned >= churn {
