@@ -102,7 +102,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One shard of the inode table.
 type InodeShard = Mutex<InodeMap>;
 
-#[derive(Default)]
 struct InodeMap {
     handles: MixMap<InodeNo, Arc<Handle>>,
     /// The size at which the next insert looks for handles to evict: the capacity, or

@@ -17,10 +17,9 @@
 //! - Images carry the process id and are removed at the end unless `--keep`; loop
 //!   devices and mounts are undone by guards (also on a signal).
 
-pub(crate) mod target;
-
 use super::bench_fs::ops::Fs;
 use crate::goal::Goal;
+use crate::image_target::{self as target, Target};
 use crate::kernelfs::KERNEL_FS;
 use crate::options::parse_count;
 use crate::scratch::Scratch;
@@ -30,7 +29,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use target::Target;
 
 /// Files per directory.
 pub const FILES_PER_DIR: u64 = 1000;

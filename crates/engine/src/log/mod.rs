@@ -130,12 +130,6 @@ pub struct MountTimings {
     pub finish_ns: u64,
 }
 
-impl MountTimings {
-    pub fn total_ns(&self) -> u64 {
-        self.superblock_ns + self.replay_ns + self.domains_ns + self.finish_ns
-    }
-}
-
 /// Counters since mount.
 #[derive(Debug, Default)]
 pub struct EngineCounters {

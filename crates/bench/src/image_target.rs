@@ -1,6 +1,6 @@
-//! The targets of `augefs bench files`: augefs through its API on an image file, or a
-//! kernel file system on a loop device over an image file, each made fresh, synced,
-//! remounted with cold caches and torn down.
+//! The targets of `augefs bench files` and `augefs bench aged`: augefs through its API
+//! on an image file, or a kernel file system on a loop device over an image file, each
+//! made fresh, synced, remounted with cold caches and torn down.
 //!
 //! Invariants:
 //! - A remount starts cold: augefs's caches go with the unmounted instance (the image is
@@ -8,8 +8,8 @@
 //! - Guards undo the kernel mount, then the mount point, then the loop device, in that
 //!   order, on every path out.
 
-use super::super::bench_fs::ops::{ApiFs, Fs, PosixFs};
 use crate::augefs;
+use crate::cmd::bench_fs::ops::{ApiFs, Fs, PosixFs};
 use crate::image;
 use crate::kernelfs::{self, MOUNT_OPTIONS};
 use crate::loopdev::{have_program, KernelMount, LoopDevice};
