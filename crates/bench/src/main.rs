@@ -12,9 +12,10 @@
 //! - Helpers shared by the subcommands live at the top of the crate: common options,
 //!   scratch files named with the process id, images written in full once, augefs
 //!   formatted and mounted through its API, the emulated PMR, loop devices with kernel
-//!   file systems on them, either kind made fresh as a target of `files` and `aged`, worker threads run for a fixed time (with latency samples), CPU
-//!   time of processes, the order compared systems take turns in, SVG line charts, short
-//!   units for tables, medians and spreads, fio, and the verdicts on an issue's goals.
+//!   file systems on them, either kind made fresh as a target of `files` and `aged`,
+//!   worker threads run for a fixed time (with latency samples), CPU time of processes,
+//!   the order compared systems take turns in, SVG line charts, short units for tables,
+//!   medians and spreads, fio, and the verdicts on an issue's goals.
 //! - Every mount, loop device, daemon and scratch file a run makes is undone by a guard,
 //!   and by `interrupt` after SIGINT, SIGTERM or SIGHUP; SIGPIPE stays ignored (Rust's
 //!   default), so a closed pipe ends a run through its guards too.
