@@ -97,6 +97,9 @@ enum Command {
     /// Millions of files: creates by window, then a cold mount and random stats and
     /// reads, beside kernel file systems.
     Files(cmd::files::Args),
+    /// Real programs (tar, git, rm -rf, make, sqlite3, db_bench, dd) on a FUSE mount,
+    /// attached to its instance and on kernel file systems, in one run.
+    Apps(cmd::apps::Args),
     /// The process `recovery` crashes (not for direct use).
     #[command(hide = true)]
     RecoveryChild(cmd::recovery::ChildArgs),
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Command::Recovery(args) => cmd::recovery::run(args),
         Command::Files(args) => cmd::files::run(args),
         Command::Aged(args) => cmd::aged::run(args),
+        Command::Apps(args) => cmd::apps::run(args),
         Command::RecoveryChild(args) => cmd::recovery::child(args),
     };
     // A signal's undo runs on its own thread; let it finish and exit with 128 + signal.

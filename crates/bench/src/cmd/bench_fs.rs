@@ -28,7 +28,7 @@ pub(crate) mod filebench;
 mod interposer;
 pub(crate) mod ops;
 mod report;
-mod target;
+pub(crate) mod target;
 pub(crate) mod workload;
 
 pub use interposer::{worker, WorkerArgs};

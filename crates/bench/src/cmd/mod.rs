@@ -2,6 +2,7 @@
 
 pub mod aged;
 pub mod amplify;
+pub mod apps;
 pub mod bench_device;
 pub mod bench_engine;
 pub mod bench_fs;

@@ -345,10 +345,18 @@ struct FuseDaemon {
 }
 
 impl FuseDaemon {
-    fn start(image: &Path, mnt: &Path, backend: &str) -> Result<FuseDaemon, String> {
-        let child = Command::new(crate::siblings::augefs()?)
-            .arg("mount")
-            .arg("-f")
+    fn start(
+        image: &Path,
+        mnt: &Path,
+        backend: &str,
+        options: Option<&str>,
+    ) -> Result<FuseDaemon, String> {
+        let mut command = Command::new(crate::siblings::augefs()?);
+        command.arg("mount").arg("-f");
+        if let Some(o) = options {
+            command.args(["-o", o]);
+        }
+        let child = command
             .arg(image)
             .arg(mnt)
             .args(["--backend", backend])
@@ -438,6 +446,8 @@ impl Drop for FuseDaemon {
 pub struct Fuse {
     image: PathBuf,
     backend: BackendChoice,
+    /// `augefs mount -o` options, if any.
+    options: Option<String>,
     /// Unmounted and ended on drop, before the mount point goes.
     daemon: Option<FuseDaemon>,
     fs: PosixFs,
@@ -456,10 +466,17 @@ impl Fuse {
         Ok(Fuse {
             image: image.to_path_buf(),
             backend,
+            options: None,
             daemon: None,
             fs: PosixFs { root },
             _mount_point: mount_point,
         })
+    }
+
+    /// Mounts with these `augefs mount -o` options.
+    pub fn with_options(mut self, options: Option<String>) -> Fuse {
+        self.options = options.filter(|o| !o.is_empty());
+        self
     }
 
     /// The mount point.
@@ -468,7 +485,12 @@ impl Fuse {
     }
 
     fn mount(&mut self) -> Result<(), String> {
-        let daemon = FuseDaemon::start(&self.image, &self.fs.root, self.backend.name())?;
+        let daemon = FuseDaemon::start(
+            &self.image,
+            &self.fs.root,
+            self.backend.name(),
+            self.options.as_deref(),
+        )?;
         self.daemon = Some(daemon);
         Ok(())
     }
