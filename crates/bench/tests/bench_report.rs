@@ -59,7 +59,8 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         "- **Kernel:**",
         "- **Its file system:**",
         "- **PMR:** EMULATED PMR",
-        "## Goals (issue 7)",
+        "## Goals (issues 7, 30, 31, 32)",
+        "## Real programs on the mount and attached (bench apps)",
         "| goal | verdict | evidence |",
         "## File-system workloads (bench fs)",
         "## IO amplification",
@@ -84,7 +85,11 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         .skip(2)
         .take_while(|l| l.starts_with('|'))
         .collect();
-    assert_eq!(goals.len(), 18, "the goals of issues 7, 30 and 32:\n{text}");
+    assert_eq!(
+        goals.len(),
+        29,
+        "the goals of issues 7, 30, 31 and 32:\n{text}"
+    );
     for g in &goals {
         assert!(
             g.contains("| met |")
@@ -103,6 +108,7 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         "bench-fs.json",
         "amplify.json",
         "bench-metadb.json",
+        "apps.json",
     ] {
         let body = std::fs::read_to_string(report_dir.join(file)).expect(file);
         serde_json::from_str::<serde_json::Value>(&body).expect("JSON");
@@ -117,6 +123,25 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         .find(|t| t["name"] == "api-pmr")
         .expect("api-pmr target");
     assert_eq!(api_pmr["pmr"]["emulated"], true, "{api_pmr}");
+    // The real programs ran on the FUSE mount and, as root, on ext4 beside it, and their
+    // goals were judged from them.
+    let apps: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report_dir.join("apps.json")).unwrap())
+            .unwrap();
+    let untar = &apps["workloads"][0];
+    assert_eq!(untar["workload"], "untar", "{apps}");
+    assert!(
+        untar["targets"]["fuse"]["median"].as_f64().unwrap() > 0.0,
+        "{apps}"
+    );
+    if common::can_make("ext4") {
+        assert!(untar["ratios"]["fuse"].as_f64().unwrap() > 0.0, "{apps}");
+        let g = goals
+            .iter()
+            .find(|g| g.contains("FUSE: untar"))
+            .expect("FUSE untar goal");
+        assert!(!g.contains("| not measured |"), "judged: {g}");
+    }
     let svg = std::fs::read_to_string(report_dir.join("plots/bench-fs-create_fsync.svg"))
         .expect("a plot per workload");
     assert!(svg.starts_with("<svg"));

@@ -217,7 +217,18 @@ struct Slot {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let plan = plan(&args)?;
+    let doc = measure_json(&args)?;
+    crate::options::emit(
+        args.json,
+        args.json_file.as_deref(),
+        &doc.to_string(),
+        || print!("{}", table(&doc)),
+    )
+}
+
+/// Runs every target and workload; the JSON document (`bench report` calls this).
+pub fn measure_json(args: &Args) -> Result<Value, String> {
+    let plan = plan(args)?;
     if let Some(p) = missing_program(&plan.workloads) {
         return Err(format!("{p} is not installed (bench apps runs it)"));
     }
@@ -238,8 +249,8 @@ pub fn run(args: Args) -> Result<(), String> {
             input_dir.display()
         );
         let inputs = inputs::make(&input_dir, plan.recipe)?;
-        let mut slots = slots(&args, &plan, &scratch, &mut images)?;
-        let samples = run_turns(&args, &plan, &inputs, &mut slots)?;
+        let mut slots = slots(args, &plan, &scratch, &mut images)?;
+        let samples = run_turns(args, &plan, &inputs, &mut slots)?;
         for s in &mut slots {
             s.target.finish()?;
         }
@@ -254,14 +265,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let files: Vec<&Path> = images.iter().map(PathBuf::as_path).collect();
         scratch.remove(&files, &[&input_dir]);
     }
-    let samples = result?;
-    let doc = document(&args, &plan, &samples);
-    crate::options::emit(
-        args.json,
-        args.json_file.as_deref(),
-        &doc.to_string(),
-        || print!("{}", table(&doc)),
-    )
+    Ok(document(args, &plan, &result?))
 }
 
 /// The targets' file systems (images written once, loop device attached).

@@ -24,10 +24,11 @@ mod fio_baseline;
 mod fs_results;
 mod goals;
 mod machine;
+mod mount_goals;
 mod plan;
 mod tables;
 
-use crate::cmd::{amplify, bench_fs, bench_metadb};
+use crate::cmd::{amplify, apps, bench_fs, bench_metadb};
 use crate::goal::Goal;
 use crate::options::parse_args;
 use crate::pmr::PmrArgs;
@@ -87,6 +88,7 @@ fn run_step(step: &Step) -> Result<Value, String> {
         Kind::Amplify => amplify::measure_json(&parse_args(&step.argv)?),
         Kind::BenchMetadb => bench_metadb::measure_json(&parse_args(&step.argv)?),
         Kind::Fio => fio_baseline::measure_json(&parse_args(&step.argv)?),
+        Kind::Apps => apps::measure_json(&parse_args(&step.argv)?),
     }
 }
 
@@ -246,6 +248,7 @@ fn judge(outcomes: &[Outcome], pmr: &str) -> Vec<Goal> {
         fs: FsResults::new(of(Kind::BenchFs).collect()),
         amplify: of(Kind::Amplify).next(),
         fio: of(Kind::Fio).next(),
+        apps: of(Kind::Apps).next(),
     };
     goals::judge(&inputs, pmr)
 }
@@ -284,7 +287,7 @@ fn markdown(
     );
     out.push_str("## Machine\n\n");
     out.push_str(&machine.markdown());
-    out.push_str("\n## Goals (issue 7)\n\n");
+    out.push_str("\n## Goals (issues 7, 30, 31, 32)\n\n");
     out.push_str(
         "augefs against the best of ext2/ext4/xfs/btrfs on loop devices backed by the same \
          disk, measured here. A goal is met only if every figure it names was measured and \
@@ -322,6 +325,7 @@ fn markdown(
                     Kind::Amplify => tables::amplify(doc),
                     Kind::BenchMetadb => tables::metadb(doc),
                     Kind::Fio => tables::fio(doc),
+                    Kind::Apps => format!("```\n{}```\n", apps::table(doc)),
                 });
             }
             Err(e) => {

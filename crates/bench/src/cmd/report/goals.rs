@@ -23,18 +23,27 @@ pub struct Inputs<'a> {
     pub fs: FsResults<'a>,
     pub amplify: Option<&'a Value>,
     pub fio: Option<&'a Value>,
+    /// `bench apps`'s document.
+    pub apps: Option<&'a Value>,
 }
 
 /// Figures measured for a goal, and those it needed but did not find.
 #[derive(Debug, Default)]
-struct Evidence {
+pub(super) struct Evidence {
     /// (what, value, passes).
-    measured: Vec<(String, f64, bool)>,
-    missing: Vec<String>,
+    pub(super) measured: Vec<(String, f64, bool)>,
+    pub(super) missing: Vec<String>,
 }
 
 impl Evidence {
-    fn verdict(self, text: String, unit: &str) -> Goal {
+    /// Both evidences' figures, as one goal's.
+    pub(super) fn and(mut self, other: Evidence) -> Evidence {
+        self.measured.extend(other.measured);
+        self.missing.extend(other.missing);
+        self
+    }
+
+    pub(super) fn verdict(self, text: String, unit: &str) -> Goal {
         let met = if self.measured.iter().any(|m| !m.2) {
             Some(false)
         } else if self.measured.is_empty() || !self.missing.is_empty() {
@@ -60,7 +69,12 @@ impl Evidence {
 
 /// augefs's best target among `targets` over the best kernel fs, per thread count of
 /// each workload; a pass is a ratio of at least `factor`.
-fn versus_kernel(inputs: &Inputs, workloads: &[&str], targets: &[&str], factor: f64) -> Evidence {
+pub(super) fn versus_kernel(
+    inputs: &Inputs,
+    workloads: &[&str],
+    targets: &[&str],
+    factor: f64,
+) -> Evidence {
     let mut e = Evidence::default();
     for w in workloads {
         let threads = inputs.fs.threads(w);
@@ -204,7 +218,8 @@ fn amplification(amplify: Option<&Value>) -> Goal {
     }
 }
 
-/// Every goal of issues 7 and 30, judged. `pmr_label` names the emulated PMR ("emulated, 900
+/// Every goal of issues 7, 30 and 32 on bench fs, amplify and fio figures, then those of
+/// the mounts (`super::mount_goals`), judged. `pmr_label` names the emulated PMR ("emulated, 900
 /// ns/line").
 pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
     let namespace = [
@@ -213,7 +228,7 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
         "unlink+fsync",
         "rename+fsync",
     ];
-    vec![
+    let mut goals = vec![
         versus_kernel(inputs, &namespace, &["api-pmr"], 10.0).verdict(
             format!(
                 "create, mkdir, unlink, rename + fsync >= 10x the best kernel fs in PMR mode \
@@ -289,7 +304,9 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
             "create + fsync >= 2x the best kernel fs from an attached client (ssd)".to_string(),
             "x",
         ),
-    ]
+    ];
+    goals.extend(super::mount_goals::judge(inputs));
+    goals
 }
 
 #[cfg(test)]
@@ -434,6 +451,7 @@ mod tests {
             fs: FsResults::new(vec![&d]),
             amplify: Some(&amp),
             fio: Some(&fio),
+            apps: None,
         };
         let goals = judge(&inputs, "x");
         assert_eq!(goal(&goals, "4 KiB append + fsync >= 0.8x").met, Some(true));

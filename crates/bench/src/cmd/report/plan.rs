@@ -1,5 +1,6 @@
 //! What `augefs bench report` runs: one step per sub-run, each the argument words of an
-//! existing subcommand (`bench fs`, `amplify`, `bench metadb`) or of the fio baseline,
+//! existing subcommand (`bench fs`, `bench apps`, `amplify`, `bench metadb`) or of the
+//! fio baseline,
 //! so that the report can print the command that repeats it.
 //!
 //! Invariants:
@@ -20,6 +21,7 @@ pub enum Kind {
     Amplify,
     BenchMetadb,
     Fio,
+    Apps,
 }
 
 impl Kind {
@@ -31,6 +33,7 @@ impl Kind {
             Kind::Amplify => "augefs amplify",
             Kind::BenchMetadb => "augefs bench metadb",
             Kind::Fio => "(bench report's fio baseline)",
+            Kind::Apps => "augefs bench apps",
         }
     }
 }
@@ -182,6 +185,17 @@ pub fn steps(s: &Settings) -> Vec<Step> {
             ]),
         });
     }
+    // Real programs on ext4, the FUSE mount and attached processes (issues 30, 31).
+    let mut apps = words(&["--dir", &dir, "--runs", &runs]);
+    if s.quick {
+        apps.extend(words(&["--quick", "--image-size", "1GiB"]));
+    }
+    steps.push(Step {
+        name: "apps",
+        title: "Real programs on the mount and attached (bench apps)",
+        kind: Kind::Apps,
+        argv: apps,
+    });
     let mut amplify = words(&["--dir", &dir, "--runs", &runs]);
     if s.quick {
         amplify.extend(words(&["--quick", "--fs", "augefs,ext4"]));
@@ -213,7 +227,7 @@ pub fn steps(s: &Settings) -> Vec<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::{amplify, bench_fs, bench_metadb};
+    use crate::cmd::{amplify, apps, bench_fs, bench_metadb};
     use crate::options::parse_args;
 
     fn settings(quick: bool, fio: bool) -> Settings<'static> {
@@ -247,6 +261,9 @@ mod tests {
                     }
                     Kind::Fio => parse_args::<super::super::fio_baseline::Args, _>(&step.argv)
                         .map(|a| assert_eq!(a.seconds, 2)),
+                    Kind::Apps => {
+                        parse_args::<apps::Args, _>(&step.argv).map(|a| assert_eq!(a.quick, quick))
+                    }
                 };
                 assert!(parsed.is_ok(), "{}: {parsed:?}", step.name);
             }
