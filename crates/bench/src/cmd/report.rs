@@ -250,7 +250,9 @@ fn judge(outcomes: &[Outcome], pmr: &str) -> Vec<Goal> {
         fio: of(Kind::Fio).next(),
         apps: of(Kind::Apps).next(),
     };
-    goals::judge(&inputs, pmr)
+    let mut all = goals::judge(&inputs, pmr);
+    all.extend(mount_goals::judge(&inputs));
+    all
 }
 
 fn markdown(

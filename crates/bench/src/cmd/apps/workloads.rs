@@ -294,28 +294,42 @@ pub fn run_all(
     }
     db_bench_all(place, sizes, &want, &mut push)?;
     if want(Workload::SeqRead) || want(Workload::RandRead) {
-        let data = m.join("data");
-        place.shell(&format!(
-            "cp {} {} && sync {}",
-            quote(&inputs.data),
-            quote(&data),
-            quote(&data)
-        ))?;
-        drop_caches()?;
-        let mib = inputs.data_bytes as f64 / (1 << 20) as f64;
-        let dd = format!("dd if={} of=/dev/null bs=1M status=none", quote(&data));
-        let ((), s, cpu) = place.timed(|| place.shell(&dd).map(drop))?;
-        if want(Workload::SeqRead) {
-            push(Workload::SeqRead, mib / s, cpu);
-        }
-        if want(Workload::RandRead) {
-            let reads = sizes.reads.to_string();
-            let (randread, data_s) = (path_str(&inputs.randread)?, path_str(&data)?);
-            let (out, _, cpu) = place.timed(|| place.run(randread, &[data_s, &reads]))?;
-            push(Workload::RandRead, number("random reads", &out)?, cpu);
-        }
+        reads(place, inputs, sizes, &want, drop_caches, &mut push)?;
     }
     Ok(samples)
+}
+
+/// The cold sequential read of a copied file after `drop_caches`, then warm random
+/// reads of it.
+fn reads(
+    place: &Place,
+    inputs: &Inputs,
+    sizes: &Sizes,
+    want: &dyn Fn(Workload) -> bool,
+    drop_caches: &mut dyn FnMut() -> Result<(), String>,
+    push: &mut dyn FnMut(Workload, f64, f64),
+) -> Result<(), String> {
+    let data = place.root.join("data");
+    place.shell(&format!(
+        "cp {} {} && sync {}",
+        quote(&inputs.data),
+        quote(&data),
+        quote(&data)
+    ))?;
+    drop_caches()?;
+    let mib = inputs.data_bytes as f64 / (1 << 20) as f64;
+    let dd = format!("dd if={} of=/dev/null bs=1M status=none", quote(&data));
+    let ((), s, cpu) = place.timed(|| place.shell(&dd).map(drop))?;
+    if want(Workload::SeqRead) {
+        push(Workload::SeqRead, mib / s, cpu);
+    }
+    if want(Workload::RandRead) {
+        let reads = sizes.reads.to_string();
+        let (randread, data_s) = (path_str(&inputs.randread)?, path_str(&data)?);
+        let (out, _, cpu) = place.timed(|| place.run(randread, &[data_s, &reads]))?;
+        push(Workload::RandRead, number("random reads", &out)?, cpu);
+    }
+    Ok(())
 }
 
 /// db_bench's workloads: fillrandom and readrandom in one invocation (readrandom reads

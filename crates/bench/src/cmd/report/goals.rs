@@ -218,8 +218,8 @@ fn amplification(amplify: Option<&Value>) -> Goal {
     }
 }
 
-/// Every goal of issues 7, 30 and 32 on bench fs, amplify and fio figures, then those of
-/// the mounts (`super::mount_goals`), judged. `pmr_label` names the emulated PMR ("emulated, 900
+/// Every goal of issues 7, 30 and 32 on bench fs, amplify and fio figures, judged (the
+/// mounts' are `super::mount_goals`'s). `pmr_label` names the emulated PMR ("emulated, 900
 /// ns/line").
 pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
     let namespace = [
@@ -228,7 +228,7 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
         "unlink+fsync",
         "rename+fsync",
     ];
-    let mut goals = vec![
+    vec![
         versus_kernel(inputs, &namespace, &["api-pmr"], 10.0).verdict(
             format!(
                 "create, mkdir, unlink, rename + fsync >= 10x the best kernel fs in PMR mode \
@@ -304,9 +304,7 @@ pub fn judge(inputs: &Inputs, pmr_label: &str) -> Vec<Goal> {
             "create + fsync >= 2x the best kernel fs from an attached client (ssd)".to_string(),
             "x",
         ),
-    ];
-    goals.extend(super::mount_goals::judge(inputs));
-    goals
+    ]
 }
 
 #[cfg(test)]
