@@ -276,6 +276,69 @@ fn relative_paths_into_the_mount_are_served_directly() {
     fx.fsck_clean();
 }
 
+/// A file of the mount made a standard stream by a redirection is a regular file to the
+/// program: whole reads (dd would see 64 KiB pieces of a pipe), lseek and fstat work,
+/// and descriptors that share it keep one offset.
+#[test]
+fn redirected_standard_streams_are_regular_files() {
+    let fx = fixture();
+    fx.mount();
+    let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(fx.mnt.join("data"), &data).unwrap();
+    let script = "cd \"$1\" && dd if=data of=/dev/null bs=1M count=4 2>&1 | grep 'records in'; \
+                  stat -L -c %F /dev/stdin < data; \
+                  wc -c < data; \
+                  tail -c 3 < data | od -An -tu1; \
+                  exec 3>log; echo one >&3; echo two >&3; exec 3>&-; cat log; \
+                  { echo three; echo four; } >> log";
+    let mnt = std::fs::canonicalize(&fx.mnt).unwrap();
+    let args = [
+        "sh".as_ref(),
+        "-c".as_ref(),
+        script.as_ref(),
+        "sh".as_ref(),
+        mnt.as_os_str(),
+    ];
+    // A pump that deadlocked a forked child hung this script once: a deadline, not a hang.
+    let mut child = attached(&fx, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run augefs run --mount");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the redirections hung for 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("the script's output");
+    assert!(
+        !attached_pids(&fx).is_empty(),
+        "the shell and its children attached: {}",
+        std::fs::read_to_string(fx.host.join("attach.log")).unwrap_or_default()
+    );
+    let tail: Vec<String> = data[data.len() - 3..].iter().map(u8::to_string).collect();
+    assert_eq!(
+        checked_stdout("redirections", &out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        format!(
+            "4+0 records in regular file {} {} one two",
+            data.len(),
+            tail.join(" ")
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.mnt.join("log")).unwrap(),
+        "one\ntwo\nthree\nfour\n"
+    );
+    fx.unmount();
+    fx.fsck_clean();
+}
+
 #[test]
 fn git_works_attached() {
     let fx = fixture();

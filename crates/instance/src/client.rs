@@ -156,6 +156,21 @@ impl Remote {
         r
     }
 
+    /// Waits until every request this process posted has run (a Barrier, then a stat
+    /// of the root behind it), so that the kernel's mount of the instance serves what
+    /// they did. Nothing is sent when nothing is outstanding.
+    pub fn settle(&self) -> Result<()> {
+        if self.poster.fence().is_none() {
+            return Ok(());
+        }
+        self.call(
+            &Request::Stat {
+                ino: vfs::records::ROOT,
+            },
+            |_| Ok(()),
+        )
+    }
+
     /// The fork prepare handler: holds the pool so the child copies it unchanged.
     pub fn before_fork(&self) {
         self.anchor.lock();

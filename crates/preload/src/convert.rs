@@ -64,6 +64,81 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
     true
 }
 
+/// Makes standard descriptor `new` (0, 1 or 2) refer to regular file `d` as a kernel
+/// descriptor on the mount (attached) or the bridge, and every descriptor of `d` with
+/// it, so that all keep sharing one offset. libc reads and writes its standard streams
+/// with internal calls no interposer sees; a kernel descriptor of the file gives them a
+/// regular file (lseek, fstat, whole reads, a static child inheriting it) where a pipe
+/// would not. Attached, this process's posted requests run first, so the mount serves
+/// what they wrote. False, with nothing changed, without a mount or bridge, for another
+/// kind of file, or when the path no longer names the file (renamed over, unlinked).
+pub fn std_to_kernel(
+    px: &Posix,
+    d: &Arc<posix::desc::Description>,
+    new: i32,
+    cloexec: bool,
+) -> bool {
+    if d.kind() != vfs::Kind::File || d.is_path_only() {
+        return false;
+    }
+    let Some(path) = bridge_path(d.path()) else {
+        return false;
+    };
+    if state::remote().is_some_and(|r| r.settle().is_err()) {
+        return false;
+    }
+    let flags = d.flags() & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    // SAFETY: a NUL-terminated path.
+    let first = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
+    if first < 0 {
+        return false;
+    }
+    // Above the program's numbers: with `new` closed (a shell saves and closes it
+    // before `>&N`), the open took `new` itself, which the dup3s below must not close.
+    let fcntl = real!(fcntl: fn(libc::c_int, libc::c_int, usize) -> libc::c_int);
+    // SAFETY: duplicates our descriptor.
+    let kernel = unsafe { fcntl(first, libc::F_DUPFD_CLOEXEC, 100) };
+    state::real_close(first);
+    if kernel < 0 {
+        return false;
+    }
+    // The mount's inode numbers are augefs's: another number is another file now there.
+    // SAFETY: stat is plain data, filled by fstat on our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let fstat = real!(fstat: fn(libc::c_int, *mut libc::stat) -> libc::c_int);
+    // SAFETY: our descriptor and a stat buffer.
+    if unsafe { fstat(kernel, &mut st) } != 0 || st.st_ino != d.ino().0 {
+        state::real_close(kernel);
+        return false;
+    }
+    let mut fds: Vec<(i32, bool)> = px
+        .descriptors()
+        .into_iter()
+        .filter(|(_, o, _)| Arc::ptr_eq(o, d))
+        .map(|(fd, _, c)| (fd, c))
+        .collect();
+    fds.push((new, cloexec));
+    let offset = *d.offset();
+    let lseek = real!(lseek: fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t);
+    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    // SAFETY: our descriptor; then each number this process owns (augefs placeholders,
+    // or the standard descriptor being replaced) takes it.
+    unsafe {
+        lseek(kernel, offset as i64, libc::SEEK_SET);
+        for &(fd, cloexec) in &fds {
+            dup3(kernel, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
+        }
+    }
+    state::real_close(kernel);
+    for &(fd, _) in &fds {
+        if fd != new {
+            let _ = px.detach_fd(fd);
+        }
+    }
+    true
+}
+
 /// Groups `which` (all descriptors if None) by description.
 type Group = (Arc<posix::desc::Description>, Vec<(i32, bool)>);
 

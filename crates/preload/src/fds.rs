@@ -197,9 +197,13 @@ fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
         pump::forget(new);
     }
     // Standard input, output and error are read and written by libc's own stdio, which
-    // no interposer sees: they become pipes served by a pump thread.
+    // no interposer sees: they become kernel descriptors of the file on the mount (or
+    // bridge) where there is one, else pipes served by a pump thread.
     if new <= 2 {
         let _g = guard::enter();
+        if crate::convert::std_to_kernel(px, &d, new, cloexec) {
+            return new;
+        }
         if pump::start(px, d, new, cloexec) {
             return new;
         }
