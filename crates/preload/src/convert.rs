@@ -64,27 +64,32 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
     true
 }
 
-/// Makes standard descriptor `new` (0, 1 or 2) refer to regular file `d` as a kernel
-/// descriptor on the mount (attached) or the bridge, and every descriptor of `d` with
-/// it, so that all keep sharing one offset. libc reads and writes its standard streams
+/// In an attached process, makes standard descriptor `new` (0, 1 or 2) refer to regular
+/// file `d` as a kernel descriptor on the mount, and every descriptor of `d` with it, so
+/// that all keep sharing one offset. libc reads and writes its standard streams
 /// with internal calls no interposer sees; a kernel descriptor of the file gives them a
 /// regular file (lseek, fstat, whole reads, a static child inheriting it) where a pipe
-/// would not. Attached, this process's posted requests run first, so the mount serves
-/// what they wrote. False, with nothing changed, without a mount or bridge, for another
-/// kind of file, or when the path no longer names the file (renamed over, unlinked).
+/// would not. This process's posted requests run first, so the mount serves what they
+/// wrote. False, with nothing changed, when not attached, for another kind of file, or
+/// when the path no longer names the file (renamed over, unlinked).
 pub fn std_to_kernel(
     px: &Posix,
     d: &Arc<posix::desc::Description>,
     new: i32,
     cloexec: bool,
 ) -> bool {
+    // Attached only: the mount outlives every process, where a holder's bridge goes
+    // with the holder (and with its exec), leaving a descriptor on it dead.
+    let Some(remote) = state::remote() else {
+        return false;
+    };
     if d.kind() != vfs::Kind::File || d.is_path_only() {
         return false;
     }
     let Some(path) = bridge_path(d.path()) else {
         return false;
     };
-    if state::remote().is_some_and(|r| r.settle().is_err()) {
+    if remote.settle().is_err() {
         return false;
     }
     let flags = d.flags() & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
