@@ -15,7 +15,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 use testsupport::fuse::Fixture;
-use testsupport::process::checked_stdout;
+use testsupport::process::{check, checked_stdout};
 
 /// Compiles tests/run_apps/`name`.c.
 fn compile(fx: &Fixture, name: &str) -> std::path::PathBuf {
@@ -184,6 +184,19 @@ fn bash_redirections_fork_and_exec() {
         text.starts_with("first\n") && text.contains("last\nl1\n"),
         "{text}"
     );
+    no_bridge_left(&fx);
+}
+
+/// The holder's standard output made a file, then handed to the program it execs: the
+/// new program writes where the shell did (a descriptor on the holder's bridge would
+/// have died with the exec: ENOTCONN).
+#[test]
+fn a_redirected_stream_survives_the_holders_exec() {
+    let fx = fixture();
+    let script = "exec > /augefs/ex; echo before; exec /bin/echo after-exec";
+    check("exec", &run(&fx, &["sh", "-c", script]));
+    let back = run(&fx, &["cat", "/augefs/ex"]);
+    assert_eq!(checked_stdout("cat", &back), "before\nafter-exec\n");
     no_bridge_left(&fx);
 }
 
