@@ -109,6 +109,7 @@ fn quick_report_has_machine_tables_and_goals_and_leaves_nothing_behind() {
         "amplify.json",
         "bench-metadb.json",
         "apps.json",
+        "bench-fs-procs.json",
     ] {
         let body = std::fs::read_to_string(report_dir.join(file)).expect(file);
         serde_json::from_str::<serde_json::Value>(&body).expect("JSON");

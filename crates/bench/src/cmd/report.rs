@@ -244,11 +244,22 @@ fn judge(outcomes: &[Outcome], pmr: &str) -> Vec<Goal> {
             .filter(move |o| o.step.kind == kind)
             .filter_map(|o| o.result.as_ref().ok())
     };
+    // The --procs step's cells have the same names as the threads' ones: kept apart.
+    let procs = |o: &&Outcome| o.step.name == plan::PROCS_STEP;
+    let fs: Vec<&Value> = outcomes
+        .iter()
+        .filter(|o| o.step.kind == Kind::BenchFs && !procs(o))
+        .filter_map(|o| o.result.as_ref().ok())
+        .collect();
     let inputs = goals::Inputs {
-        fs: FsResults::new(of(Kind::BenchFs).collect()),
+        fs: FsResults::new(fs),
         amplify: of(Kind::Amplify).next(),
         fio: of(Kind::Fio).next(),
         apps: of(Kind::Apps).next(),
+        procs: outcomes
+            .iter()
+            .filter(procs)
+            .find_map(|o| o.result.as_ref().ok()),
     };
     let mut all = goals::judge(&inputs, pmr);
     all.extend(mount_goals::judge(&inputs));

@@ -25,6 +25,8 @@ pub struct Inputs<'a> {
     pub fio: Option<&'a Value>,
     /// `bench apps`'s document.
     pub apps: Option<&'a Value>,
+    /// The bench fs document of attached processes (`--procs`).
+    pub procs: Option<&'a Value>,
 }
 
 /// Figures measured for a goal, and those it needed but did not find.
@@ -450,6 +452,7 @@ mod tests {
             amplify: Some(&amp),
             fio: Some(&fio),
             apps: None,
+            procs: None,
         };
         let goals = judge(&inputs, "x");
         assert_eq!(goal(&goals, "4 KiB append + fsync >= 0.8x").met, Some(true));

@@ -7,6 +7,7 @@
 //! the same run (bench apps: the best kernel target it ran); a time "at most k x" the
 //! kernel's is a ratio of at least 1/k.
 
+use super::fs_results::FsResults;
 use super::goals::{versus_kernel, Evidence, Inputs};
 use crate::goal::Goal;
 use serde_json::Value;
@@ -26,6 +27,44 @@ fn versus_apps(apps: Option<&Value>, workloads: &[&str], target: &str, factor: f
                     .push((format!("{w} {target} vs {base}:"), r, r >= factor))
             }
             None => e.missing.push(format!("{w} on {target} (bench apps)")),
+        }
+    }
+    e
+}
+
+/// Attached clients as two processes over one (`--procs` cells of `workload`).
+fn two_processes(procs: Option<&Value>, workload: &str, factor: f64) -> Evidence {
+    let mut e = Evidence::default();
+    let docs = FsResults::new(procs.into_iter().collect());
+    let one = docs.median(workload, 1, "attached").map(|m| m.ops());
+    let two = docs.median(workload, 2, "attached").map(|m| m.ops());
+    match (one, two) {
+        (Some(one), Some(two)) => {
+            let r = two / one.max(f64::MIN_POSITIVE);
+            e.measured
+                .push((format!("{workload} 2 procs vs 1:"), r, r >= factor));
+        }
+        _ => e
+            .missing
+            .push(format!("{workload} attached --procs at 1 and 2")),
+    }
+    e
+}
+
+/// Attached clients against the interposer's single owner, each of `workloads` at one
+/// thread: a pass is at least `factor` of the owner's ops/s.
+fn versus_owner(inputs: &Inputs, workloads: &[&str], factor: f64) -> Evidence {
+    let mut e = Evidence::default();
+    for w in workloads {
+        let attached = inputs.fs.median(w, 1, "attached").map(|m| m.ops());
+        let owner = inputs.fs.median(w, 1, "interposer").map(|m| m.ops());
+        match (attached, owner) {
+            (Some(a), Some(o)) => {
+                let r = a / o.max(f64::MIN_POSITIVE);
+                e.measured
+                    .push((format!("{w} attached vs interposer:"), r, r >= factor));
+            }
+            _ => e.missing.push(format!("{w} on attached and interposer")),
         }
     }
     e
@@ -96,6 +135,21 @@ pub fn judge(inputs: &Inputs) -> Vec<Goal> {
                     .to_string(),
                 "x",
             ),
+        two_processes(inputs.procs, "create+fsync", 1.6).verdict(
+            "attached: two processes doing create+fsync >= 1.6x one process".to_string(),
+            "x",
+        ),
+        versus_owner(
+            inputs,
+            &["create", "create+fsync", "stat", "randread"],
+            1.0 / 1.5,
+        )
+        .verdict(
+            "attached: create, create+fsync, stat and warm read within 1.5x of the \
+                 interposer's single owner (ratio >= 0.67)"
+                .to_string(),
+            "x",
+        ),
     ]
 }
 
@@ -157,6 +211,37 @@ mod tests {
         );
         assert_eq!(verdict(&goals, "attached: sqlite3"), Some(true));
         assert_eq!(verdict(&goals, "attached: db_bench"), Some(true));
+        assert_eq!(verdict(&goals, "attached: two processes"), None);
+        let procs = super::super::fs_results::tests::doc(&[
+            ("create+fsync", 1, "attached", 1000.0),
+            ("create+fsync", 2, "attached", 1500.0),
+        ]);
+        let fs = super::super::fs_results::tests::doc(&[
+            ("create", 1, "attached", 700.0),
+            ("create", 1, "interposer", 1000.0),
+            ("create+fsync", 1, "attached", 700.0),
+            ("create+fsync", 1, "interposer", 1000.0),
+            ("stat", 1, "attached", 700.0),
+            ("stat", 1, "interposer", 1000.0),
+            ("randread", 1, "attached", 600.0),
+            ("randread", 1, "interposer", 1000.0),
+        ]);
+        let inputs = Inputs {
+            fs: FsResults::new(vec![&fs]),
+            procs: Some(&procs),
+            ..Inputs::default()
+        };
+        let goals = judge(&inputs);
+        assert_eq!(
+            verdict(&goals, "attached: two processes"),
+            Some(false),
+            "1.5x"
+        );
+        assert_eq!(
+            verdict(&goals, "attached: create, create+fsync"),
+            Some(false),
+            "randread 0.6"
+        );
         let none = judge(&Inputs::default());
         assert!(none.iter().all(|g| g.met.is_none()), "nothing measured");
     }

@@ -64,6 +64,9 @@ pub struct Settings<'a> {
     pub fio: bool,
 }
 
+/// The bench fs step whose cells are processes (`--procs`), judged apart.
+pub const PROCS_STEP: &str = "bench-fs-procs";
+
 /// Every target of the comparison (issue 7).
 const TARGETS: &str = "api,api-view,api-pmr,interposer,attached,fuse,ext2,ext4,xfs,btrfs";
 /// The quick run's targets: every augefs target and one kernel file system.
@@ -185,6 +188,32 @@ pub fn steps(s: &Settings) -> Vec<Step> {
             ]),
         });
     }
+    // Attached clients as processes, one thread each (issue 30: two processes against
+    // one).
+    let mut procs = words(&[
+        "--target",
+        "attached",
+        "--procs",
+        "--workload",
+        "create+fsync",
+    ]);
+    procs.extend(words(&["--io-size", "4K", "--threads", "1,2", "--seconds"]));
+    procs.extend(words(&[
+        &s.seconds.to_string(),
+        "--runs",
+        &runs,
+        "--dir",
+        &dir,
+    ]));
+    if s.quick {
+        procs.push("--quick".to_string());
+    }
+    steps.push(Step {
+        name: PROCS_STEP,
+        title: "Attached processes, one thread each (bench fs --procs)",
+        kind: Kind::BenchFs,
+        argv: procs,
+    });
     // Real programs on ext4, the FUSE mount and attached processes (issues 30, 31).
     let mut apps = words(&["--dir", &dir, "--runs", &runs]);
     if s.quick {
