@@ -276,6 +276,50 @@ fn relative_paths_into_the_mount_are_served_directly() {
     fx.fsck_clean();
 }
 
+/// Runs `cmd` to its end, failing the test if it takes over `secs` seconds (a hang is
+/// what these tests guard against).
+fn output_within(mut cmd: Command, secs: u64) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Threads of a fresh attached process all write their first file at once: each may
+/// find no posting connection and open one; a second one waited for the first to close
+/// and hung its thread for good.
+#[test]
+fn threads_writing_at_once_never_hang() {
+    let fx = fixture();
+    fx.mount();
+    let dir = std::fs::canonicalize(&fx.mnt).unwrap().join("th");
+    std::fs::create_dir(&dir).unwrap();
+    let script = script("threads.py");
+    for _ in 0..5 {
+        let args = [
+            "python3".as_ref(),
+            script.as_os_str(),
+            dir.as_os_str(),
+            "8".as_ref(),
+        ];
+        let out = output_within(attached(&fx, &args), 60);
+        assert_eq!(checked_stdout("threads", &out).trim(), "threads ok");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 40);
+    fx.unmount();
+    fx.fsck_clean();
+}
+
 /// A file of the mount made a standard stream by a redirection is a regular file to the
 /// program: whole reads (dd would see 64 KiB pieces of a pipe), lseek and fstat work,
 /// and descriptors that share it keep one offset.
@@ -300,20 +344,7 @@ fn redirected_standard_streams_are_regular_files() {
         mnt.as_os_str(),
     ];
     // A pump that deadlocked a forked child hung this script once: a deadline, not a hang.
-    let mut child = attached(&fx, &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run augefs run --mount");
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("the redirections hung for 120 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("the script's output");
+    let out = output_within(attached(&fx, &args), 120);
     assert!(
         !attached_pids(&fx).is_empty(),
         "the shell and its children attached: {}",

@@ -28,6 +28,61 @@ pub(crate) fn bridge_path(rel: &str) -> Option<CString> {
     CString::new(b).ok()
 }
 
+/// Opens `path` with `flags` as a kernel descriptor above the program's numbers (a
+/// shell that saved and closed descriptor 1 before `>&N` would otherwise get 1 itself,
+/// which the caller then overwrites), at `offset` for a regular file. None if it cannot
+/// be opened, or, given `ino`, if the path names another inode now.
+fn open_kernel(
+    path: &std::ffi::CStr,
+    flags: i32,
+    file: bool,
+    offset: u64,
+    ino: Option<u64>,
+) -> Option<i32> {
+    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
+    // SAFETY: a NUL-terminated path.
+    let first = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
+    if first < 0 {
+        return None;
+    }
+    let fcntl = real!(fcntl: fn(libc::c_int, libc::c_int, usize) -> libc::c_int);
+    // SAFETY: duplicates our descriptor.
+    let kernel = unsafe { fcntl(first, libc::F_DUPFD_CLOEXEC, 100) };
+    state::real_close(first);
+    if kernel < 0 {
+        return None;
+    }
+    if let Some(ino) = ino {
+        // The mount's inode numbers are augefs's: another number is another file.
+        // SAFETY: stat is plain data, filled by fstat on our descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let fstat = real!(fstat: fn(libc::c_int, *mut libc::stat) -> libc::c_int);
+        // SAFETY: our descriptor and a stat buffer.
+        if unsafe { fstat(kernel, &mut st) } != 0 || st.st_ino != ino {
+            state::real_close(kernel);
+            return None;
+        }
+    }
+    if file {
+        let lseek = real!(lseek: fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t);
+        // SAFETY: our descriptor.
+        unsafe { lseek(kernel, offset as i64, libc::SEEK_SET) };
+    }
+    Some(kernel)
+}
+
+/// Puts kernel descriptor `kernel` at each of `fds` (with their close-on-exec flags),
+/// then closes it.
+fn place(kernel: i32, fds: &[(i32, bool)]) {
+    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
+    for &(fd, cloexec) in fds {
+        // SAFETY: replaces what is at `fd` (an augefs placeholder, or the standard
+        // descriptor being replaced), a number this process owns.
+        unsafe { dup3(kernel, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+    }
+    state::real_close(kernel);
+}
+
 /// Reopens description `d` on the bridge and puts it at each of `fds` (with their
 /// close-on-exec flags). Returns whether it worked.
 fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> bool {
@@ -38,10 +93,8 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
     if d.kind() == vfs::Kind::Dir && flags & libc::O_PATH == 0 {
         flags = libc::O_RDONLY | libc::O_DIRECTORY;
     }
-    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
-    // SAFETY: a NUL-terminated path.
-    let new = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
-    if new < 0 {
+    let file = d.kind() == vfs::Kind::File;
+    let Some(kernel) = open_kernel(&path, flags, file, offset, None) else {
         log::line(&format!(
             "cannot hand {} over to the bridge ({}; descriptors {:?} now fail with EBADF)",
             d.path(),
@@ -49,18 +102,8 @@ fn reopen(d: &posix::desc::Description, fds: &[(i32, bool)], offset: u64) -> boo
             fds.iter().map(|f| f.0).collect::<Vec<_>>()
         ));
         return false;
-    }
-    if d.kind() == vfs::Kind::File {
-        let lseek = real!(lseek: fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t);
-        // SAFETY: our descriptor.
-        unsafe { lseek(new, offset as i64, libc::SEEK_SET) };
-    }
-    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
-    for &(fd, cloexec) in fds {
-        // SAFETY: replaces the placeholder at `fd`, which this process owns.
-        unsafe { dup3(new, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
-    }
-    state::real_close(new);
+    };
+    place(kernel, fds);
     true
 }
 
@@ -93,30 +136,10 @@ pub fn std_to_kernel(
         return false;
     }
     let flags = d.flags() & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-    let open = real!(open: fn(*const libc::c_char, libc::c_int, libc::mode_t) -> libc::c_int);
-    // SAFETY: a NUL-terminated path.
-    let first = unsafe { open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
-    if first < 0 {
+    let offset = *d.offset();
+    let Some(kernel) = open_kernel(&path, flags, true, offset, Some(d.ino().0)) else {
         return false;
-    }
-    // Above the program's numbers: with `new` closed (a shell saves and closes it
-    // before `>&N`), the open took `new` itself, which the dup3s below must not close.
-    let fcntl = real!(fcntl: fn(libc::c_int, libc::c_int, usize) -> libc::c_int);
-    // SAFETY: duplicates our descriptor.
-    let kernel = unsafe { fcntl(first, libc::F_DUPFD_CLOEXEC, 100) };
-    state::real_close(first);
-    if kernel < 0 {
-        return false;
-    }
-    // The mount's inode numbers are augefs's: another number is another file now there.
-    // SAFETY: stat is plain data, filled by fstat on our descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let fstat = real!(fstat: fn(libc::c_int, *mut libc::stat) -> libc::c_int);
-    // SAFETY: our descriptor and a stat buffer.
-    if unsafe { fstat(kernel, &mut st) } != 0 || st.st_ino != d.ino().0 {
-        state::real_close(kernel);
-        return false;
-    }
+    };
     let mut fds: Vec<(i32, bool)> = px
         .descriptors()
         .into_iter()
@@ -124,18 +147,7 @@ pub fn std_to_kernel(
         .map(|(fd, _, c)| (fd, c))
         .collect();
     fds.push((new, cloexec));
-    let offset = *d.offset();
-    let lseek = real!(lseek: fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t);
-    let dup3 = real!(dup3: fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int);
-    // SAFETY: our descriptor; then each number this process owns (augefs placeholders,
-    // or the standard descriptor being replaced) takes it.
-    unsafe {
-        lseek(kernel, offset as i64, libc::SEEK_SET);
-        for &(fd, cloexec) in &fds {
-            dup3(kernel, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
-        }
-    }
-    state::real_close(kernel);
+    place(kernel, &fds);
     for &(fd, _) in &fds {
         if fd != new {
             let _ = px.detach_fd(fd);

@@ -197,8 +197,8 @@ fn dup_onto(old: c_int, new: c_int, cloexec: bool) -> c_int {
         pump::forget(new);
     }
     // Standard input, output and error are read and written by libc's own stdio, which
-    // no interposer sees: they become kernel descriptors of the file on the mount (or
-    // bridge) where there is one, else pipes served by a pump thread.
+    // no interposer sees: in an attached process a regular file's become kernel
+    // descriptors of it on the mount, else pipes served by a pump thread.
     if new <= 2 {
         let _g = guard::enter();
         if crate::convert::std_to_kernel(px, &d, new, cloexec) {

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use vfs::{AttrChanges, Creds};
 
@@ -71,6 +71,10 @@ pub(crate) struct Poster {
     /// Posts known to have run.
     fenced: AtomicU64,
     leases: ForkLock<HashMap<u64, Lease>>,
+    /// A thread is opening the posting connection: the instance takes one per session
+    /// at a time (a second one waits for the first to close), so two threads that both
+    /// found none and both dialled would leave the second waiting for good.
+    opening: AtomicBool,
 }
 
 /// Sends `frame` then `data` on `s` without raising SIGPIPE: false if the connection
@@ -131,6 +135,19 @@ fn push(ring: &PostRing, s: &UnixStream, frame: &[u8], data: &[u8]) -> bool {
 }
 
 impl Poster {
+    /// Claims the opening of the posting connection: false if another thread is at it
+    /// (the caller goes on without posts for now).
+    pub fn begin_open(&self) -> bool {
+        self.opening
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The opening claimed by [`Poster::begin_open`] is over (done or given up).
+    pub fn end_open(&self) {
+        self.opening.store(false, Ordering::Release);
+    }
+
     /// Whether a posting connection of `generation` is open.
     pub fn has_channel(&self, generation: u64) -> bool {
         self.channel
@@ -186,6 +203,8 @@ impl Poster {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         self.sent.store(0, Ordering::SeqCst);
         self.fenced.store(0, Ordering::SeqCst);
+        // A parent's thread that was opening its connection is not in the child.
+        self.opening.store(false, Ordering::Release);
     }
 
     /// Keeps the lease the instance granted `handle` (`budget` bytes; 0: none).
@@ -312,6 +331,15 @@ impl Remote {
         if *OFF.get_or_init(|| std::env::var_os("AUGEFS_POSTS").is_some_and(|v| v == "off")) {
             return;
         }
+        if !self.poster.begin_open() {
+            return;
+        }
+        self.dial_posts();
+        self.poster.end_open();
+    }
+
+    /// [`Remote::open_posts`] by the one thread that claimed the opening.
+    fn dial_posts(&self) {
         let generation = self.generation.load(Ordering::Acquire);
         if self.poster.has_channel(generation) || self.anchor().is_err() {
             return;
