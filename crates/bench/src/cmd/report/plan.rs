@@ -188,43 +188,7 @@ pub fn steps(s: &Settings) -> Vec<Step> {
             ]),
         });
     }
-    // Attached clients as processes, one thread each (issue 30: two processes against
-    // one).
-    let mut procs = words(&[
-        "--target",
-        "attached",
-        "--procs",
-        "--workload",
-        "create+fsync",
-    ]);
-    procs.extend(words(&["--io-size", "4K", "--threads", "1,2", "--seconds"]));
-    procs.extend(words(&[
-        &s.seconds.to_string(),
-        "--runs",
-        &runs,
-        "--dir",
-        &dir,
-    ]));
-    if s.quick {
-        procs.push("--quick".to_string());
-    }
-    steps.push(Step {
-        name: PROCS_STEP,
-        title: "Attached processes, one thread each (bench fs --procs)",
-        kind: Kind::BenchFs,
-        argv: procs,
-    });
-    // Real programs on ext4, the FUSE mount and attached processes (issues 30, 31).
-    let mut apps = words(&["--dir", &dir, "--runs", &runs]);
-    if s.quick {
-        apps.extend(words(&["--quick", "--image-size", "1GiB"]));
-    }
-    steps.push(Step {
-        name: "apps",
-        title: "Real programs on the mount and attached (bench apps)",
-        kind: Kind::Apps,
-        argv: apps,
-    });
+    steps.extend(mount_steps(s, &dir, &runs));
     let mut amplify = words(&["--dir", &dir, "--runs", &runs]);
     if s.quick {
         amplify.extend(words(&["--quick", "--fs", "augefs,ext4"]));
@@ -249,6 +213,48 @@ pub fn steps(s: &Settings) -> Vec<Step> {
         title: "MetaDB beside fjall (bench metadb)",
         kind: Kind::BenchMetadb,
         argv: metadb,
+    });
+    steps
+}
+
+/// The steps of the mounts' goals (issues 30 and 31): attached clients as processes of
+/// one thread each (two against one), then real programs on ext4, the FUSE mount and
+/// attached processes.
+fn mount_steps(s: &Settings, dir: &str, runs: &str) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut procs = words(&[
+        "--target",
+        "attached",
+        "--procs",
+        "--workload",
+        "create+fsync",
+    ]);
+    procs.extend(words(&["--io-size", "4K", "--threads", "1,2", "--seconds"]));
+    procs.extend(words(&[
+        &s.seconds.to_string(),
+        "--runs",
+        runs,
+        "--dir",
+        dir,
+    ]));
+    if s.quick {
+        procs.push("--quick".to_string());
+    }
+    steps.push(Step {
+        name: PROCS_STEP,
+        title: "Attached processes, one thread each (bench fs --procs)",
+        kind: Kind::BenchFs,
+        argv: procs,
+    });
+    let mut apps = words(&["--dir", dir, "--runs", runs]);
+    if s.quick {
+        apps.extend(words(&["--quick", "--image-size", "1GiB"]));
+    }
+    steps.push(Step {
+        name: "apps",
+        title: "Real programs on the mount and attached (bench apps)",
+        kind: Kind::Apps,
+        argv: apps,
     });
     steps
 }
