@@ -31,9 +31,9 @@ use super::bench_fs::target::{self, InProcess};
 use crate::image;
 use crate::kernelfs::{self, KERNEL_FS};
 use crate::loopdev::LoopDevice;
+use crate::options::Common;
 use crate::scratch::Scratch;
 use crate::stats::spread;
-use device::BackendChoice;
 use platform::units::{human, parse_size};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -55,8 +55,6 @@ pub struct Args {
     /// fillrandom, readrandom, fillsync, seqread, randread (default: all).
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
     /// `augefs mount -o` options of one target: NAME=OPTS (repeatable).
     #[arg(long = "options")]
     pub options: Vec<String>,
@@ -73,15 +71,9 @@ pub struct Args {
     /// numbers are indicative only.
     #[arg(long)]
     pub quick: bool,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
-    #[arg(long)]
-    pub json: bool,
-    #[arg(long)]
-    pub json_file: Option<PathBuf>,
-    /// Keep the images and inputs.
-    #[arg(long)]
-    pub keep: bool,
+    /// --runs, --backend, --json, --json-file, --keep (images and inputs).
+    #[command(flatten)]
+    pub common: Common,
 }
 
 /// What a target is.
@@ -159,7 +151,7 @@ fn plan(args: &Args) -> Result<Plan, String> {
             }
         }
     }
-    if args.runs == 0 {
+    if args.common.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
     crate::options::check_image_size(args.image_size)?;
@@ -218,12 +210,7 @@ struct Slot {
 
 pub fn run(args: Args) -> Result<(), String> {
     let doc = measure_json(&args)?;
-    crate::options::emit(
-        args.json,
-        args.json_file.as_deref(),
-        &doc.to_string(),
-        || print!("{}", table(&doc)),
-    )
+    args.common.emit_value(&doc, || print!("{}", table(&doc)))
 }
 
 /// Runs every target and workload; the JSON document (`bench report` calls this).
@@ -239,7 +226,7 @@ pub fn measure_json(args: &Args) -> Result<Value, String> {
     if let Some(why) = needs_root.then(kernelfs::obstacle).flatten() {
         return Err(format!("kernel targets: {why}"));
     }
-    let scratch = Scratch::create(&args.dir)?.keeping(args.keep);
+    let scratch = Scratch::create(&args.dir)?.keeping(args.common.keep);
     let input_dir = scratch.named("apps-inputs", "");
     let mut images: Vec<PathBuf> = Vec::new();
     let result = (|| -> Result<Vec<(String, Sample)>, String> {
@@ -256,7 +243,7 @@ pub fn measure_json(args: &Args) -> Result<Value, String> {
         }
         Ok(samples)
     })();
-    if args.keep {
+    if args.common.keep {
         eprintln!(
             "augefs bench apps: kept {} and the images",
             input_dir.display()
@@ -285,7 +272,7 @@ fn slots(
                     None => {
                         let img = scratch.named("apps-kernel", ".img");
                         images.push(img.clone());
-                        image::prepare(&img, args.image_size, args.backend)?;
+                        image::prepare(&img, args.image_size, args.common.backend)?;
                         let d = Rc::new(LoopDevice::attach(&img)?);
                         device = Some(d.clone());
                         d
@@ -297,9 +284,9 @@ fn slots(
             Kind::Fuse | Kind::Attached => {
                 let img = scratch.named(&format!("apps-{name}"), ".img");
                 images.push(img.clone());
-                image::prepare(&img, args.image_size, args.backend)?;
+                image::prepare(&img, args.image_size, args.common.backend)?;
                 let mnt = scratch.named(&format!("apps-{name}"), ".mnt");
-                let fuse = target::Fuse::new(&img, args.backend, &mnt)?
+                let fuse = target::Fuse::new(&img, args.common.backend, &mnt)?
                     .with_options(plan.options.get(name).cloned());
                 Box::new(fuse)
             }
@@ -328,13 +315,13 @@ fn run_turns(
     let augefs = crate::siblings::augefs()?;
     let mut all = Vec::new();
     let n = slots.len();
-    for run in 0..args.runs as usize {
+    for run in 0..args.common.runs as usize {
         for k in 0..n {
             let slot = &mut slots[(k + run) % n];
             eprintln!(
                 "augefs bench apps: run {}/{}: {}",
                 run + 1,
-                args.runs,
+                args.common.runs,
                 slot.name
             );
             slot.target.fresh()?;
@@ -442,7 +429,7 @@ fn document(args: &Args, plan: &Plan, samples: &[(String, Sample)]) -> Value {
         }));
     }
     json!({
-        "runs": args.runs,
+        "runs": args.common.runs,
         "quick": args.quick,
         "targets": plan.targets.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
         "options": plan.options,
