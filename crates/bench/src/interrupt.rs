@@ -40,6 +40,9 @@ pub enum Undo {
         pid: u32,
         created_dir: bool,
     },
+    /// A file of this process outside its scratch directory (an emulated PMR in
+    /// /dev/shm).
+    File(PathBuf),
 }
 
 struct Pending {
@@ -155,6 +158,12 @@ fn run(undo: &Undo) -> Result<(), String> {
             pid,
             created_dir,
         } => remove_scratch(dir, *pid, *created_dir),
+        Undo::File(path) => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {e}", path.display()))
+            }
+            _ => Ok(()),
+        },
     }
 }
 

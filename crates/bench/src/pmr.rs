@@ -10,8 +10,10 @@
 //!   (unless the region really is DAX memory) and gives the injected latency:
 //!   [`EmulatedPmr::describe`], [`EmulatedPmr::label`] and [`EmulatedPmr::json`].
 //! - The file's name carries the process id, so invocations sharing the directory never
-//!   touch each other's region; the benchmark removes it at the end.
+//!   touch each other's region; the benchmark removes it at the end, and a signal that
+//!   interrupts it removes it too (`Undo::File`: it is outside the scratch directory).
 
+use crate::interrupt::{on_interrupt, Registered, Undo};
 use format::pmr::PmrLayout;
 use platform::units::{human, parse_size};
 use platform::Clock;
@@ -55,10 +57,12 @@ impl PmrArgs {
                 self.dir.display()
             ));
         }
+        let path = self
+            .dir
+            .join(format!("augefs-{stem}-{}.pmr", std::process::id()));
         Ok(EmulatedPmr {
-            path: self
-                .dir
-                .join(format!("augefs-{stem}-{}.pmr", std::process::id())),
+            _on_interrupt: Arc::new(on_interrupt(Undo::File(path.clone()))),
+            path,
             dir_fs: crate::scratch::fs_type(&self.dir),
             bytes: self.bytes,
             latency_ns_per_line: self.latency_ns_per_line,
@@ -76,6 +80,9 @@ pub struct EmulatedPmr {
     pub bytes: u64,
     pub latency_ns_per_line: u64,
     clock: Arc<dyn Clock>,
+    /// Removes the file if a signal interrupts the process while a copy of this lives
+    /// (it is outside the scratch directory, whose own undo does not reach it).
+    _on_interrupt: Arc<Registered>,
 }
 
 impl EmulatedPmr {

@@ -343,11 +343,13 @@ fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
         return;
     }
     let scratch = BenchScratch::new();
+    // The emulated PMR lives outside the scratch directory: it must go too.
+    let pmr_dir = BenchScratch::new();
     let child = Command::new(common::BIN)
         .args(["fs", "--quick", "--runs", "1", "--seconds", "60"])
         .args([
             "--target",
-            "ext4",
+            "ext4,api-pmr",
             "--workload",
             "fileserver",
             "--threads",
@@ -355,6 +357,8 @@ fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
         ])
         .arg("--dir")
         .arg(scratch.path())
+        .arg("--pmr-dir")
+        .arg(pmr_dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -376,4 +380,9 @@ fn a_signal_undoes_the_mount_the_loop_device_and_the_files() {
         .map(|e| e.expect("entry").file_name())
         .collect();
     assert!(left.is_empty(), "bench files removed: {left:?}");
+    let pmr_left: Vec<_> = std::fs::read_dir(pmr_dir.path())
+        .expect("PMR directory")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(pmr_left.is_empty(), "PMR file removed: {pmr_left:?}");
 }
