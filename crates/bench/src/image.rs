@@ -3,15 +3,11 @@
 //! would add the host file system's journal commits to the device flushes measured.
 
 use super::scratch::Scratch;
-use device::{AlignedBuf, BackendChoice, Device, DeviceError, IoCause, IoRequest, OpenOptions};
+use device::{BackendChoice, Device, DeviceError, OpenOptions};
 use platform::units::human;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Zero-fill writes of an image are this large, several in flight.
-const FILL_CHUNK_BYTES: usize = 1 << 20;
-const FILL_CHUNKS_IN_FLIGHT: u64 = 8;
 
 /// What the device layer said about the image, noted when it is first opened.
 #[derive(Debug, Default)]
@@ -80,42 +76,29 @@ pub fn open_device_released(
     }
 }
 
-/// Creates the image file of `bytes` (a multiple of 1 MiB) and writes it once in full
-/// (zeros), then flushes. Says so on stderr: a large image takes a while.
+/// Creates the image file of `bytes` (a multiple of 1 MiB), allocated, and writes zeros
+/// over what was never written (device::write_holes: a new image in full, an image of an
+/// earlier run not at all). Says so on stderr: a large image takes a while.
 pub fn prepare(path: &Path, bytes: u64, backend: BackendChoice) -> Result<(), String> {
-    eprintln!(
-        "augefs: writing the {} image {} once",
-        human(bytes),
-        path.display()
-    );
-    assert_eq!(
-        bytes % FILL_CHUNK_BYTES as u64,
-        0,
-        "image size checked by the caller"
-    );
+    assert_eq!(bytes % (1 << 20), 0, "image size checked by the caller");
     device::create_image(path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut said = false;
+    device::write_holes(path, &mut |_, total| {
+        if !said {
+            eprintln!(
+                "augefs: writing {} of the image {} once",
+                human(total),
+                path.display()
+            );
+            said = true;
+        }
+    })
+    .map_err(|e| format!("writing {}: {e}", path.display()))?;
     let device = open_device(path, backend)?;
     assert_eq!(
         device.size_bytes(),
         bytes,
         "the image has the size asked for"
     );
-    let chunks = bytes / FILL_CHUNK_BYTES as u64;
-    let mut next = 0;
-    while next < chunks {
-        let end = (next + FILL_CHUNKS_IN_FLIGHT).min(chunks);
-        let requests = (next..end)
-            .map(|i| {
-                let buf = AlignedBuf::zeroed(FILL_CHUNK_BYTES);
-                IoRequest::write(i * FILL_CHUNK_BYTES as u64, buf, IoCause::Tool)
-            })
-            .collect();
-        device
-            .run(requests)
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        next = end;
-    }
-    device
-        .flush(IoCause::Tool)
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+    Ok(())
 }

@@ -550,6 +550,38 @@ fn grow_a_full_image(new_size: u64, areas: u32) {
     );
 }
 
+/// `augefs mkfs` writes a new image file out (no hole, no unwritten extent left for the
+/// host to convert under a later fsync), also over an allocated file it formats again;
+/// `--lazy` leaves the host's unwritten extents as they are.
+#[test]
+fn mkfs_writes_an_image_file_out_unless_lazy() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = dir.path().join("a.img");
+    check("mkfs", &mkfs(&image, "64M", &[]));
+    assert_eq!(device::unwritten_bytes(&image).unwrap(), 0, "written out");
+    let lazy = dir.path().join("lazy.img");
+    check("mkfs --lazy", &mkfs(&lazy, "64M", &["--lazy"]));
+    let left = device::unwritten_bytes(&lazy).unwrap();
+    if left == 0 {
+        eprintln!("this host file system reports no unwritten extents; the lazy half is moot");
+        return;
+    }
+    assert!(
+        left > 32 << 20,
+        "--lazy leaves most of the image unwritten: {left}"
+    );
+    check("mkfs again", &mkfs(&lazy, "64M", &["--force"]));
+    assert_eq!(
+        device::unwritten_bytes(&lazy).unwrap(),
+        0,
+        "written out at the next mkfs"
+    );
+    check(
+        "fsck",
+        &augefs(&["fsck".as_ref(), "-n".as_ref(), lazy.as_os_str()]),
+    );
+}
+
 /// `augefs resize`: grows an image file in place and then twice by added areas (fsck
 /// clean, files intact, more room, inspect shows the areas), refuses a shrink, a grow
 /// too small for a segment (leaving the file as it was), and a mounted image.
@@ -569,6 +601,11 @@ fn resize_cli_grows_refuses_and_names_why() {
     fx.unmount();
     let grew = augefs(&["resize".as_ref(), fx.image.as_os_str(), "192M".as_ref()]);
     assert!(checked_stdout("resize", &grew).contains("grown from 64.0 MiB to 192.0 MiB"));
+    assert_eq!(
+        device::unwritten_bytes(&fx.image).unwrap(),
+        0,
+        "the part a grow adds is written out"
+    );
     fx.fsck_clean();
     fails_with(
         augefs(&["resize".as_ref(), fx.image.as_os_str(), "100M".as_ref()]),

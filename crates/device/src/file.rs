@@ -19,7 +19,7 @@ use crate::backend::{Backend, BackendKind, DeviceInfo};
 use crate::buf::{AlignedBuf, BUF_ALIGN_BYTES};
 use crate::device::Device;
 use crate::error::DeviceError;
-use crate::sync::{self, PreadBackend, BLKGETSIZE64, BLKSSZGET};
+use crate::sync::{PreadBackend, BLKGETSIZE64, BLKSSZGET};
 use crate::uring::{UringBackend, QUEUE_DEPTH_MAX};
 use std::fs::File;
 use std::io;
@@ -117,8 +117,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Device, DeviceError> {
         size_bytes: size_bytes - size_bytes % logical_block_bytes as u64,
         logical_block_bytes,
         is_block_device,
-        discard_supported: !opts.read_only
-            && discard_supported(fd, is_block_device, meta.rdev(), size_bytes),
+        discard_supported: !opts.read_only && discard_supported(is_block_device, meta.rdev()),
         notice: None,
     };
     Ok(Device::new(choose_backend(path, file, info, opts)?))
@@ -301,11 +300,12 @@ fn block_device_size(fd: RawFd) -> io::Result<u64> {
 }
 
 /// Block devices: the queue's `discard_max_bytes` in sysfs (a partition's queue is its
-/// disk's). Files: a hole punch past the end of the file, which changes nothing and
-/// fails only where the file system cannot punch holes.
-fn discard_supported(fd: RawFd, is_block_device: bool, rdev: u64, size_bytes: u64) -> bool {
+/// disk's). Image files never: a discard would punch a hole, and the first write into it
+/// would make the host file system allocate again, with a journal commit at the next
+/// flush (an image is written in full once for that reason, crate::image).
+fn discard_supported(is_block_device: bool, rdev: u64) -> bool {
     if !is_block_device {
-        return sync::punch_hole(fd, size_bytes, BUF_ALIGN_BYTES as u64).is_ok();
+        return false;
     }
     let dev = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
     [
@@ -316,81 +316,6 @@ fn discard_supported(fd: RawFd, is_block_device: bool, rdev: u64, size_bytes: u6
     .find_map(|p| std::fs::read_to_string(p).ok())
     .and_then(|s| s.trim().parse::<u64>().ok())
     .is_some_and(|max| max > 0)
-}
-
-/// Creates `path` if needed and makes it exactly `size_bytes` long, every byte allocated
-/// (`fallocate`, so later writes never allocate and the image has no holes). Used by
-/// mkfs and the device benchmark. Shrinks a longer file.
-pub fn create_image(path: &Path, size_bytes: u64) -> Result<(), DeviceError> {
-    let open_error = |source: io::Error| DeviceError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(open_error)?;
-    if !file.metadata().map_err(open_error)?.is_file() {
-        return Err(DeviceError::NotADevice {
-            path: path.to_path_buf(),
-        });
-    }
-    let io_error = |op: &'static str, source: io::Error| DeviceError::Io {
-        op,
-        offset: 0,
-        source,
-    };
-    file.set_len(size_bytes)
-        .map_err(|e| io_error("set_len", e))?;
-    if size_bytes > 0 {
-        allocate(&file, size_bytes).map_err(|e| io_error("fallocate", e))?;
-    }
-    file.sync_all().map_err(|e| io_error("fsync", e))
-}
-
-/// `fallocate` mode 0 over the whole file; where the file system cannot, writes zeros
-/// over the holes instead (SEEK_HOLE finds them).
-fn allocate(file: &File, size_bytes: u64) -> io::Result<()> {
-    let fd = file.as_raw_fd();
-    loop {
-        // SAFETY: fallocate takes only integers.
-        let r = unsafe { libc::fallocate(fd, 0, 0, size_bytes as libc::off_t) };
-        if r == 0 {
-            return Ok(());
-        }
-        let error = io::Error::last_os_error();
-        match error.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EOPNOTSUPP) => return fill_holes(file, size_bytes),
-            _ => return Err(error),
-        }
-    }
-}
-
-fn fill_holes(file: &File, size_bytes: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    const CHUNK_BYTES: u64 = 1 << 20;
-    let zeros = vec![0u8; CHUNK_BYTES as usize];
-    let fd = file.as_raw_fd();
-    let mut offset = 0u64;
-    while offset < size_bytes {
-        // SAFETY: lseek takes only integers.
-        let hole = unsafe { libc::lseek(fd, offset as libc::off_t, libc::SEEK_HOLE) };
-        if hole < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let hole = hole as u64;
-        if hole >= size_bytes {
-            break;
-        }
-        let len = CHUNK_BYTES.min(size_bytes - hole);
-        file.write_all_at(&zeros[..len as usize], hole)?;
-        offset = hole + len;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -383,7 +383,7 @@ mod tests {
     fn an_open_waits_for_a_finishing_holder() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
-        crate::file::create_image(&path, 1 << 20).unwrap();
+        crate::image::create_image(&path, 1 << 20).unwrap();
         let opts = OpenOptions::default();
         let first = open(&path, &opts).unwrap();
         let mark = Mark::serving(&path).unwrap();
@@ -411,7 +411,7 @@ mod tests {
     fn an_open_refuses_a_holder_without_a_mark_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
-        crate::file::create_image(&path, 1 << 20).unwrap();
+        crate::image::create_image(&path, 1 << 20).unwrap();
         let opts = OpenOptions::default();
         // Another process holds it (a shell with the image open and flocked).
         let mut child = std::process::Command::new("flock")
@@ -449,7 +449,7 @@ mod tests {
     fn an_open_does_not_wait_for_a_serving_holder() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
-        crate::file::create_image(&path, 1 << 20).unwrap();
+        crate::image::create_image(&path, 1 << 20).unwrap();
         let opts = OpenOptions::default();
         let _first = open(&path, &opts).unwrap();
         let _mark = Mark::serving(&path).unwrap();

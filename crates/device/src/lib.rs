@@ -31,6 +31,7 @@ pub mod device;
 pub mod error;
 pub mod file;
 pub mod holder;
+pub mod image;
 pub mod memory;
 pub mod recording;
 pub mod request;
@@ -41,7 +42,8 @@ pub use backend::{Backend, BackendKind, BackendQueue, DeviceInfo};
 pub use buf::{AlignedBuf, BufPool, BUF_ALIGN_BYTES};
 pub use device::{Device, Queue};
 pub use error::DeviceError;
-pub use file::{create_image, open, BackendChoice, LockMode, OpenOptions};
+pub use file::{open, BackendChoice, LockMode, OpenOptions};
+pub use image::{create_image, unwritten_bytes, write_holes};
 
 pub use platform::IoCause;
 pub use request::{IoCompletion, IoOp, IoRequest};

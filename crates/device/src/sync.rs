@@ -186,7 +186,7 @@ pub(crate) fn discard(fd: RawFd, is_block_device: bool, offset: u64, len: u64) -
 }
 
 /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`, retrying `EINTR`.
-pub(crate) fn punch_hole(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
+fn punch_hole(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     for _ in 0..RETRIES_MAX {
         // SAFETY: fallocate takes only integers.

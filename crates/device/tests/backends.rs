@@ -674,8 +674,8 @@ fn geometry_is_measured() {
     assert_eq!(info.path.as_deref(), Some(path.as_path()));
     assert!(!info.is_block_device);
     assert!(
-        info.discard_supported,
-        "ext4/xfs/btrfs/tmpfs files can punch holes"
+        !info.discard_supported,
+        "an image file is never punched: it stays written (device::image)"
     );
 }
 
@@ -696,6 +696,53 @@ fn create_image_sets_the_length_and_allocates_every_byte() {
     assert!(std::fs::metadata(&path).expect("stat").blocks() * 512 >= 5 << 20);
     create_image(&path, 1 << 20).expect("shrink");
     assert_eq!(std::fs::metadata(&path).expect("stat").len(), 1 << 20);
+}
+
+fn unwritten(path: &std::path::Path) -> u64 {
+    device::unwritten_bytes(path).expect("seek the holes")
+}
+
+#[test]
+fn write_holes_writes_every_hole_once_and_keeps_the_data() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch_dir();
+    let path = dir.path().join("image");
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(6 << 20).expect("sparse file");
+    f.write_all_at(&[7u8; 4096], 2 << 20)
+        .expect("data in the middle");
+    f.sync_all().expect("sync");
+    drop(f);
+    assert!(unwritten(&path) >= 5 << 20, "a sparse file has holes");
+    let mut calls = 0;
+    let written = device::write_holes(&path, &mut |done, total| {
+        calls += 1;
+        assert!(done <= total, "{done} of {total}");
+    })
+    .expect("write the holes");
+    assert!((5 << 20..6 << 20).contains(&written), "wrote {written}");
+    assert!(calls > 0, "progress heard");
+    assert_eq!(unwritten(&path), 0, "no hole left");
+    let mut block = [0u8; 4096];
+    let f = std::fs::File::open(&path).expect("open");
+    f.read_exact_at(&mut block, 2 << 20).expect("read");
+    assert_eq!(block, [7u8; 4096], "the data is kept");
+    f.read_exact_at(&mut block, 5 << 20).expect("read");
+    assert_eq!(block, [0u8; 4096], "a hole reads zeros");
+    drop(f);
+    assert_eq!(
+        device::write_holes(&path, &mut |_, _| {}).expect("again"),
+        0
+    );
+    // An allocated image: ext4 and xfs keep fallocate's extents unwritten, and report
+    // them as holes until written.
+    create_image(&path, 8 << 20).expect("grow");
+    let never_written = unwritten(&path);
+    assert_eq!(
+        device::write_holes(&path, &mut |_, _| {}).expect("grown part"),
+        never_written
+    );
+    assert_eq!(unwritten(&path), 0);
 }
 
 #[test]

@@ -15,6 +15,9 @@ pub struct Args {
     /// The new size, e.g. 512M (an image file is extended to it); default: the device's.
     #[arg(value_parser = parse_size)]
     pub size: Option<u64>,
+    /// Allocate the file's new part without writing it out (as `mkfs --lazy`).
+    #[arg(long)]
+    pub lazy: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -45,14 +48,11 @@ pub fn run(args: Args) -> Result<(), String> {
         // Extended before the grow: a crash leaves the old file system in a larger file,
         // which opens as it did.
         drop(dev);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.set_len(want)
-            .and_then(|()| f.sync_all())
+        device::create_image(path, want)
             .map_err(|e| format!("{}: extending to {}: {e}", path.display(), human(want)))?;
-        drop(f);
+        if !args.lazy {
+            super::mkfs::write_out(path)?;
+        }
         device::open(path, &opts).map_err(|e| format!("{}: {e}", path.display()))?
     } else {
         dev
