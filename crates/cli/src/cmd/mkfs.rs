@@ -83,6 +83,36 @@ pub fn write_out(image: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Creates, resizes and writes out the image file as asked (a block device is only
+/// opened), then opens it for mkfs.
+fn open_image(
+    args: &Args,
+    exists: bool,
+    open_opts: &OpenOptions,
+) -> Result<device::Device, String> {
+    if !exists {
+        device::create_image(&args.image, args.size.unwrap_or(GIB)).map_err(|e| e.to_string())?;
+    }
+    let mut dev = device::open(&args.image, open_opts).map_err(|e| e.to_string())?;
+    if let Some(size) = args.size.filter(|&s| exists && s != dev.size_bytes()) {
+        // Resizing an existing image: refuse first if it holds a file system.
+        if !args.force {
+            if let Some(what) = mkfs::detect_existing(&dev).map_err(|e| e.to_string())? {
+                return Err(engine::EngineError::ExistingFileSystem { what }.to_string());
+            }
+        }
+        drop(dev);
+        device::create_image(&args.image, size).map_err(|e| e.to_string())?;
+        dev = device::open(&args.image, open_opts).map_err(|e| e.to_string())?;
+    }
+    if !args.lazy && !dev.info().is_block_device {
+        drop(dev);
+        write_out(&args.image)?;
+        dev = device::open(&args.image, open_opts).map_err(|e| e.to_string())?;
+    }
+    Ok(dev)
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     if let Some(l) = &args.label {
         // Before anything is created or written.
@@ -120,26 +150,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
 
-    if !exists {
-        device::create_image(&args.image, args.size.unwrap_or(GIB)).map_err(|e| e.to_string())?;
-    }
-    let mut dev = device::open(&args.image, &open_opts).map_err(|e| e.to_string())?;
-    if let Some(size) = args.size.filter(|&s| exists && s != dev.size_bytes()) {
-        // Resizing an existing image: refuse first if it holds a file system.
-        if !args.force {
-            if let Some(what) = mkfs::detect_existing(&dev).map_err(|e| e.to_string())? {
-                return Err(engine::EngineError::ExistingFileSystem { what }.to_string());
-            }
-        }
-        drop(dev);
-        device::create_image(&args.image, size).map_err(|e| e.to_string())?;
-        dev = device::open(&args.image, &open_opts).map_err(|e| e.to_string())?;
-    }
-    if !args.lazy && !dev.info().is_block_device {
-        drop(dev);
-        write_out(&args.image)?;
-        dev = device::open(&args.image, &open_opts).map_err(|e| e.to_string())?;
-    }
+    let dev = open_image(&args, exists, &open_opts)?;
 
     let pmr = match &args.pmr {
         Some(path) => {
