@@ -47,8 +47,11 @@ pub const IO_BYTES_MAX: usize = 4 << 20;
 /// Longest frame: a write's data and its fields.
 pub const FRAME_BYTES_MAX: usize = IO_BYTES_MAX + 4096;
 /// How long a thread that expects a message soon polls for it before sleeping
-/// ([`spin`]): about two wake-ups of an idle CPU on a virtual machine.
-pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// ([`spin`]): long enough for the reply to an fsync (a device write and flush, 150-300
+/// us on a virtual machine's disk), so that a client of fsync-heavy work does not pay
+/// the wake-up of an idle CPU (35 us each way there) on every sync, nor stop spinning
+/// for its next requests because one spin ran out (docs/BENCHMARKS.md §7.7).
+pub const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
 /// [`SPIN`], or AUGEFS_SPIN_US microseconds (0: never spin; for comparisons and
 /// diagnosis), read once per process.
 pub fn spin() -> std::time::Duration {

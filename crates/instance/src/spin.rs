@@ -10,8 +10,9 @@
 //!
 //! Spinning pays only while the peer runs on another CPU at once; on a machine whose
 //! CPUs are all busy it takes time from the very thread waited for. So a [`Spinner`]
-//! adapts: a spin that ends without the message turns spinning off for the next
-//! [`PAUSE_WAITS`] waits, after which it tries again. An idle connection sleeps.
+//! adapts: a spin that ends without the message, or whose yield of the CPU let another
+//! thread run (the CPU is wanted), turns spinning off for the next [`PAUSE_WAITS`]
+//! waits, after which it tries again. An idle connection sleeps.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -133,12 +134,10 @@ impl Spinner {
             }
             turns = turns.wrapping_add(1);
             if turns % 64 == 0 {
-                if start.elapsed() >= self.spin {
+                if start.elapsed() >= self.spin || yield_cpu() {
                     self.paused = PAUSE_WAITS;
                     return false;
                 }
-                // SAFETY: sched_yield has no arguments and cannot fail.
-                unsafe { libc::sched_yield() };
             } else {
                 std::hint::spin_loop();
             }
@@ -146,7 +145,8 @@ impl Spinner {
     }
 }
 
-/// Polls `fd` for input without sleeping for up to `spin`; true if input came.
+/// Polls `fd` for input without sleeping for up to `spin`; true if input came. False
+/// too as soon as a yield finds the CPU wanted by another thread.
 pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) -> bool {
     let start = Instant::now();
     loop {
@@ -159,14 +159,23 @@ pub fn wait_readable(fd: BorrowedFd<'_>, spin: Duration) -> bool {
         if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
             return true;
         }
-        if start.elapsed() >= spin {
+        if start.elapsed() >= spin || yield_cpu() {
             return false;
         }
-        // Let a runnable thread of this CPU go first: on a busy machine it may be the
-        // very peer this one waits for.
-        // SAFETY: sched_yield has no arguments and cannot fail.
-        unsafe { libc::sched_yield() };
     }
+}
+
+/// A `sched_yield` that took this long ran another thread (or the host ran another
+/// virtual CPU): the CPU is wanted, and the spin gives way.
+const YIELD_GAVE_AWAY: Duration = Duration::from_micros(20);
+
+/// Lets a runnable thread of this CPU go first (on a busy machine it may be the very
+/// peer this one waits for). True if one did, by the time the yield took.
+fn yield_cpu() -> bool {
+    let t = Instant::now();
+    // SAFETY: sched_yield has no arguments and cannot fail.
+    unsafe { libc::sched_yield() };
+    t.elapsed() >= YIELD_GAVE_AWAY
 }
 
 thread_local! {
@@ -182,6 +191,63 @@ pub fn wait_on_thread(fd: BorrowedFd<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// Pins the calling thread to `cpu`.
+    fn pin(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is an empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU_SET writes inside the set (cpu is below the machine's CPU count).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        // SAFETY: the set is valid for its size; 0 is the calling thread.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// A thread that wants the spinner's CPU (both pinned to one CPU) ends the spin long
+    /// before its budget, and spinning pauses: the spin took the CPU from it otherwise.
+    #[test]
+    fn a_spin_gives_way_to_a_thread_that_wants_its_cpu() {
+        // SAFETY: sched_getcpu has no arguments.
+        let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+        pin(cpu);
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                pin(cpu);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let budget = Duration::from_secs(5);
+        let t = Instant::now();
+        assert!(!wait_readable(std::os::fd::AsFd::as_fd(&a), budget));
+        let polled = t.elapsed();
+        let mut s = Spinner::new(budget);
+        let t = Instant::now();
+        assert!(!s.wait_until(|| false));
+        let spun = t.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        assert!(
+            polled < Duration::from_secs(1),
+            "polled {polled:?} beside a busy thread"
+        );
+        assert!(
+            spun < Duration::from_secs(1),
+            "spun {spun:?} beside a busy thread"
+        );
+        assert!(!s.will_spin(), "spinning pauses after giving way");
+    }
 
     #[test]
     fn the_instance_spins_on_at_most_its_slots() {
