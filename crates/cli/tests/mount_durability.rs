@@ -239,8 +239,8 @@ impl Drop for Tmpfs {
     }
 }
 
-/// A device failure (the host file system under a sparse image runs full, so the
-/// daemon's writes fail with ENOSPC) turns the mount read-only, and that is said where
+/// A device failure (the host file system under a sparse image, made by `mkfs --lazy`,
+/// runs full, so the daemon's writes fail with ENOSPC) turns the mount read-only, and that is said where
 /// users look: the daemon's log, the kernel's log and the mount's flags (/proc/mounts
 /// `ro`, statfs ST_RDONLY). What was fsync'd before is intact after a remount.
 #[test]
@@ -250,7 +250,7 @@ fn a_device_failure_turns_the_mount_read_only_and_says_so() {
     let image = host.path().join("img");
     let log = fx.host.join("daemon.log");
     sh(
-        "truncate -s 256M \"$IMG\" && \"$AUGEFS\" mkfs \"$IMG\" --size 256M >/dev/null",
+        "truncate -s 256M \"$IMG\" && \"$AUGEFS\" mkfs \"$IMG\" --size 256M --lazy >/dev/null",
         &[("IMG", &image), ("AUGEFS", Path::new(BIN))],
     );
     let out = std::process::Command::new(BIN)
