@@ -570,6 +570,16 @@ impl MetaDb {
         }
     }
 
+    /// Where the live tables are: each one's segment and length in bytes (from the
+    /// segment's start), for tools that look at the device's blocks.
+    pub fn table_extents(&self) -> Vec<(SegmentNo, u32)> {
+        let sv = self.inner.current.load_full();
+        sv.version
+            .tables()
+            .map(|(_, t)| (t.segment, t.len_bytes))
+            .collect()
+    }
+
     /// From now on every write fails with `ReadOnly` saying `why`, and `close` persists
     /// nothing (a read-only mount: recovery ran, nothing more is written).
     pub fn set_read_only(&self, why: &str) {
