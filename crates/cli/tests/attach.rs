@@ -370,6 +370,29 @@ fn redirected_standard_streams_are_regular_files() {
     fx.fsck_clean();
 }
 
+/// POSIX aio in an attached process (tests/run_apps/aio.c): GlusterFS's brick health
+/// check writes with aio_write, and a failed check shut every attached brick down.
+#[test]
+fn posix_aio_works_attached() {
+    let fx = fixture();
+    fx.mount();
+    let exe = common::compile_c(&fx, "run_apps", "aio");
+    let mnt = std::fs::canonicalize(&fx.mnt).unwrap();
+    let host_file = fx.host.join("aio-host");
+    let out = run_attached(
+        &fx,
+        &[exe.as_os_str(), mnt.as_os_str(), host_file.as_os_str()],
+    );
+    assert_eq!(checked_stdout("aio", &out).trim(), "aio ok");
+    assert_eq!(
+        std::fs::metadata(fx.mnt.join("aio-file")).unwrap().len(),
+        8192 + 100,
+        "the FUSE view sees what aio wrote"
+    );
+    fx.unmount();
+    fx.fsck_clean();
+}
+
 #[test]
 fn git_works_attached() {
     let fx = fixture();

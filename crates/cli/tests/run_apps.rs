@@ -224,7 +224,33 @@ fn c_program_libc_functions_built_on_inner_calls() {
     no_bridge_left(&fx);
 }
 
-/// Compiles `tests/run_apps/NAME.c` into the fixture's host directory.
+/// POSIX aio on augefs descriptors (glibc runs it on threads whose inner pread and
+/// pwrite no interposer sees: the requests failed with EBADF), and the same program on
+/// the host's file system, which checks the program itself.
+#[test]
+fn c_program_posix_aio() {
+    let fx = fixture();
+    let exe = compile(&fx, "aio");
+    let host_file = fx.host.join("aio-host");
+    let plain = Command::new(&exe)
+        .arg(&fx.host)
+        .arg(&host_file)
+        .output()
+        .expect("run aio on the host");
+    assert_eq!(checked_stdout("aio on the host", &plain).trim(), "aio ok");
+    let out = run(
+        &fx,
+        &[
+            exe.to_str().unwrap(),
+            "/augefs",
+            host_file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(checked_stdout("aio", &out).trim(), "aio ok");
+    fx.fsck_clean();
+    no_bridge_left(&fx);
+}
+
 #[test]
 fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
     let fx = fixture();

@@ -10,6 +10,7 @@
 //! - [`names`]: calls on names, attributes, xattrs, chdir, getcwd, realpath.
 //! - [`compat`]: the functions glibc builds on its own inner calls (utime, remove,
 //!   lockf, statvfs, sync, pathconf, the mkstemp family), written over the others.
+//! - [`aio`]: POSIX asynchronous IO on augefs descriptors, run at once.
 //! - [`dirs`]: directory streams. [`stdio`]: fopen and friends via fopencookie.
 //! - [`mmap`]: mappings of augefs files. [`exec`]: handing descriptors over at exec.
 //! - [`spawn`]: posix_spawn, system, popen and vfork: children that inherit bridge
@@ -41,6 +42,7 @@
 #[global_allocator]
 static ALLOCATOR: alloc::Chosen = alloc::Chosen::new();
 
+mod aio;
 mod alloc;
 mod compat;
 mod convert;
