@@ -393,6 +393,20 @@ fn posix_aio_works_attached() {
     fx.fsck_clean();
 }
 
+/// telldir and seekdir in an attached process (tests/run_apps/seekdir.c): a GlusterFS
+/// brick steps its directory stream back one entry when a reply is full.
+#[test]
+fn directory_seeks_work_attached() {
+    let fx = fixture();
+    fx.mount();
+    let exe = common::compile_c(&fx, "run_apps", "seekdir");
+    let mnt = std::fs::canonicalize(&fx.mnt).unwrap();
+    let out = run_attached(&fx, &[exe.as_os_str(), mnt.as_os_str()]);
+    assert_eq!(checked_stdout("seekdir", &out).trim(), "seekdir ok");
+    fx.unmount();
+    fx.fsck_clean();
+}
+
 #[test]
 fn git_works_attached() {
     let fx = fixture();

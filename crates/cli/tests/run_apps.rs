@@ -251,6 +251,26 @@ fn c_program_posix_aio() {
     no_bridge_left(&fx);
 }
 
+/// telldir, seekdir and readdir_r on an augefs directory stream (glibc's own read
+/// and wrote its private fields in ours); the program checked on the host first.
+#[test]
+fn c_program_seeks_in_directories() {
+    let fx = fixture();
+    let exe = compile(&fx, "seekdir");
+    let plain = Command::new(&exe)
+        .arg(&fx.host)
+        .output()
+        .expect("run seekdir on the host");
+    assert_eq!(
+        checked_stdout("seekdir on the host", &plain).trim(),
+        "seekdir ok"
+    );
+    let out = run(&fx, &[exe.to_str().unwrap(), "/augefs"]);
+    assert_eq!(checked_stdout("seekdir", &out).trim(), "seekdir ok");
+    fx.fsck_clean();
+    no_bridge_left(&fx);
+}
+
 #[test]
 fn c_program_spawns_with_augefs_descriptors_and_working_directory() {
     let fx = fixture();

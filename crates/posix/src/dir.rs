@@ -5,8 +5,10 @@
 //!   name handed out (the vfs resumes after it), so entries created or removed between
 //!   calls never make a survivor repeat or go missing.
 //! - `d_off` of an entry is its position + 1 (the offset of the next); seeking a
-//!   directory to 0 restarts the stream; other seeks leave it where it is (telldir and
-//!   seekdir to an arbitrary earlier position are not supported).
+//!   directory to 0 restarts the stream, and seeking it to one of the last
+//!   [`MARKS_MAX`] positions it handed out resumes there (what telldir and seekdir, and
+//!   readers that step back one entry, such as GlusterFS's bricks, need); a seek to any
+//!   other position leaves the stream where it is.
 //! - Entries are fetched from the vfs [`BATCH`] at a time; fetched entries the caller's
 //!   buffer could not take stay queued for the next call.
 
@@ -16,6 +18,8 @@ use vfs::{DirEntry, Kind};
 
 /// Entries asked of the vfs per step.
 pub const BATCH: usize = 128;
+/// Positions a stream remembers for seeks back to them (its latest ones).
+pub const MARKS_MAX: usize = 1024;
 /// Bytes of `struct linux_dirent64` before the name (d_ino, d_off, d_reclen, d_type).
 const DIRENT64_HEADER: usize = 19;
 
@@ -62,13 +66,36 @@ pub struct DirStream {
     after: Option<Vec<u8>>,
     queued: VecDeque<Dirent>,
     ended: bool,
+    /// The latest positions handed out, each with the name the stream resumes after
+    /// there (at most [`MARKS_MAX`], oldest first).
+    marks: VecDeque<(i64, Option<Vec<u8>>)>,
 }
 
 impl DirStream {
+    /// Moves the cursor to `to`: 0 restarts; a remembered position resumes after its
+    /// name; any other position changes nothing.
     pub(crate) fn seek(&mut self, to: u64) {
+        let to = to as i64;
         if to == 0 {
             *self = DirStream::default();
+            return;
         }
+        if to == self.pos {
+            return;
+        }
+        let Some((_, after)) = self.marks.iter().rev().find(|(p, _)| *p == to) else {
+            return;
+        };
+        let after = after.clone();
+        self.pos = to;
+        self.after = after;
+        self.queued.clear();
+        self.ended = false;
+    }
+
+    /// The position: the `d_off` of the last entry handed out (telldir).
+    pub(crate) fn pos(&self) -> i64 {
+        self.pos
     }
 }
 
@@ -78,13 +105,15 @@ impl Posix {
         let d = self.get(fd)?;
         if s.queued.is_empty() && !s.ended {
             let ino = d.ino();
-            if s.pos == 0 {
-                s.queued.push_back(Dirent {
-                    ino: ino.0,
-                    off: 1,
-                    dtype: libc::DT_DIR,
-                    name: b".".to_vec(),
-                });
+            if s.pos < 2 {
+                if s.pos == 0 {
+                    s.queued.push_back(Dirent {
+                        ino: ino.0,
+                        off: 1,
+                        dtype: libc::DT_DIR,
+                        name: b".".to_vec(),
+                    });
+                }
                 let parent = self.fs.lookup(&self.creds(), ino, b"..")?;
                 s.queued.push_back(Dirent {
                     ino: parent.0,
@@ -118,6 +147,10 @@ impl Posix {
         if e.name != b"." && e.name != b".." {
             s.after = Some(e.name);
         }
+        if s.marks.len() == MARKS_MAX {
+            s.marks.pop_front();
+        }
+        s.marks.push_back((s.pos, s.after.clone()));
     }
 
     fn stream_of(&self, fd: i32) -> Result<std::sync::Arc<crate::desc::Description>> {
@@ -139,7 +172,25 @@ impl Posix {
         if e.is_some() {
             Self::consume(&mut s);
         }
+        *d.offset() = s.pos() as u64;
         Ok(e)
+    }
+
+    /// `telldir`: the position of directory `fd`'s stream.
+    pub fn telldir(&self, fd: i32) -> Result<i64> {
+        let d = self.stream_of(fd)?;
+        let s = d.dir.lock().expect("dir lock");
+        Ok(s.pos())
+    }
+
+    /// `seekdir`: back (or on) to a position [`Posix::telldir`] gave, among the
+    /// stream's latest [`MARKS_MAX`]; 0 restarts; another position changes nothing.
+    pub fn seekdir(&self, fd: i32, pos: i64) -> Result<()> {
+        let d = self.stream_of(fd)?;
+        let mut s = d.dir.lock().expect("dir lock");
+        s.seek(u64::try_from(pos).map_err(|_| err(libc::EINVAL))?);
+        *d.offset() = s.pos() as u64;
+        Ok(())
     }
 
     /// `getdents64`: fills `buf` with whole entries; 0 at the end; EINVAL if the next

@@ -1,6 +1,8 @@
 //! Exported directory streams (opendir, fdopendir, readdir, readdir64, closedir,
-//! dirfd, rewinddir) for augefs directories: a `DIR *` of ours, told apart from libc's
-//! by a registry of the pointers handed out.
+//! dirfd, rewinddir, telldir, seekdir, readdir_r) for augefs directories: a `DIR *` of ours, told
+//! apart from libc's by a registry of the pointers handed out. Every function that
+//! takes a `DIR *` is here: glibc's own would read and write its private fields in
+//! ours.
 #![expect(
     clippy::undocumented_unsafe_blocks,
     reason = "each exported function runs under the C contract of the libc function it \
@@ -149,4 +151,76 @@ pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
     }
     let real = real!(rewinddir: fn(*mut DIR) -> ());
     unsafe { real(d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn telldir(d: *mut DIR) -> libc::c_long {
+    if ours(d) {
+        let fd = unsafe { (*d.cast::<Stream>()).fd };
+        let Some(px) = route::fd(fd) else {
+            set_errno(libc::EBADF);
+            return -1;
+        };
+        let _g = guard::enter();
+        return match px.telldir(fd) {
+            Ok(pos) => pos as libc::c_long,
+            Err(posix::Errno(e)) => {
+                set_errno(e);
+                -1
+            }
+        };
+    }
+    let real = real!(telldir: fn(*mut DIR) -> libc::c_long);
+    unsafe { real(d) }
+}
+
+/// A position telldir gave among the stream's latest (posix::dir::MARKS_MAX), or 0;
+/// another leaves the stream where it is (seekdir reports nothing).
+#[no_mangle]
+pub unsafe extern "C" fn seekdir(d: *mut DIR, pos: libc::c_long) {
+    if ours(d) {
+        let fd = unsafe { (*d.cast::<Stream>()).fd };
+        if let Some(px) = route::fd(fd) {
+            let _g = guard::enter();
+            let _ = px.seekdir(fd, pos);
+        }
+        return;
+    }
+    let real = real!(seekdir: fn(*mut DIR, libc::c_long) -> ());
+    unsafe { real(d, pos) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir64_r(
+    d: *mut DIR,
+    entry: *mut libc::dirent64,
+    result: *mut *mut libc::dirent64,
+) -> c_int {
+    if ours(d) {
+        set_errno(0);
+        let next = unsafe { readdir64(d) };
+        if next.is_null() {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            unsafe { *result = std::ptr::null_mut() };
+            return e;
+        }
+        unsafe {
+            entry.write(next.read());
+            *result = entry;
+        }
+        return 0;
+    }
+    let real =
+        real!(readdir64_r: fn(*mut DIR, *mut libc::dirent64, *mut *mut libc::dirent64) -> c_int);
+    unsafe { real(d, entry, result) }
+}
+
+// struct dirent and struct dirent64 are the same on 64-bit Linux.
+#[no_mangle]
+pub unsafe extern "C" fn readdir_r(
+    d: *mut DIR,
+    entry: *mut libc::dirent64,
+    result: *mut *mut libc::dirent64,
+) -> c_int {
+    unsafe { readdir64_r(d, entry, result) }
 }
