@@ -3,6 +3,8 @@
 //! - `check`: a replica-3 volume whose bricks are three augefs mounts; one brick killed
 //!   with SIGKILL while the tree is copied in, restarted and healed; every brick's copy
 //!   compared with the tree; every brick image `augefs fsck` clean.
+//! - `check` with `BRICKS=attached`: the three bricks in one augefs mount, glusterd and
+//!   its processes attached to its instance.
 //! - `nfs`: NFS-Ganesha (FSAL_VFS) exporting an augefs mount; the tree copied in and out
 //!   with libnfs's nfs-cp and compared; NFSv3 handles taken before a remount of augefs
 //!   under the running server read the same bytes after it; fsck clean.
@@ -41,9 +43,9 @@ fn make_tree(dir: &Path) {
     }
 }
 
-/// `scripts/cluster CMD WORK` on a fresh tree; the script's output, or None when it
-/// says it cannot run here.
-fn cluster(cmd: &str) -> Option<String> {
+/// `scripts/cluster CMD WORK` on a fresh tree, with `env` besides; the script's output,
+/// or None when it says it cannot run here.
+fn cluster(cmd: &str, env: &[(&str, &str)]) -> Option<String> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = testsupport::scratch!();
     let tree = scratch.path().join("tree");
@@ -55,6 +57,7 @@ fn cluster(cmd: &str) -> Option<String> {
         .env("AUGEFS", BIN)
         .env("TREE", &tree)
         .env("BRICK_SIZE", "512M")
+        .envs(env.iter().copied())
         .output()
         .expect("run scripts/cluster");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -72,7 +75,9 @@ fn cluster(cmd: &str) -> Option<String> {
 
 #[test]
 fn brick_killed_during_a_copy_heals_identical_and_bricks_fsck_clean() {
-    let Some(out) = cluster("check") else { return };
+    let Some(out) = cluster("check", &[]) else {
+        return;
+    };
     assert!(out.contains("round 1: killed brick"), "{out}");
     assert!(out.contains("entries identical on all 3 bricks"), "{out}");
     assert_eq!(
@@ -82,9 +87,29 @@ fn brick_killed_during_a_copy_heals_identical_and_bricks_fsck_clean() {
     );
 }
 
+/// The same with the three bricks in one mount and glusterd, its bricks and its heal
+/// daemon attached to that mount's instance (`augefs run --mount`): a brick's health
+/// check writes with aio_write, and its readdirs step back with seekdir; with either
+/// failing, bricks shut down or the heal never ended.
+#[test]
+fn attached_bricks_heal_identical_and_fsck_clean() {
+    let Some(out) = cluster("check", &[("BRICKS", "attached")]) else {
+        return;
+    };
+    assert!(out.contains("round 1: killed brick"), "{out}");
+    assert!(out.contains("entries identical on all 3 bricks"), "{out}");
+    assert_eq!(
+        out.matches(": clean").count(),
+        1,
+        "fsck of the image: {out}"
+    );
+}
+
 #[test]
 fn nfs_export_reads_back_and_keeps_handles_across_a_remount() {
-    let Some(out) = cluster("nfs") else { return };
+    let Some(out) = cluster("nfs", &[]) else {
+        return;
+    };
     assert!(
         out.contains("nfs: 120 files copied in with nfs-cp, read back identical"),
         "{out}"
