@@ -1,5 +1,6 @@
 //! GlusterFS and NFS-Ganesha over augefs (README "GlusterFS bricks and NFS export on
-//! augefs"), in small, by running `scripts/cluster` on a generated tree of 120 files:
+//! augefs"), in small, by running `scripts/cluster` on a generated tree of 120 files
+//! (1,200 for attached bricks):
 //! - `check`: a replica-3 volume whose bricks are three augefs mounts; one brick killed
 //!   with SIGKILL while the tree is copied in, restarted and healed; every brick's copy
 //!   compared with the tree; every brick image `augefs fsck` clean.
@@ -31,25 +32,26 @@ const SKIPPED: i32 = 77;
 /// number back, which a mount made meanwhile by the other scenario would take.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// 120 files of 0 to 96 KiB in four directories (one left empty), deterministic bytes.
-fn make_tree(dir: &Path) {
+/// `files` files of 0 to 96 KiB in four directories (one left empty), deterministic
+/// bytes.
+fn make_tree(dir: &Path, files: u64) {
     for d in 0..4 {
         fs::create_dir_all(dir.join(format!("d{d}/sub"))).expect("tree dir");
     }
-    for i in 0..120u64 {
+    for i in 0..files {
         let len = (i * 7919 % 97) as usize * 1024 + (i as usize % 13);
         let path = dir.join(format!("d{}/f{i}", i % 3));
         fs::write(path, bytes(i, len)).expect("tree file");
     }
 }
 
-/// `scripts/cluster CMD WORK` on a fresh tree, with `env` besides; the script's output,
-/// or None when it says it cannot run here.
-fn cluster(cmd: &str, env: &[(&str, &str)]) -> Option<String> {
+/// `scripts/cluster CMD WORK` on a fresh tree of `files` files, with `env` besides; the
+/// script's output, or None when it says it cannot run here.
+fn cluster(cmd: &str, files: u64, env: &[(&str, &str)]) -> Option<String> {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = testsupport::scratch!();
     let tree = scratch.path().join("tree");
-    make_tree(&tree);
+    make_tree(&tree, files);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/cluster");
     let out = Command::new(script)
         .arg(cmd)
@@ -75,7 +77,7 @@ fn cluster(cmd: &str, env: &[(&str, &str)]) -> Option<String> {
 
 #[test]
 fn brick_killed_during_a_copy_heals_identical_and_bricks_fsck_clean() {
-    let Some(out) = cluster("check", &[]) else {
+    let Some(out) = cluster("check", 120, &[]) else {
         return;
     };
     assert!(out.contains("round 1: killed brick"), "{out}");
@@ -90,10 +92,11 @@ fn brick_killed_during_a_copy_heals_identical_and_bricks_fsck_clean() {
 /// The same with the three bricks in one mount and glusterd, its bricks and its heal
 /// daemon attached to that mount's instance (`augefs run --mount`): a brick's health
 /// check writes with aio_write, and its readdirs step back with seekdir; with either
-/// failing, bricks shut down or the heal never ended.
+/// failing, bricks shut down or the heal never ended. 1,200 files: the heal index of
+/// the files the killed brick missed then takes more than one readdir reply.
 #[test]
 fn attached_bricks_heal_identical_and_fsck_clean() {
-    let Some(out) = cluster("check", &[("BRICKS", "attached")]) else {
+    let Some(out) = cluster("check", 1200, &[("BRICKS", "attached")]) else {
         return;
     };
     assert!(out.contains("round 1: killed brick"), "{out}");
@@ -107,7 +110,7 @@ fn attached_bricks_heal_identical_and_fsck_clean() {
 
 #[test]
 fn nfs_export_reads_back_and_keeps_handles_across_a_remount() {
-    let Some(out) = cluster("nfs", &[]) else {
+    let Some(out) = cluster("nfs", 120, &[]) else {
         return;
     };
     assert!(
