@@ -63,8 +63,9 @@ pub fn create_image(path: &Path, size_bytes: u64) -> Result<(), DeviceError> {
 
 /// Writes zeros over every hole of the image file at `path` (holes include the unwritten
 /// extents of an `fallocate`), through the device layer with direct IO, several writes in
-/// flight, then flushes. `progress(done, total)` hears of the start and of each batch written. Returns the
-/// bytes written (0 for a file without holes). Takes the image's exclusive lock.
+/// flight, then flushes. `progress(done, total)` hears of the start and of each batch
+/// written. Returns the bytes written (0 for a file without holes). Takes the image's
+/// exclusive lock.
 pub fn write_holes(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<u64, DeviceError> {
     let file = File::open(path).map_err(|source| DeviceError::Open {
         path: path.to_path_buf(),
