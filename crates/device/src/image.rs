@@ -67,13 +67,7 @@ pub fn create_image(path: &Path, size_bytes: u64) -> Result<(), DeviceError> {
 /// written. Returns the bytes written (0 for a file without holes). Takes the image's
 /// exclusive lock.
 pub fn write_holes(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<u64, DeviceError> {
-    let file = File::open(path).map_err(|source| DeviceError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let size_bytes = file.metadata().map_err(|e| io_error("stat", 0, e))?.len();
-    let holes = holes(&file, size_bytes)?;
-    drop(file);
+    let holes = holes_of(path)?;
     let total: u64 = holes.iter().map(|(start, end)| end - start).sum();
     if total == 0 {
         return Ok(0);
@@ -112,15 +106,17 @@ pub fn write_holes(path: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<u6
 /// The bytes of the image file at `path` that the host reports as holes (unwritten
 /// extents included): what [`write_holes`] would write.
 pub fn unwritten_bytes(path: &Path) -> Result<u64, DeviceError> {
+    Ok(holes_of(path)?.iter().map(|(start, end)| end - start).sum())
+}
+
+/// The holes of the image file at `path` ([`holes`]).
+fn holes_of(path: &Path) -> Result<Vec<(u64, u64)>, DeviceError> {
     let file = File::open(path).map_err(|source| DeviceError::Open {
         path: path.to_path_buf(),
         source,
     })?;
     let size_bytes = file.metadata().map_err(|e| io_error("stat", 0, e))?.len();
-    Ok(holes(&file, size_bytes)?
-        .iter()
-        .map(|(start, end)| end - start)
-        .sum())
+    holes(&file, size_bytes)
 }
 
 /// `fallocate` mode 0 over the whole file. False where the file system cannot allocate
