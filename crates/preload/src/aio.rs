@@ -205,38 +205,32 @@ pub unsafe extern "C" fn lio_listio(
         return unsafe { real(mode, list, nent, sig) };
     }
     let entries = unsafe { std::slice::from_raw_parts(list, nent as usize) };
-    let ours =
-        |cb: &*mut libc::aiocb| !cb.is_null() && route::fd(unsafe { (**cb).aio_fildes }).is_some();
-    if !entries.iter().any(ours) {
-        return unsafe { real(mode, list, nent, sig) };
-    }
-    let mut kernel: Vec<*mut libc::aiocb> = Vec::new();
-    for &cb in entries {
-        if cb.is_null() {
-            continue;
-        }
+    let (mut kernel, mut ours, mut failed) = (Vec::new(), 0, false);
+    for &cb in entries.iter().filter(|cb| !cb.is_null()) {
         let c = unsafe { &mut *cb.cast::<AioCb>() };
         match route::fd(c.fildes) {
             // glibc gives no notification of a list's single requests (its
             // LIO_NO_INDIVIDUAL_EVENT), only the list's.
-            Some(px) => complete(px, c, c.lio_opcode),
+            Some(px) => {
+                complete(px, c, c.lio_opcode);
+                ours += 1;
+                failed |= c.error_code.load(Ordering::Acquire) != 0;
+            }
             None => kernel.push(cb),
         }
     }
-    if !kernel.is_empty() {
-        return unsafe { real(mode, kernel.as_ptr(), kernel.len() as c_int, sig) };
+    if ours == 0 {
+        return unsafe { real(mode, list, nent, sig) };
     }
-    if mode == libc::LIO_NOWAIT && !sig.is_null() {
+    if !kernel.is_empty() {
+        let r = unsafe { real(mode, kernel.as_ptr(), kernel.len() as c_int, sig) };
+        if r != 0 || mode != libc::LIO_WAIT || !failed {
+            return r;
+        }
+    } else if mode == libc::LIO_NOWAIT && !sig.is_null() {
         notify(unsafe { &*sig.cast::<SigEvent>() });
     }
     // LIO_WAIT reports a request that failed with EIO (its own error in aio_error).
-    let failed = entries.iter().any(|&cb| {
-        !cb.is_null()
-            && unsafe { &*cb.cast::<AioCb>() }
-                .error_code
-                .load(Ordering::Acquire)
-                != 0
-    });
     if mode == libc::LIO_WAIT && failed {
         route::set_errno(libc::EIO);
         return -1;

@@ -138,6 +138,16 @@ int main(int argc, char **argv) {
     CHECK(pread(fd, in, 200, 8192) == 100 && memcmp(in, out, 100) == 0);
     CHECK(pread(hfd, in, 4000, 0) == 3000 && memcmp(in, out, 3000) == 0);
 
+    /* A waiting list with a failed request fails with EIO; the others complete. */
+    struct aiocb f1 = {0}, f2 = {0};
+    f1.aio_fildes = ro, f1.aio_lio_opcode = LIO_WRITE, f1.aio_buf = out, f1.aio_nbytes = 10;
+    f2.aio_fildes = hfd, f2.aio_lio_opcode = LIO_WRITE, f2.aio_buf = out;
+    f2.aio_nbytes = 10, f2.aio_offset = 3000;
+    struct aiocb *flist[2] = {&f1, &f2};
+    errno = 0;
+    CHECK(lio_listio(LIO_WAIT, flist, 2, NULL) == -1 && errno == EIO);
+    CHECK(aio_error(&f1) == EBADF && aio_error(&f2) == 0 && aio_return(&f2) == 10);
+
     /* lio_listio without waiting, its list notified by a signal. */
     signalled = 0;
     struct aiocb l4 = {0};
