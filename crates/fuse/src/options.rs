@@ -12,6 +12,8 @@ use thiserror::Error;
 
 /// Most request threads `threads=` accepts.
 pub const THREADS_MAX: usize = 64;
+/// Largest `shared_pages=` accepted, in MiB (64 GiB of address space per identity).
+pub const SHARED_PAGES_MAX_MIB: usize = 64 << 10;
 /// Longest `commit=` interval accepted, in seconds (a day).
 pub const COMMIT_MAX_SECS: u64 = 86_400;
 
@@ -75,6 +77,9 @@ pub struct MountOptions {
     /// FUSE over io_uring where the kernel offers it (`uring`, the default; `nouring`
     /// serves through /dev/fuse alone).
     pub uring: bool,
+    /// The most file data, in MiB, each identity's shared data table keeps for attached
+    /// processes (`shared_pages=MIB`; None: the instance's default, 0: none).
+    pub shared_pages_mib: Option<usize>,
 }
 
 impl Default for MountOptions {
@@ -91,6 +96,7 @@ impl Default for MountOptions {
             commit: Some(vfs::commit::COMMIT_INTERVAL_DEFAULT),
             stats: false,
             uring: true,
+            shared_pages_mib: None,
         }
     }
 }
@@ -156,6 +162,19 @@ impl MountOptions {
                     return Err(bad(&format!("between 1 and {THREADS_MAX}")));
                 }
                 self.threads = n;
+            }
+            "shared_pages" => {
+                let v = need(value)?;
+                let mib: usize = v
+                    .parse()
+                    .ok()
+                    .filter(|&m| m <= SHARED_PAGES_MAX_MIB)
+                    .ok_or_else(|| OptionError::BadValue {
+                        name: name.to_string(),
+                        value: v.clone(),
+                        why: format!("MiB, 0 (none) to {SHARED_PAGES_MAX_MIB}"),
+                    })?;
+                self.shared_pages_mib = Some(mib);
             }
             "ro" if value.is_none() => self.read_only = true,
             "rw" if value.is_none() => self.read_only = false,

@@ -18,6 +18,7 @@
 mod posting;
 mod shared;
 
+use crate::datatable::DataTable;
 use crate::filecache::{FileCache, PAGE, READ_CACHED_MAX};
 use crate::forklock::ForkLock;
 use crate::mailbox::Conn;
@@ -89,6 +90,9 @@ pub struct Remote {
     /// The instance's change page and this identity's attribute table, mapped
     /// read-only: a stat they answer needs no request (`crate::table`).
     cache: OnceLock<Option<(ChangePage, Table)>>,
+    /// This identity's data table, mapped read-only: a read of pages another process
+    /// of the identity read needs no request (`crate::datatable`).
+    data: OnceLock<Option<DataTable>>,
     /// Set when this process changed identity: the table is another identity's now.
     cache_off: AtomicBool,
     /// File data this process read, kept while the file's data count stays
@@ -123,6 +127,7 @@ impl Remote {
             pool: Pool::default(),
             anchor: Pool::default(),
             cache: OnceLock::new(),
+            data: OnceLock::new(),
             cache_off: AtomicBool::new(false),
             files: FileCache::new(FileCache::budget_from_env()),
             names: NameCache::default(),
@@ -134,9 +139,12 @@ impl Remote {
         // AUGEFS_NO_SHARED_TABLE: every stat asks (for comparisons and diagnosis).
         let tables = std::env::var_os("AUGEFS_NO_SHARED_TABLE").is_none();
         let mut c = r.dial_plain()?;
-        let _ = r
-            .cache
-            .set(tables.then(|| r.fetch_tables(&mut c.1)).flatten());
+        let (cache, data) = match tables.then(|| r.fetch_tables(&mut c.1)).flatten() {
+            Some((page, table, data)) => (Some((page, table)), data),
+            None => (None, None),
+        };
+        let _ = r.cache.set(cache);
+        let _ = r.data.set(data);
         r.add_mailbox(&mut c.1);
         r.put(c);
         Ok(r)
@@ -374,19 +382,9 @@ impl Remote {
         )
     }
 
-    /// A small read: from the kept pages if they answer, else whole pages from the
-    /// instance, kept for the next reads.
-    fn read_cached(
-        &self,
-        page: &ChangePage,
-        f: &OpenFile,
-        handle: u64,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> Result<usize> {
-        if let Some(n) = self.files.read(page, f.ino, offset, buf) {
-            return Ok(n);
-        }
+    /// A small read the kept pages did not answer: whole pages from the instance, kept
+    /// for the next reads.
+    fn read_cached(&self, f: &OpenFile, handle: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let first = offset - offset % PAGE as u64;
         let end = (offset + buf.len() as u64).next_multiple_of(PAGE as u64);
         let mut pages = vec![0u8; (end - first) as usize];
@@ -795,13 +793,27 @@ impl Backend for Remote {
 
     fn read(&self, f: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let handle = Self::handle(f)?;
-        if let Some((page, _)) = self.cache() {
-            if self.files.enabled() && !buf.is_empty() && buf.len() <= READ_CACHED_MAX {
-                return self.read_cached(page, f, handle, offset, buf);
+        let small = self.files.enabled() && !buf.is_empty() && buf.len() <= READ_CACHED_MAX;
+        let page = self.cache().map(|(page, _)| page);
+        if let (Some(page), true) = (page, small) {
+            if let Some(n) = self.files.read(page, f.ino, offset, buf) {
+                return Ok(n);
             }
         }
+        // What this identity's table holds, from the start of the range; the rest asks.
         let mut done = 0;
-        for chunk in buf.chunks_mut(IO_BYTES_MAX) {
+        if let (Some(page), Some(data)) = (page, self.data()) {
+            let (n, answered) = data.read(page, f.ino, offset, buf);
+            if answered {
+                return Ok(n);
+            }
+            done = n;
+        }
+        let (at, rest) = (offset + done as u64, &mut buf[done..]);
+        if page.is_some() && small {
+            return Ok(done + self.read_cached(f, handle, at, rest)?);
+        }
+        for chunk in rest.chunks_mut(IO_BYTES_MAX) {
             let want = chunk.len();
             let n = self.read_chunk(handle, offset + done as u64, chunk, |_, _| {})?;
             done += n;
@@ -976,6 +988,10 @@ impl Backend for Remote {
         }
         *self.identity.lock().expect("identity lock") = creds;
         self.cache_off.store(true, Ordering::Relaxed);
+        // The old identity's pages may be files the new one may not read.
+        if let Some(d) = self.data.get().and_then(Option::as_ref) {
+            d.revoke();
+        }
         self.names.clear();
         // New connections carry the new identity (the kernel's, at connect); the
         // session (its handles) stays.

@@ -23,6 +23,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod client;
+pub mod datatable;
 pub mod filecache;
 mod forklock;
 pub mod mailbox;

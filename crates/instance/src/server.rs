@@ -14,6 +14,7 @@
 //! - [`Instance::stop`] ends every connection and joins its thread, so no session
 //!   holds the file system after it returns.
 
+use crate::datatable::DataTable;
 use crate::mailbox::{Conn, Mailbox};
 use crate::peer::{self, Peer};
 use crate::postring::PostRing;
@@ -51,8 +52,11 @@ struct Shared {
     stopping: AtomicBool,
     /// The change page clients read (None: no attribute tables, every stat asks).
     page: Option<Arc<ChangePage>>,
-    /// One attribute table per identity (uid, gid, groups).
-    tables: Mutex<HashMap<(u32, u32, u64), Arc<Table>>>,
+    /// One attribute table and data table per identity (uid, gid, groups).
+    tables: Mutex<HashMap<(u32, u32, u64), Arc<Tables>>>,
+    /// Slots of each identity's data table (0: none, every read that misses a
+    /// process's own pages asks).
+    data_slots: usize,
     /// Requests answered (diagnostics, tests).
     requests: std::sync::atomic::AtomicU64,
     /// Per opcode: requests, and posts (`augefs mount -o stats`).
@@ -60,9 +64,36 @@ struct Shared {
     posted: Stats,
 }
 
+/// What the instance shares with the clients of one identity.
+#[derive(Debug)]
+struct Tables {
+    attrs: Table,
+    data: Option<DataTable>,
+}
+
+/// How an instance runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Time every request and post (the wall and CPU time of each, in the report
+    /// [`Instance::stop`] returns).
+    pub timing: bool,
+    /// The most file bytes each identity's data table keeps (`crate::datatable`; 0:
+    /// none).
+    pub shared_pages: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            timing: false,
+            shared_pages: crate::datatable::DEFAULT_BYTES,
+        }
+    }
+}
+
 impl Shared {
-    /// The table of `creds`' identity (made on first need).
-    fn table(&self, creds: &vfs::Creds) -> Option<Arc<Table>> {
+    /// The tables of `creds`' identity (made on first need).
+    fn table(&self, creds: &vfs::Creds) -> Option<Arc<Tables>> {
         self.page.as_ref()?;
         let groups = creds
             .groups()
@@ -74,7 +105,13 @@ impl Shared {
         if let Some(t) = tables.get(&(creds.uid, creds.gid, groups)) {
             return Some(t.clone());
         }
-        let t = Arc::new(Table::create().ok()?);
+        let data = (self.data_slots > 0)
+            .then(|| DataTable::create(self.data_slots).ok())
+            .flatten();
+        let t = Arc::new(Tables {
+            attrs: Table::create().ok()?,
+            data,
+        });
         tables.insert((creds.uid, creds.gid, groups), t.clone());
         Some(t)
     }
@@ -97,17 +134,17 @@ impl Instance {
         path: &Path,
         notify: Option<Notify>,
     ) -> std::io::Result<Instance> {
-        Self::start_timed(fs, path, notify, false)
+        Self::start_with(fs, path, notify, Settings::default())
     }
 
-    /// [`Instance::start`], timing every request and post (`timing`: the wall and CPU
-    /// time of each, in the report [`Instance::stop`] returns).
-    pub fn start_timed(
+    /// [`Instance::start`] with `settings`.
+    pub fn start_with(
         fs: Arc<FileSystem>,
         path: &Path,
         notify: Option<Notify>,
-        timing: bool,
+        settings: Settings,
     ) -> std::io::Result<Instance> {
+        let timing = settings.timing;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -139,6 +176,10 @@ impl Instance {
             stopping: AtomicBool::new(false),
             page,
             tables: Mutex::new(HashMap::new()),
+            data_slots: match settings.shared_pages {
+                0 => 0,
+                bytes => crate::datatable::slots_for(bytes),
+            },
             requests: std::sync::atomic::AtomicU64::new(0),
             stats: Stats::new(
                 timing,
@@ -341,8 +382,11 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
     let Some((session, role)) = handshake(shared, &peer, &mut conn) else {
         return;
     };
-    let table = shared.table(&peer.creds);
-    let cache = shared.page.as_deref().zip(table.as_deref());
+    let tables = shared.table(&peer.creds);
+    let cache = shared
+        .page
+        .as_deref()
+        .zip(tables.as_deref().map(|t| &t.attrs));
     // The socket, apart from the connection: a lock wait watches it while `conn`
     // stays borrowed by the request it runs.
     let Ok(socket) = conn.stream.try_clone() else {
@@ -352,6 +396,7 @@ fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         creds: &peer.creds,
         socket: socket.as_fd(),
         cache,
+        data: tables.as_deref().and_then(|t| t.data.as_ref()),
     };
     if let Role::Posts { ring, .. } = role {
         let counters = shared.posted.thread();
@@ -399,7 +444,13 @@ fn serve_calls(
         // Requests answered with descriptors (on the socket).
         match (&req, caller.cache) {
             (Ok(Request::Tables), Some((page, table))) => {
-                let fds = [page.fd(), table.fd()].map(|f| f.expect("the instance's own"));
+                // The change page, the attribute table, and the data table if kept.
+                let mut fds = vec![page.fd(), table.fd()];
+                fds.extend(caller.data.map(DataTable::fd));
+                let fds: Vec<RawFd> = fds
+                    .into_iter()
+                    .map(|f| f.expect("the instance's own"))
+                    .collect();
                 if crate::shm::send_fds(sock, w.finish(0), &fds).is_err() {
                     return;
                 }
@@ -568,6 +619,7 @@ fn run_published(session: &Session, d: &mut Drain, count: u64, w: &mut Writer) -
         creds: &d.creds,
         socket,
         cache: None,
+        data: None,
     };
     let drained = loop {
         if session.posts.applied_count() >= count {

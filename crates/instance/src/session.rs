@@ -10,6 +10,7 @@
 //! - When the session goes (its last connection closed), its process's record locks
 //!   are released and every handle is closed (with its description's locks).
 
+use crate::datatable::DataTable;
 use crate::posts::{Lease, Posts};
 use crate::proto::{self, Request};
 use crate::table::{ChangePage, Key, Table};
@@ -99,6 +100,21 @@ pub(crate) struct Caller<'a> {
     /// The shared change page and the caller's attribute table, if the instance keeps
     /// them (stats it answers are filled in).
     pub cache: Option<(&'a ChangePage, &'a Table)>,
+    /// The caller's identity's data table, if the instance keeps one (reads it
+    /// answers are filled in: crate::datatable).
+    pub data: Option<&'a DataTable>,
+}
+
+impl Caller<'_> {
+    /// Keeps what a read of `ino` returned in the caller's data table, if the file's
+    /// data count is still `count` (taken before the read, with no change in flight).
+    fn keep(&self, ino: InodeNo, count: u64, offset: u64, data: &[u8], asked: usize) {
+        if let (Some(table), Some((page, _))) = (self.data, self.cache) {
+            if page.data_same(ino, count) {
+                table.fill(page, ino, count, offset, data, asked);
+            }
+        }
+    }
 }
 
 impl Session {
@@ -504,6 +520,9 @@ impl Session {
                 let n = fs
                     .read_open(local(h.file())?, offset, w.reserved(at))
                     .map_err(e)?;
+                if let Some(c) = count {
+                    caller.keep(h.file().ino, c, offset, &w.reserved(at)[..n], len as usize);
+                }
                 w.truncate_reserved(at, n);
             }
             Request::Write {
@@ -756,7 +775,13 @@ impl Session {
             let h = self.readable(handle)?;
             let at = w.reserve(prefetch as usize);
             match self.fs.read_open(local(h.file())?, 0, w.reserved(at)) {
-                Ok(n) => w.truncate_reserved(at, n),
+                Ok(n) => {
+                    if let Some(c) = count {
+                        let data = &w.reserved(at)[..n];
+                        caller.keep(ino, c, 0, data, prefetch as usize);
+                    }
+                    w.truncate_reserved(at, n);
+                }
                 // The open stands (its handle is the client's): no bytes, and the
                 // first read asks.
                 Err(_) => {

@@ -92,6 +92,29 @@ impl Mapping {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// Replaces the mapping's contents, in place, by private zeros, read-only: what it
+    /// showed is gone from this process, and a reader in the middle of it reads zeros
+    /// (no slot of a table, whose sequence is then 0) instead of faulting.
+    pub fn blank(&self) {
+        // SAFETY: a fixed mapping over exactly our own range, which stays ours (Drop
+        // unmaps it as before).
+        let at = unsafe {
+            libc::mmap(
+                self.at.cast(),
+                self.len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            at != libc::MAP_FAILED,
+            "remapping our own range: {}",
+            os_err().0
+        );
+    }
 }
 
 /// Sends `bytes` and the descriptors `fds` on the Unix socket `sock`.

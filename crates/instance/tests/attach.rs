@@ -578,6 +578,71 @@ fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
     assert_eq!(inst.requests() - before, 0, "the open brought the bytes");
 }
 
+/// Pages one process read answer another process of the same identity without a
+/// request (the identity's data table), including reads larger than a process keeps
+/// itself, and every change of the file is seen by the very next read.
+fn another_process_reads_what_one_read_without_a_request(t: Transport) {
+    let s = Setup::new(t);
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b, w) = (s.client(), s.client(), s.client());
+    let data: Vec<u8> = (0..1_000_000u32)
+        .map(|i| (i * 7 + i / 4096) as u8)
+        .collect();
+    let wfd = w
+        .open_fd(At::Cwd, b"/shared", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    assert_eq!(w.pwrite(wfd, &data, 0).unwrap(), data.len());
+    // `a` reads the whole file in 256 KiB reads (larger than a process keeps itself).
+    let afd = a.open_fd(At::Cwd, b"/shared", libc::O_RDONLY, 0).unwrap();
+    let mut all = vec![0u8; 1 << 20];
+    let mut at = 0;
+    loop {
+        let n = a
+            .pread(
+                afd,
+                &mut all[at..(at + (256 << 10)).min(1 << 20)],
+                at as i64,
+            )
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    assert_eq!(all[..at], data[..]);
+    // `b` opens it (one request) and reads it, whole and in pieces: no request.
+    let bfd = b.open_fd(At::Cwd, b"/shared", libc::O_RDONLY, 0).unwrap();
+    let read = |at: usize, len: usize| {
+        let mut buf = vec![0u8; len];
+        let n = b.pread(bfd, &mut buf, at as i64).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let before = inst.requests();
+    assert_eq!(read(0, 1 << 20), data);
+    for at in [0, 4096, 123_456, 999_000, 999_999] {
+        assert_eq!(read(at, 4096), data[at..(at + 4096).min(data.len())]);
+    }
+    assert_eq!(read(1_000_000, 10), b"");
+    assert_eq!(inst.requests() - before, 0, "another process's pages asked");
+    // A write by another client, a write and a truncate through the vfs itself (as the
+    // FUSE mount makes them): each seen by `b`'s very next read.
+    w.pwrite(wfd, b"XYZ", 123_457).unwrap();
+    assert_eq!(
+        read(123_456, 5),
+        [data[123_456], b'X', b'Y', b'Z', data[123_460]]
+    );
+    let ino = ino_of(&s, b"shared");
+    s.fs.write_at(ino, 999_998, b"tail").unwrap();
+    assert_eq!(
+        read(999_990, 4096),
+        [&data[999_990..999_998], b"tail"].concat()
+    );
+    s.fs.truncate(ino, 5000).unwrap();
+    assert_eq!(read(0, 1 << 20), data[..5000]);
+    assert_eq!(read(4096, 4096), data[4096..5000]);
+}
+
 /// An open for reading of a small file brings the file's attributes (into the table)
 /// and its bytes (into the kept pages): the fstat and the reads that follow need no
 /// request, and a change after the open is still seen by the very next read.
@@ -898,7 +963,16 @@ fn the_figures_count_each_request_and_post_by_opcode() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("i.sock");
     let fs = testsupport::mount::mounted(64 << 20, 1);
-    let inst = Instance::start_timed(fs, &sock, None, true).unwrap();
+    let inst = Instance::start_with(
+        fs,
+        &sock,
+        None,
+        instance::server::Settings {
+            timing: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     {
         let r = Remote::connect_with(&sock, Transport::Auto).unwrap();
         let p = Posix::new(
@@ -1011,7 +1085,7 @@ fn child_that_stores_into_the_table() {
     };
     let r = Remote::connect(std::path::Path::new(&sock)).unwrap();
     let regions = r.shared_regions();
-    assert_eq!(regions.len(), 2, "the instance shares its tables");
+    assert_eq!(regions.len(), 3, "the instance shares its tables");
     println!("MAPPED");
     std::io::stdout().flush().unwrap();
     for (at, _) in regions {
@@ -1064,6 +1138,7 @@ each_transport!(
     a_killed_client_releases_its_locks_and_files,
     repeated_stats_need_no_request_until_something_changes,
     warm_reads_need_no_request_and_see_every_change_at_once,
+    another_process_reads_what_one_read_without_a_request,
     a_small_file_opened_for_reading_comes_with_its_bytes,
     a_warm_read_never_returns_bytes_older_than_an_acknowledged_write,
     walks_of_an_unchanged_tree_need_only_their_opens,

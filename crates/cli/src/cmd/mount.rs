@@ -38,7 +38,9 @@ pub struct Args {
     /// writeback_cache, threads=N (request threads; default two per CPU), nouring (serve
     /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
     /// (per-request counts and times in the log at unmount, of FUSE's requests and of
-    /// attached processes' requests and posts), fsname=NAME, pmr=FILE,
+    /// attached processes' requests and posts), shared_pages=MIB (the most file data
+    /// each user's shared data table keeps for attached processes, default 512; 0:
+    /// none), fsname=NAME, pmr=FILE,
     /// nosuid, nodev, noexec (and suid, dev, exec); fstab's defaults, noauto, nofail,
     /// _netdev, rw, noatime are accepted. Permissions are always checked by the kernel
     /// (default_permissions).
@@ -97,6 +99,12 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let mounted = format!("augefs: {image} mounted on {}", args.dir.display());
     let at = dir.clone();
     let stats = opts.stats;
+    let settings = instance::server::Settings {
+        timing: stats,
+        shared_pages: opts
+            .shared_pages_mib
+            .map_or(instance::datatable::DEFAULT_BYTES, |mib| mib << 20),
+    };
     let served = serve(fs, &args.dir, &image, &opts, move |ready| {
         let unmounter = ready.unmounter;
         std::thread::spawn(move || {
@@ -106,7 +114,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
                 }
             }
         });
-        let instance = start_instance(&at, ready.fs, ready.caches, stats);
+        let instance = start_instance(&at, ready.fs, ready.caches, settings);
         if daemon {
             announce_ready(log.as_deref());
             eprintln!("{mounted}");
@@ -134,7 +142,7 @@ fn start_instance(
     dir: &Path,
     fs: std::sync::Arc<vfs::FileSystem>,
     caches: augefs_fuse::KernelCaches,
-    timing: bool,
+    settings: instance::server::Settings,
 ) -> Option<instance::server::Instance> {
     let notify = instance::Notify(std::sync::Arc::new(move |c| match c {
         instance::Change::Entry { parent, name } => caches.entry_changed(parent, name),
@@ -142,7 +150,7 @@ fn start_instance(
         instance::Change::Data { ino } => caches.data_changed(ino),
     }));
     let socket = instance::socket_path(dir);
-    match instance::server::Instance::start_timed(fs, &socket, Some(notify), timing) {
+    match instance::server::Instance::start_with(fs, &socket, Some(notify), settings) {
         Ok(i) => {
             if !instance::pkey::available() {
                 eprintln!("augefs: {}", instance::pkey::UNAVAILABLE);

@@ -3,6 +3,7 @@
 //! `crate::mailbox`).
 
 use super::{Remote, Transport};
+use crate::datatable::DataTable;
 use crate::mailbox::{Conn, Mailbox};
 use crate::proto::Request;
 use crate::table::{ChangePage, Table};
@@ -17,6 +18,9 @@ impl Remote {
         self.cache()
             .map(|(page, table)| vec![page.region(), table.region()])
             .unwrap_or_default()
+            .into_iter()
+            .chain(self.data().map(DataTable::region))
+            .collect()
     }
 
     /// The mailboxes of this process's pooled connections: where they start and their
@@ -40,6 +44,12 @@ impl Remote {
         self.cache().is_some()
     }
 
+    /// This identity's data table, while the table of stats is in use.
+    pub(super) fn data(&self) -> Option<&DataTable> {
+        self.cache()?;
+        self.data.get().and_then(Option::as_ref)
+    }
+
     pub(super) fn cache(&self) -> Option<&(ChangePage, Table)> {
         if self.cache_off.load(Ordering::Relaxed) {
             return None;
@@ -60,16 +70,21 @@ impl Remote {
         (status == 0).then_some(fds)
     }
 
-    /// Asks for the change page and this identity's table (descriptors with the reply).
-    pub(super) fn fetch_tables(&self, conn: &mut Conn) -> Option<(ChangePage, Table)> {
-        let fds = Self::exchange_fds(conn, &Request::Tables, 2)?;
-        if fds.len() != 2 {
+    /// Asks for the change page, this identity's attribute table and its data table
+    /// if the instance keeps one (descriptors with the reply).
+    pub(super) fn fetch_tables(
+        &self,
+        conn: &mut Conn,
+    ) -> Option<(ChangePage, Table, Option<DataTable>)> {
+        let fds = Self::exchange_fds(conn, &Request::Tables, 3)?;
+        if !(2..=3).contains(&fds.len()) {
             return None;
         }
         let mut fds = fds.into_iter();
         let page = ChangePage::attach(fds.next()?).ok()?;
         let table = Table::attach(fds.next()?).ok()?;
-        Some((page, table))
+        let data = fds.next().and_then(|fd| DataTable::attach(fd).ok());
+        Some((page, table, data))
     }
 
     /// Gives `conn` a mailbox as the transport allows (else its messages stay on the
