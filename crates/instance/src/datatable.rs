@@ -293,10 +293,18 @@ impl DataTable {
         m.end.store(end, Ordering::Relaxed);
         m.len.store(page.len() as u64, Ordering::Relaxed);
         let words = self.words(i);
-        for (w, chunk) in words.iter().zip(page.chunks(8)) {
+        let whole = page.chunks_exact(8);
+        let tail = whole.remainder();
+        let mut n = 0;
+        for (w, chunk) in words.iter().zip(whole) {
+            let v = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+            w.store(v, Ordering::Relaxed);
+            n += 1;
+        }
+        if !tail.is_empty() {
             let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+            b[..tail.len()].copy_from_slice(tail);
+            words[n].store(u64::from_ne_bytes(b), Ordering::Relaxed);
         }
         m.seq.store(seq + 2, Ordering::Release);
     }
@@ -367,16 +375,16 @@ impl DataTable {
         if len > PAGE || from + n > len {
             return None; // a page cut short that does not know its end: ask
         }
-        let dst = &mut buf[(at - offset) as usize..(at - offset) as usize + n];
-        let words = self.words(i);
-        let mut done = 0;
-        while done < n {
-            let byte = from + done;
-            let w = words[byte / 8].load(Ordering::Relaxed).to_le_bytes();
-            let k = (8 - byte % 8).min(n - done);
-            dst[done..done + k].copy_from_slice(&w[byte % 8..byte % 8 + k]);
-            done += k;
+        // The words that hold the bytes, then the bytes (one copy of the run).
+        let (w0, w1) = (from / 8, (from + n).div_ceil(8));
+        let mut tmp = [0u64; WORDS];
+        for (t, w) in tmp[w0..w1].iter_mut().zip(&self.words(i)[w0..w1]) {
+            *t = w.load(Ordering::Relaxed);
         }
+        // SAFETY: the bytes of a local array of integers.
+        let bytes = unsafe { std::slice::from_raw_parts(tmp.as_ptr().cast::<u8>(), PAGE) };
+        let dst = (at - offset) as usize;
+        buf[dst..dst + n].copy_from_slice(&bytes[from..from + n]);
         fence(Ordering::Acquire);
         if m.seq.load(Ordering::Relaxed) != seq {
             return None;
