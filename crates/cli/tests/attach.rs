@@ -407,6 +407,70 @@ fn directory_seeks_work_attached() {
     fx.fsck_clean();
 }
 
+/// The rows of one section of a mount's `-o stats` report: `title`'s table, by
+/// opcode, with its request counts.
+fn stats_rows(log: &str, title: &str) -> Vec<(String, u64)> {
+    let mut rows = Vec::new();
+    let mut inside = false;
+    for line in log.lines() {
+        if line.starts_with("augefs:") {
+            inside = line.contains(title);
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        if let (true, Some(op), Some(n)) = (inside, words.next(), words.next()) {
+            if let Ok(n) = n.parse() {
+                rows.push((op.to_string(), n));
+            }
+        }
+    }
+    rows
+}
+
+/// A file read through the kernel's view of the mount (here `dd`, not attached) is
+/// warm for attached processes of the reader's user: their reads of it need no
+/// request (the data table the mount's reads fill, docs/DESIGN.md §12.5).
+#[test]
+fn reads_through_the_mount_are_warm_for_attached_processes() {
+    let fx = fixture();
+    let log = fx.host.join("mount.log");
+    let log_s = log.display().to_string();
+    fx.mount_with(BIN, &["mount", "-o", "stats"], &["--log", &log_s]);
+    let f = fx.mnt.join("big").display().to_string();
+    // Written attached: the kernel holds none of its pages, so dd's reads reach the
+    // daemon.
+    let write = format!("open('{f}', 'wb').write(bytes(range(256)) * 4096)");
+    check(
+        "attached write",
+        &run_attached(&fx, &["python3".as_ref(), "-c".as_ref(), write.as_ref()]),
+    );
+    let dd = Command::new("dd")
+        .arg(format!("if={f}"))
+        .args(["of=/dev/null", "bs=128k"])
+        .output()
+        .expect("run dd");
+    check("dd through the kernel", &dd);
+    let read = format!(
+        "d = open('{f}', 'rb').read()\nassert d == bytes(range(256)) * 4096, len(d)\nprint('read')"
+    );
+    let out = run_attached(&fx, &["python3".as_ref(), "-c".as_ref(), read.as_ref()]);
+    assert_eq!(checked_stdout("attached read", &out), "read\n");
+    fx.unmount();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let rows = stats_rows(&text, "attached processes' requests");
+    assert!(
+        rows.iter().any(|(op, _)| op == "OPEN"),
+        "no attached requests in the report:\n{text}"
+    );
+    let reads: u64 = rows
+        .iter()
+        .filter(|(op, _)| op == "READ")
+        .map(|r| r.1)
+        .sum();
+    assert_eq!(reads, 0, "attached reads asked:\n{text}");
+    fx.fsck_clean();
+}
+
 #[test]
 fn git_works_attached() {
     let fx = fixture();

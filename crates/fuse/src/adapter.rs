@@ -36,6 +36,25 @@ pub enum Admit {
     RootAnd(u32),
 }
 
+/// Told of each read the kernel asks for, so that what it returned can be kept for
+/// others (the data tables of the processes attached to the same mount, which read
+/// without the kernel). `before` is asked first and gives the token `after` gets with
+/// the bytes read; None keeps nothing of this read.
+pub trait ReadTap: Send + Sync {
+    fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64>;
+    #[allow(clippy::too_many_arguments)]
+    fn after(
+        &self,
+        uid: u32,
+        gid: u32,
+        ino: u64,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+        asked: usize,
+    );
+}
+
 /// The FUSE file system over one mounted vfs.
 #[derive(Debug)]
 pub struct AugeFuse {
@@ -52,6 +71,28 @@ pub struct AugeFuse {
     pub(crate) direct_io: bool,
     admit: Admit,
     negotiated: OnceLock<Negotiated>,
+    /// Told of every read ([`ReadTap`]), once set.
+    pub(crate) tap: Tap,
+}
+
+/// The read tap, once set.
+#[derive(Default)]
+pub(crate) struct Tap(OnceLock<Arc<dyn ReadTap>>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Tap(set)"
+        } else {
+            "Tap(none)"
+        })
+    }
+}
+
+impl Tap {
+    pub(crate) fn get(&self) -> Option<&Arc<dyn ReadTap>> {
+        self.0.get()
+    }
 }
 
 pub(crate) fn ino(n: u64) -> InodeNo {
@@ -112,7 +153,13 @@ impl AugeFuse {
             direct_io: false,
             admit,
             negotiated: OnceLock::new(),
+            tap: Tap::default(),
         }
+    }
+
+    /// Tells `tap` of every read from now on (once: a second tap is refused).
+    pub fn set_read_tap(&self, tap: Arc<dyn ReadTap>) -> bool {
+        self.tap.0.set(tap).is_ok()
     }
 
     /// The adapter of an interposer's bridge (docs/DESIGN.md §12.3): the process that

@@ -45,9 +45,15 @@ impl AugeFuse {
                 Err(e) => out.error(errno(&e)),
             },
             Op::Read(r) => {
+                let tap = self.tap.get();
+                let token = tap.and_then(|t| t.before(h.uid, h.gid, i));
                 let buf = out.buf().tail(r.size as usize);
                 match self.fs.read_at(ino(i), r.offset, buf) {
                     Ok(n) => {
+                        if let (Some(t), Some(token)) = (tap, token) {
+                            let asked = r.size as usize;
+                            t.after(h.uid, h.gid, i, token, r.offset, &buf[..n], asked);
+                        }
                         out.buf().commit(n);
                         out.send_payload();
                     }

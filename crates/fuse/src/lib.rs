@@ -39,6 +39,6 @@ pub mod uring;
 
 mod convert;
 
-pub use adapter::AugeFuse;
+pub use adapter::{AugeFuse, ReadTap};
 pub use options::{MountOptions, OptionError};
 pub use serve::{serve, Bridge, FuseError, KernelCaches, Ready, Unmounter};

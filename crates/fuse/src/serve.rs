@@ -221,6 +221,11 @@ impl KernelCaches {
             let _ = self.notifier.inval_data(ino, 0, 0);
         }
     }
+
+    /// Tells `tap` of every read the kernel asks for from now on (once).
+    pub fn set_read_tap(&self, tap: Arc<dyn crate::adapter::ReadTap>) -> bool {
+        self.adapter.set_read_tap(tap)
+    }
 }
 
 /// Mounts `fs` on `dir`, calls `on_ready` once the mount works, serves until the kernel

@@ -216,6 +216,11 @@ impl DataTable {
         let got_end = offset + data.len() as u64;
         let met_end = data.len() < asked;
         let end = if met_end { got_end } else { NO_END };
+        // A read that met the end at a page's end: the page before it learns the end
+        // (a reader that asks past the last byte, as most do, is answered).
+        if met_end && got_end % PAGE as u64 == 0 && got_end > 0 && offset <= got_end {
+            self.mark_end(ino, got_end / PAGE as u64 - 1, count, got_end);
+        }
         let mut index = offset.div_ceil(PAGE as u64);
         while index * (PAGE as u64) < got_end {
             let at = index * PAGE as u64;
@@ -226,6 +231,32 @@ impl DataTable {
             let from = (at - offset) as usize;
             self.put(changes, ino, index, count, end, &data[from..from + n]);
             index += 1;
+        }
+    }
+
+    /// Notes the file's end `end` in the slot of page `index` of `ino`, if it holds
+    /// that page at `count`.
+    fn mark_end(&self, ino: InodeNo, index: u64, count: u64, end: u64) {
+        let set = self.set(ino, index);
+        for i in set..set + WAYS {
+            let m = self.meta(i);
+            let seq = m.seq.load(Ordering::Acquire);
+            let holds = seq & 1 == 0
+                && m.ino.load(Ordering::Relaxed) == ino.0
+                && m.index.load(Ordering::Relaxed) == index
+                && m.count.load(Ordering::Relaxed) == count;
+            if !holds {
+                continue;
+            }
+            if m.seq
+                .compare_exchange(seq, seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Still the same page: the sequence did not move since it was checked.
+                m.end.store(end, Ordering::Relaxed);
+                m.seq.store(seq + 2, Ordering::Release);
+            }
+            return;
         }
     }
 
@@ -326,6 +357,13 @@ impl DataTable {
         let Some(mut end) = offset.checked_add(buf.len() as u64) else {
             return (0, false);
         };
+        // At a page's start, the page before may know that the file ends there.
+        if offset % PAGE as u64 == 0 && offset > 0 {
+            let before = self.end_known(ino, offset / PAGE as u64 - 1, now);
+            if before.is_some_and(|e| e <= offset) {
+                return (0, true);
+            }
+        }
         let mut at = offset;
         while at < end {
             let index = at / PAGE as u64;
@@ -338,6 +376,23 @@ impl DataTable {
             }
         }
         ((end.max(offset) - offset) as usize, true)
+    }
+
+    /// The end of `ino`'s file, if the slot of its page `index` at count `now` knows it.
+    fn end_known(&self, ino: InodeNo, index: u64, now: u64) -> Option<u64> {
+        let set = self.set(ino, index);
+        (set..set + WAYS).find_map(|i| {
+            let m = self.meta(i);
+            let seq = m.seq.load(Ordering::Acquire);
+            let holds = seq & 1 == 0
+                && seq != 0
+                && m.ino.load(Ordering::Relaxed) == ino.0
+                && m.index.load(Ordering::Relaxed) == index
+                && m.count.load(Ordering::Relaxed) == now;
+            let end = m.end.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            (holds && end != NO_END && m.seq.load(Ordering::Relaxed) == seq).then_some(end)
+        })
     }
 
     /// Copies from slot `i`, if it holds page `index` of `ino` at count `now`, the
@@ -496,6 +551,22 @@ mod tests {
             read(&t, &page, 8, PAGE as u64, 3 * PAGE),
             (d[PAGE..2 * PAGE].to_vec(), true)
         );
+        assert_eq!(read(&t, &page, 8, 2 * PAGE as u64, 10), (vec![], true));
+        // Whole pages read as asked, then a read at their end that finds nothing (as
+        // the kernel's read-ahead and `read` loops do): the last page learns the end.
+        let ino = InodeNo(9);
+        let count = page.data_quiet(ino).unwrap();
+        t.fill(&page, ino, count, 0, &d[..2 * PAGE], 2 * PAGE);
+        assert!(
+            !read(&t, &page, 9, PAGE as u64, 2 * PAGE).1,
+            "the end is not known yet"
+        );
+        t.fill(&page, ino, count, 2 * PAGE as u64, &[], PAGE);
+        assert_eq!(
+            read(&t, &page, 9, PAGE as u64, 2 * PAGE),
+            (d[PAGE..2 * PAGE].to_vec(), true)
+        );
+        assert_eq!(read(&t, &page, 9, 2 * PAGE as u64, 10), (vec![], true));
     }
 
     /// A table full of one file's pages keeps nearly all of a working set a quarter

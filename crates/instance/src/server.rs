@@ -25,6 +25,7 @@ use crate::table::{ChangePage, Table};
 use crate::wire::Writer;
 use crate::workers::Workers;
 use crate::{Notify, CONNECTIONS_MAX};
+use format::InodeNo;
 use platform::reqstats::{Stats, ThreadStats};
 use posix::Errno;
 use std::collections::HashMap;
@@ -67,6 +68,8 @@ struct Shared {
 /// What the instance shares with the clients of one identity.
 #[derive(Debug)]
 struct Tables {
+    /// The identity they serve (uid, gid, groups).
+    creds: vfs::Creds,
     attrs: Table,
     data: Option<DataTable>,
 }
@@ -109,11 +112,94 @@ impl Shared {
             .then(|| DataTable::create(self.data_slots).ok())
             .flatten();
         let t = Arc::new(Tables {
+            creds: creds.clone(),
             attrs: Table::create().ok()?,
             data,
         });
         tables.insert((creds.uid, creds.gid, groups), t.clone());
         Some(t)
+    }
+}
+
+/// The reads the kernel's mount of the same file system serves, kept in the data
+/// tables of attached processes (`crate::datatable`): a file read through the mount (a
+/// program the interposer does not reach, a standard input redirected from a file) is
+/// then warm for them too. Its pages go to the tables of the identities with the
+/// reader's user and group that may read the file (the vfs's permission check, as
+/// each identity): a table never holds bytes its identity could not read itself.
+#[derive(Debug, Clone)]
+pub struct KernelReads(Arc<Shared>);
+
+impl KernelReads {
+    /// Before a read of `ino` by `uid`/`gid`: the file's data count, if an attached
+    /// identity of that user and group keeps a data table and no change of the file
+    /// is in flight.
+    pub fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64> {
+        let page = self.0.page.as_ref()?;
+        let tables = self.0.tables.lock().expect("tables lock");
+        let kept = tables
+            .iter()
+            .any(|(&(u, g, _), t)| u == uid && g == gid && t.data.is_some());
+        drop(tables);
+        if !kept {
+            return None;
+        }
+        page.data_quiet(InodeNo(ino))
+    }
+
+    /// After it: keeps `data` (read at `offset`, `asked` bytes asked) where
+    /// [`KernelReads::before`] allows, if the file's count is still `count`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after(
+        &self,
+        uid: u32,
+        gid: u32,
+        ino: u64,
+        count: u64,
+        offset: u64,
+        data: &[u8],
+        asked: usize,
+    ) {
+        let Some(page) = self.0.page.as_deref() else {
+            return;
+        };
+        let ino = InodeNo(ino);
+        if !page.data_same(ino, count) {
+            return;
+        }
+        let tables: Vec<Arc<Tables>> = {
+            let all = self.0.tables.lock().expect("tables lock");
+            all.iter()
+                .filter(|(&(u, g, _), t)| u == uid && g == gid && t.data.is_some())
+                .map(|(_, t)| t.clone())
+                .collect()
+        };
+        if tables.is_empty() {
+            return;
+        }
+        // The kernel asks for no byte past the size it knows, so a read that ends at
+        // the file's end is rarely short: the file's size says whether it met it (the
+        // count checked after tells that the size goes with the bytes).
+        let ends = data.len() == asked
+            && self
+                .0
+                .fs
+                .stat_ino(ino)
+                .is_ok_and(|m| m.size == offset + data.len() as u64);
+        let asked = if ends { asked + 1 } else { asked };
+        if !page.data_same(ino, count) {
+            return;
+        }
+        for t in tables {
+            let allowed = self
+                .0
+                .fs
+                .access(&t.creds, ino, vfs::creds::MAY_READ)
+                .is_ok();
+            if let (true, Some(d)) = (allowed, t.data.as_ref()) {
+                d.fill(page, ino, count, offset, data, asked);
+            }
+        }
     }
 }
 
@@ -207,6 +293,12 @@ impl Instance {
             shared,
             accept: Some(accept),
         })
+    }
+
+    /// What keeps the kernel's mount's reads for attached processes
+    /// ([`KernelReads`]).
+    pub fn kernel_reads(&self) -> KernelReads {
+        KernelReads(self.shared.clone())
     }
 
     /// Connections open now.

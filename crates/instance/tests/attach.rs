@@ -643,6 +643,68 @@ fn another_process_reads_what_one_read_without_a_request(t: Transport) {
     assert_eq!(read(4096, 4096), data[4096..5000]);
 }
 
+/// Reads the kernel's mount serves (here: the calls its FUSE handler makes) warm the
+/// data table of the attached identity with the reader's user and group, and only
+/// that one: an attached process then reads those pages without a request.
+#[test]
+fn reads_through_the_kernel_warm_attached_processes() {
+    let s = Setup::new(Transport::Auto);
+    let inst = s.inst.as_ref().unwrap();
+    let (a, b) = (s.client(), s.client());
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 11 + i / 4096) as u8).collect();
+    let wfd = a
+        .open_fd(At::Cwd, b"/k", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .unwrap();
+    assert_eq!(a.pwrite(wfd, &data, 0).unwrap(), data.len());
+    a.close(wfd).unwrap();
+    let ino = ino_of(&s, b"k");
+    let tap = inst.kernel_reads();
+    // As FUSE reads: 128 KiB at a time, the last one meeting the end.
+    let kernel_read = |uid: u32, gid: u32| {
+        let mut at = 0u64;
+        loop {
+            let token = tap.before(uid, gid, ino.0);
+            let mut buf = vec![0u8; 128 << 10];
+            let n = s.fs.read_at(ino, at, &mut buf).unwrap();
+            if let Some(t) = token {
+                tap.after(uid, gid, ino.0, t, at, &buf[..n], buf.len());
+            }
+            if n < buf.len() {
+                return;
+            }
+            at += n as u64;
+        }
+    };
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let fd = b.open_fd(At::Cwd, b"/k", libc::O_RDONLY, 0).unwrap();
+    let read = |at: usize, len: usize| {
+        let mut buf = vec![0u8; len];
+        let n = b.pread(fd, &mut buf, at as i64).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    // Another user's read keeps nothing for this identity.
+    kernel_read(uid + 1, gid);
+    let before = inst.requests();
+    assert_eq!(read(200_000, 4096), data[200_000..204_096]);
+    assert_eq!(
+        inst.requests() - before,
+        1,
+        "another user's read was kept for us"
+    );
+    kernel_read(uid, gid);
+    let before = inst.requests();
+    assert_eq!(read(0, 300_000), data);
+    assert_eq!(read(299_000, 4096), data[299_000..]);
+    assert_eq!(read(100_000, 4096), data[100_000..104_096]);
+    assert_eq!(
+        inst.requests() - before,
+        0,
+        "the kernel's reads were not kept"
+    );
+}
+
 /// An open for reading of a small file brings the file's attributes (into the table)
 /// and its bytes (into the kept pages): the fstat and the reads that follow need no
 /// request, and a change after the open is still seen by the very next read.

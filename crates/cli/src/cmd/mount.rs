@@ -135,6 +135,29 @@ pub fn run(mut args: Args) -> Result<(), String> {
     served
 }
 
+/// The mount's reads, kept for the attached processes that may read them
+/// (`instance::server::KernelReads`).
+struct KernelReads(instance::server::KernelReads);
+
+impl augefs_fuse::ReadTap for KernelReads {
+    fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64> {
+        self.0.before(uid, gid, ino)
+    }
+
+    fn after(
+        &self,
+        uid: u32,
+        gid: u32,
+        ino: u64,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+        asked: usize,
+    ) {
+        self.0.after(uid, gid, ino, token, offset, data, asked);
+    }
+}
+
 /// Serves processes that attach to the mount at `dir` directly (`augefs run --mount`,
 /// docs/DESIGN.md §12.5), telling the kernel's caches of each change they make. Without
 /// it (no socket directory) the mount still serves everyone through the kernel.
@@ -144,6 +167,7 @@ fn start_instance(
     caches: augefs_fuse::KernelCaches,
     settings: instance::server::Settings,
 ) -> Option<instance::server::Instance> {
+    let kernel = caches.clone();
     let notify = instance::Notify(std::sync::Arc::new(move |c| match c {
         instance::Change::Entry { parent, name } => caches.entry_changed(parent, name),
         instance::Change::Attrs { ino } => caches.attrs_changed(ino),
@@ -152,6 +176,7 @@ fn start_instance(
     let socket = instance::socket_path(dir);
     match instance::server::Instance::start_with(fs, &socket, Some(notify), settings) {
         Ok(i) => {
+            kernel.set_read_tap(std::sync::Arc::new(KernelReads(i.kernel_reads())));
             if !instance::pkey::available() {
                 eprintln!("augefs: {}", instance::pkey::UNAVAILABLE);
             }
