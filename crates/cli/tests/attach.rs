@@ -457,6 +457,11 @@ fn reads_through_the_mount_are_warm_for_attached_processes() {
     assert_eq!(checked_stdout("attached read", &out), "read\n");
     fx.unmount();
     let text = std::fs::read_to_string(&log).unwrap();
+    // The tap the FUSE session holds let go of the file system in time.
+    assert!(
+        text.contains(" unmounted") && !text.contains("cannot unmount"),
+        "the unmount failed:\n{text}"
+    );
     let rows = stats_rows(&text, "attached processes' requests");
     assert!(
         rows.iter().any(|(op, _)| op == "OPEN"),

@@ -127,16 +127,20 @@ impl Shared {
 /// then warm for them too. Its pages go to the tables of the identities with the
 /// reader's user and group that may read the file (the vfs's permission check, as
 /// each identity): a table never holds bytes its identity could not read itself.
+///
+/// It holds the instance weakly: the FUSE session keeps its tap until it ends, and the
+/// file system must be let go of by then (an unmount takes it back whole).
 #[derive(Debug, Clone)]
-pub struct KernelReads(Arc<Shared>);
+pub struct KernelReads(Weak<Shared>);
 
 impl KernelReads {
     /// Before a read of `ino` by `uid`/`gid`: the file's data count, if an attached
     /// identity of that user and group keeps a data table and no change of the file
     /// is in flight.
     pub fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64> {
-        let page = self.0.page.as_ref()?;
-        let tables = self.0.tables.lock().expect("tables lock");
+        let shared = self.0.upgrade()?;
+        let page = shared.page.as_ref()?;
+        let tables = shared.tables.lock().expect("tables lock");
         let kept = tables
             .iter()
             .any(|(&(u, g, _), t)| u == uid && g == gid && t.data.is_some());
@@ -160,7 +164,10 @@ impl KernelReads {
         data: &[u8],
         asked: usize,
     ) {
-        let Some(page) = self.0.page.as_deref() else {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        let Some(page) = shared.page.as_deref() else {
             return;
         };
         let ino = InodeNo(ino);
@@ -168,7 +175,7 @@ impl KernelReads {
             return;
         }
         let tables: Vec<Arc<Tables>> = {
-            let all = self.0.tables.lock().expect("tables lock");
+            let all = shared.tables.lock().expect("tables lock");
             all.iter()
                 .filter(|(&(u, g, _), t)| u == uid && g == gid && t.data.is_some())
                 .map(|(_, t)| t.clone())
@@ -181,8 +188,7 @@ impl KernelReads {
         // the file's end is rarely short: the file's size says whether it met it (the
         // count checked after tells that the size goes with the bytes).
         let ends = data.len() == asked
-            && self
-                .0
+            && shared
                 .fs
                 .stat_ino(ino)
                 .is_ok_and(|m| m.size == offset + data.len() as u64);
@@ -191,8 +197,7 @@ impl KernelReads {
             return;
         }
         for t in tables {
-            let allowed = self
-                .0
+            let allowed = shared
                 .fs
                 .access(&t.creds, ino, vfs::creds::MAY_READ)
                 .is_ok();
@@ -298,7 +303,7 @@ impl Instance {
     /// What keeps the kernel's mount's reads for attached processes
     /// ([`KernelReads`]).
     pub fn kernel_reads(&self) -> KernelReads {
-        KernelReads(self.shared.clone())
+        KernelReads(Arc::downgrade(&self.shared))
     }
 
     /// Connections open now.
