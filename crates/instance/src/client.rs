@@ -988,7 +988,11 @@ impl Backend for Remote {
         }
         *self.identity.lock().expect("identity lock") = creds;
         self.cache_off.store(true, Ordering::Relaxed);
-        // The old identity's pages may be files the new one may not read.
+        // The old identity's answers and pages may be of files the new one may not
+        // see or read.
+        if let Some((_, table)) = self.cache.get().and_then(Option::as_ref) {
+            table.revoke();
+        }
         if let Some(d) = self.data.get().and_then(Option::as_ref) {
             d.revoke();
         }

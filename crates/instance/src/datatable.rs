@@ -213,23 +213,58 @@ impl DataTable {
         data: &[u8],
         asked: usize,
     ) {
-        let got_end = offset + data.len() as u64;
-        let met_end = data.len() < asked;
+        // From the first page that starts inside the read.
+        let skip = (offset.next_multiple_of(PAGE as u64) - offset) as usize;
+        let pages = data.get(skip..).unwrap_or_default().chunks(PAGE);
+        let (from, rest) = (offset + skip as u64, asked.saturating_sub(skip));
+        let len = data.len().saturating_sub(skip);
+        self.fill_pages(changes, ino, count, from, len, rest, pages);
+        // A read that began mid-page and met the end: the end may lie before `from`.
+        if skip > 0 && data.len() < asked && data.len() <= skip {
+            let end = offset + data.len() as u64;
+            if end % PAGE as u64 == 0 && end > 0 {
+                self.mark_end(ino, end / PAGE as u64 - 1, count, end);
+            }
+        }
+    }
+
+    /// [`DataTable::fill`] of a read at page-aligned `offset` that returned `len`
+    /// bytes (of `asked`) as `pages`: consecutive slices of a page each, the last one
+    /// shorter only at the file's end.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fill_pages<'a>(
+        &self,
+        changes: &ChangePage,
+        ino: InodeNo,
+        count: u64,
+        offset: u64,
+        len: usize,
+        asked: usize,
+        pages: impl Iterator<Item = &'a [u8]>,
+    ) {
+        assert_eq!(offset % PAGE as u64, 0, "pages start at a page");
+        let got_end = offset + len as u64;
+        let met_end = len < asked;
         let end = if met_end { got_end } else { NO_END };
         // A read that met the end at a page's end: the page before it learns the end
         // (a reader that asks past the last byte, as most do, is answered).
-        if met_end && got_end % PAGE as u64 == 0 && got_end > 0 && offset <= got_end {
+        if met_end && got_end % PAGE as u64 == 0 && got_end > 0 {
             self.mark_end(ino, got_end / PAGE as u64 - 1, count, got_end);
         }
-        let mut index = offset.div_ceil(PAGE as u64);
-        while index * (PAGE as u64) < got_end {
-            let at = index * PAGE as u64;
-            let n = ((got_end - at) as usize).min(PAGE);
-            if n < PAGE && !met_end {
+        let mut index = offset / PAGE as u64;
+        let mut seen = 0;
+        for page in pages {
+            assert!(
+                page.len() <= PAGE && seen + page.len() <= len,
+                "pages of the read"
+            );
+            seen += page.len();
+            if page.len() < PAGE && !met_end {
                 break;
             }
-            let from = (at - offset) as usize;
-            self.put(changes, ino, index, count, end, &data[from..from + n]);
+            if !page.is_empty() {
+                self.put(changes, ino, index, count, end, page);
+            }
             index += 1;
         }
     }

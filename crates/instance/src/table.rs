@@ -308,6 +308,12 @@ impl Table {
         (self.map.at() as usize, self.map.len())
     }
 
+    /// A client that changed identity: zeros in place of the table (every lookup then
+    /// misses), so that no code of this process reads the old identity's answers again.
+    pub fn revoke(&self) {
+        self.map.blank();
+    }
+
     fn slot(&self, i: usize) -> &Slot {
         assert!(i < SLOTS);
         // SAFETY: slot `i` lies inside the mapping (TABLE_BYTES), after the header page;

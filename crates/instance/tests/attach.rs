@@ -705,6 +705,36 @@ fn reads_through_the_kernel_warm_attached_processes() {
     );
 }
 
+/// A process that changes identity keeps no view of its old identity's tables: zeros
+/// are mapped in their place (a stray read finds no answer and no page).
+#[test]
+fn a_change_of_identity_blanks_the_old_tables() {
+    use posix::backend::Backend;
+    let s = Setup::new(Transport::Auto);
+    let r = Remote::connect_with(&s.sock, Transport::Auto).unwrap();
+    let first_words = |r: &Remote| -> Vec<u64> {
+        r.shared_regions()
+            .iter()
+            // SAFETY: the first word of a mapping this client holds, read-only.
+            .map(|&(at, _)| unsafe { std::ptr::read_volatile(at as *const u64) })
+            .collect()
+    };
+    let words = first_words(&r);
+    assert_eq!(words.len(), 3, "the change page and both tables");
+    assert!(words.iter().all(|&w| w != 0), "magic words: {words:x?}");
+    let me = vfs::Creds::of_process();
+    r.set_creds(vfs::Creds::user(me.uid + 1, me.gid + 1, vec![]));
+    assert!(!r.has_table(), "the old tables still answer");
+    let words = first_words(&r);
+    assert_eq!(words.len(), 3);
+    assert_ne!(words[0], 0, "the change page is no one's");
+    assert_eq!(
+        words[1..],
+        [0, 0],
+        "the old identity's tables are still mapped"
+    );
+}
+
 /// An open for reading of a small file brings the file's attributes (into the table)
 /// and its bytes (into the kept pages): the fstat and the reads that follow need no
 /// request, and a change after the open is still seen by the very next read.

@@ -14,12 +14,16 @@ use std::sync::atomic::Ordering;
 impl Remote {
     /// The shared regions this process maps (read-only): where they start and their
     /// lengths (diagnostics, and the test that a stray store faults).
+    /// They stay mapped after a change of identity (blanked: `set_creds`).
     pub fn shared_regions(&self) -> Vec<(usize, usize)> {
-        self.cache()
+        let data = self.data.get().and_then(Option::as_ref);
+        self.cache
+            .get()
+            .and_then(Option::as_ref)
             .map(|(page, table)| vec![page.region(), table.region()])
             .unwrap_or_default()
             .into_iter()
-            .chain(self.data().map(DataTable::region))
+            .chain(data.map(DataTable::region))
             .collect()
     }
 
