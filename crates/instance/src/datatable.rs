@@ -251,9 +251,8 @@ impl DataTable {
         if met_end && got_end % PAGE as u64 == 0 && got_end > 0 {
             self.mark_end(ino, got_end / PAGE as u64 - 1, count, got_end);
         }
-        let mut index = offset / PAGE as u64;
         let mut seen = 0;
-        for page in pages {
+        for (index, page) in (offset / PAGE as u64..).zip(pages) {
             assert!(
                 page.len() <= PAGE && seen + page.len() <= len,
                 "pages of the read"
@@ -265,7 +264,6 @@ impl DataTable {
             if !page.is_empty() {
                 self.put(changes, ino, index, count, end, page);
             }
-            index += 1;
         }
     }
 
