@@ -39,7 +39,8 @@ pub enum Admit {
 /// Told of each read the kernel asks for, so that what it returned can be kept for
 /// others (the data tables of the processes attached to the same mount, which read
 /// without the kernel). `before` is asked first and gives the token `after` gets with
-/// the bytes read; None keeps nothing of this read.
+/// the bytes read, lent as the page cache's own blocks (no copy; the tap may keep them
+/// a while); None keeps nothing of this read.
 pub trait ReadTap: Send + Sync {
     fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64>;
     #[allow(clippy::too_many_arguments)]
@@ -50,7 +51,7 @@ pub trait ReadTap: Send + Sync {
         ino: u64,
         token: u64,
         offset: u64,
-        data: &[u8],
+        data: vfs::ReadView,
         asked: usize,
     );
 }

@@ -48,12 +48,19 @@ impl AugeFuse {
                 let tap = self.tap.get();
                 let token = tap.and_then(|t| t.before(h.uid, h.gid, i));
                 let buf = out.buf().tail(r.size as usize);
-                match self.fs.read_at(ino(i), r.offset, buf) {
+                let read = match (tap, token) {
+                    // The tap keeps the blocks read (a view of the cache's own).
+                    (Some(t), Some(token)) => {
+                        self.fs.read_view_at(ino(i), r.offset, buf.len()).map(|v| {
+                            let n = v.copy_to(buf);
+                            t.after(h.uid, h.gid, i, token, r.offset, v, r.size as usize);
+                            n
+                        })
+                    }
+                    _ => self.fs.read_at(ino(i), r.offset, buf),
+                };
+                match read {
                     Ok(n) => {
-                        if let (Some(t), Some(token)) = (tap, token) {
-                            let asked = r.size as usize;
-                            t.after(h.uid, h.gid, i, token, r.offset, &buf[..n], asked);
-                        }
                         out.buf().commit(n);
                         out.send_payload();
                     }

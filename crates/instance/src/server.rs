@@ -128,17 +128,68 @@ impl Shared {
 /// reader's user and group that may read the file (the vfs's permission check, as
 /// each identity): a table never holds bytes its identity could not read itself.
 ///
+/// The request hands over the cache's blocks it read and goes on; a thread of low
+/// priority copies them into the tables (a table's first use of a page is fresh
+/// memory, which a cold sequential read through the mount must not wait for). At most
+/// [`KEPT_READS_MAX`] reads wait for it; more are not kept.
+///
 /// It holds the instance weakly: the FUSE session keeps its tap until it ends, and the
 /// file system must be let go of by then (an unmount takes it back whole).
 #[derive(Debug, Clone)]
-pub struct KernelReads(Weak<Shared>);
+pub struct KernelReads {
+    shared: Weak<Shared>,
+    reads: std::sync::mpsc::SyncSender<KernelRead>,
+    /// Reads handed over and not yet kept (or dropped).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Reads of the kernel's mount waiting to be kept (each at most the kernel's largest
+/// read, 1 MiB: 256 MiB of blocks held at most).
+pub const KEPT_READS_MAX: usize = 256;
+
+/// One read of the kernel's mount to keep.
+#[derive(Debug)]
+struct KernelRead {
+    uid: u32,
+    gid: u32,
+    ino: InodeNo,
+    count: u64,
+    offset: u64,
+    data: vfs::ReadView,
+    asked: usize,
+}
 
 impl KernelReads {
+    fn start(shared: Weak<Shared>) -> KernelReads {
+        let (reads, queue) = std::sync::mpsc::sync_channel(KEPT_READS_MAX);
+        let weak = shared.clone();
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let left = pending.clone();
+        // Without the thread the reads are not kept (the channel's sends fail).
+        let _ = std::thread::Builder::new()
+            .name("augefs-keep".into())
+            .spawn(move || {
+                // SAFETY: plain calls about this thread.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as u32, 19) };
+                for r in queue {
+                    if let Some(shared) = weak.upgrade() {
+                        keep_kernel_read(&shared, r);
+                    }
+                    left.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+        KernelReads {
+            shared,
+            reads,
+            pending,
+        }
+    }
+
     /// Before a read of `ino` by `uid`/`gid`: the file's data count, if an attached
     /// identity of that user and group keeps a data table and no change of the file
     /// is in flight.
     pub fn before(&self, uid: u32, gid: u32, ino: u64) -> Option<u64> {
-        let shared = self.0.upgrade()?;
+        let shared = self.shared.upgrade()?;
         let page = shared.page.as_ref()?;
         let tables = shared.tables.lock().expect("tables lock");
         let kept = tables
@@ -151,8 +202,8 @@ impl KernelReads {
         page.data_quiet(InodeNo(ino))
     }
 
-    /// After it: keeps `data` (read at `offset`, `asked` bytes asked) where
-    /// [`KernelReads::before`] allows, if the file's count is still `count`.
+    /// After it: `data` (read at `offset`, `asked` bytes asked) is kept where
+    /// [`KernelReads::before`] allows, if the file's count is still `count` then.
     #[allow(clippy::too_many_arguments)]
     pub fn after(
         &self,
@@ -161,49 +212,77 @@ impl KernelReads {
         ino: u64,
         count: u64,
         offset: u64,
-        data: &[u8],
+        data: vfs::ReadView,
         asked: usize,
     ) {
-        let Some(shared) = self.0.upgrade() else {
-            return;
-        };
-        let Some(page) = shared.page.as_deref() else {
-            return;
-        };
-        let ino = InodeNo(ino);
-        if !page.data_same(ino, count) {
-            return;
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let sent = self.reads.try_send(KernelRead {
+            uid,
+            gid,
+            ino: InodeNo(ino),
+            count,
+            offset,
+            data,
+            asked,
+        });
+        if sent.is_err() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
-        let tables: Vec<Arc<Tables>> = {
-            let all = shared.tables.lock().expect("tables lock");
-            all.iter()
-                .filter(|(&(u, g, _), t)| u == uid && g == gid && t.data.is_some())
-                .map(|(_, t)| t.clone())
-                .collect()
+    }
+
+    /// Reads handed over and not yet kept (tests wait for 0).
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
+/// Copies read `r` into the tables that may keep it.
+fn keep_kernel_read(shared: &Shared, r: KernelRead) {
+    let Some(page) = shared.page.as_deref() else {
+        return;
+    };
+    let (ino, count) = (r.ino, r.count);
+    if !page.data_same(ino, count) {
+        return;
+    }
+    let tables: Vec<Arc<Tables>> = {
+        let all = shared.tables.lock().expect("tables lock");
+        all.iter()
+            .filter(|(&(u, g, _), t)| u == r.uid && g == r.gid && t.data.is_some())
+            .map(|(_, t)| t.clone())
+            .collect()
+    };
+    if tables.is_empty() {
+        return;
+    }
+    // The kernel asks for no byte past the size it knows, so a read that ends at the
+    // file's end is rarely short: the file's size says whether it met it (the count
+    // checked after tells that the size goes with the bytes).
+    let len = r.data.len();
+    let ends = len == r.asked
+        && shared
+            .fs
+            .stat_ino(ino)
+            .is_ok_and(|m| m.size == r.offset + len as u64);
+    let asked = if ends { r.asked + 1 } else { r.asked };
+    if !page.data_same(ino, count) {
+        return;
+    }
+    // The kernel reads whole pages: the view's slices are then the pages.
+    let paged = r.offset % crate::datatable::PAGE as u64 == 0
+        && r.data.slices().count() == len.div_ceil(crate::datatable::PAGE);
+    let owned = (!paged).then(|| r.data.to_vec());
+    for t in tables {
+        let allowed = shared
+            .fs
+            .access(&t.creds, ino, vfs::creds::MAY_READ)
+            .is_ok();
+        let Some(d) = t.data.as_ref().filter(|_| allowed) else {
+            continue;
         };
-        if tables.is_empty() {
-            return;
-        }
-        // The kernel asks for no byte past the size it knows, so a read that ends at
-        // the file's end is rarely short: the file's size says whether it met it (the
-        // count checked after tells that the size goes with the bytes).
-        let ends = data.len() == asked
-            && shared
-                .fs
-                .stat_ino(ino)
-                .is_ok_and(|m| m.size == offset + data.len() as u64);
-        let asked = if ends { asked + 1 } else { asked };
-        if !page.data_same(ino, count) {
-            return;
-        }
-        for t in tables {
-            let allowed = shared
-                .fs
-                .access(&t.creds, ino, vfs::creds::MAY_READ)
-                .is_ok();
-            if let (true, Some(d)) = (allowed, t.data.as_ref()) {
-                d.fill(page, ino, count, offset, data, asked);
-            }
+        match &owned {
+            Some(bytes) => d.fill(page, ino, count, r.offset, bytes, asked),
+            None => d.fill_pages(page, ino, count, r.offset, len, asked, r.data.slices()),
         }
     }
 }
@@ -303,7 +382,7 @@ impl Instance {
     /// What keeps the kernel's mount's reads for attached processes
     /// ([`KernelReads`]).
     pub fn kernel_reads(&self) -> KernelReads {
-        KernelReads(Arc::downgrade(&self.shared))
+        KernelReads::start(Arc::downgrade(&self.shared))
     }
 
     /// Connections open now.

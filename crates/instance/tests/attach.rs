@@ -667,12 +667,19 @@ fn reads_through_the_kernel_warm_attached_processes() {
             let mut buf = vec![0u8; 128 << 10];
             let n = s.fs.read_at(ino, at, &mut buf).unwrap();
             if let Some(t) = token {
-                tap.after(uid, gid, ino.0, t, at, &buf[..n], buf.len());
+                let view = vfs::ReadView::of_bytes(buf[..n].to_vec());
+                tap.after(uid, gid, ino.0, t, at, view, buf.len());
             }
             if n < buf.len() {
-                return;
+                break;
             }
             at += n as u64;
+        }
+        // They are kept by a thread of their own.
+        let t = Instant::now();
+        while tap.pending() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "reads never kept");
+            std::thread::sleep(Duration::from_millis(1));
         }
     };
     // SAFETY: geteuid and getegid have no preconditions.

@@ -144,6 +144,7 @@ impl augefs_fuse::ReadTap for KernelReads {
         self.0.before(uid, gid, ino)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn after(
         &self,
         uid: u32,
@@ -151,7 +152,7 @@ impl augefs_fuse::ReadTap for KernelReads {
         ino: u64,
         token: u64,
         offset: u64,
-        data: &[u8],
+        data: vfs::ReadView,
         asked: usize,
     ) {
         self.0.after(uid, gid, ino, token, offset, data, asked);
