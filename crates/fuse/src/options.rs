@@ -253,5 +253,20 @@ mod tests {
             OptionError::BadValue { .. }
         ));
         assert_eq!(err("nosuid=1"), OptionError::Unknown("nosuid=1".into()));
+        let o = MountOptions::parse(&["shared_pages=0"]).expect("valid");
+        assert_eq!(o.shared_pages_mib, Some(0));
+        assert_eq!(MountOptions::default().shared_pages_mib, None);
+        assert!(matches!(
+            err("shared_pages=x"),
+            OptionError::BadValue { .. }
+        ));
+        assert!(matches!(
+            err("shared_pages=99999999"),
+            OptionError::BadValue { .. }
+        ));
+        assert_eq!(
+            err("shared_pages"),
+            OptionError::MissingValue("shared_pages".into())
+        );
     }
 }
