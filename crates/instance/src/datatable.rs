@@ -51,10 +51,28 @@ const WORDS: usize = PAGE / 8;
 const WAYS: usize = 8;
 /// A slot's `end` when its read did not meet the end of the file.
 pub const NO_END: u64 = u64::MAX;
-/// The most file bytes an identity's table holds by default (`augefs mount -o
-/// shared_pages=MIB` sets another; 0 keeps none). A table is a sparse memfd: only the
-/// pages filled take memory.
+/// The most file bytes an identity's table holds by default, at most (`augefs mount
+/// -o shared_pages=MIB` sets another; 0 keeps none): [`default_bytes`] takes less on a
+/// machine with less than 16 GiB. A table is a sparse memfd: only the pages filled
+/// take memory.
 pub const DEFAULT_BYTES: usize = 512 << 20;
+/// Identities whose data tables the instance keeps at once: with
+/// [`default_bytes`], at most an eighth of the machine's memory in all.
+pub const TABLES_MAX: usize = 4;
+
+/// The default size of an identity's table: a thirty-second of the machine's memory,
+/// at most [`DEFAULT_BYTES`], at least 16 MiB.
+pub fn default_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory = (pages.max(0) as usize).saturating_mul(size.max(0) as usize);
+    (memory / 32).clamp(16 << 20, DEFAULT_BYTES)
+}
 
 #[repr(C, align(64))]
 struct Header {

@@ -89,7 +89,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             timing: false,
-            shared_pages: crate::datatable::DEFAULT_BYTES,
+            shared_pages: crate::datatable::default_bytes(),
         }
     }
 }
@@ -108,7 +108,22 @@ impl Shared {
         if let Some(t) = tables.get(&(creds.uid, creds.gid, groups)) {
             return Some(t.clone());
         }
-        let data = (self.data_slots > 0)
+        // At most TABLES_MAX identities keep data: an idle one's (no process of it is
+        // attached: only this map holds its tables) make room, else this one keeps
+        // none and its reads ask.
+        let with_data =
+            |t: &HashMap<_, Arc<Tables>>| t.values().filter(|t| t.data.is_some()).count();
+        if with_data(&tables) >= crate::datatable::TABLES_MAX {
+            let idle = tables
+                .iter()
+                .find(|(_, t)| t.data.is_some() && Arc::strong_count(t) == 1)
+                .map(|(&k, _)| k);
+            if let Some(k) = idle {
+                tables.remove(&k);
+            }
+        }
+        let room = with_data(&tables) < crate::datatable::TABLES_MAX;
+        let data = (self.data_slots > 0 && room)
             .then(|| DataTable::create(self.data_slots).ok())
             .flatten();
         let t = Arc::new(Tables {
@@ -900,4 +915,44 @@ fn join(shared: &Arc<Shared>, peer: &Peer, token: u64) -> Result<Arc<Session>, E
     ));
     sessions.insert(s.token, Arc::downgrade(&s));
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Data tables are kept for at most TABLES_MAX identities at once: another identity
+    /// gets none while all of them are attached, and one that left makes room.
+    #[test]
+    fn data_tables_are_kept_for_a_few_identities() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = testsupport::mount::mounted(64 << 20, 1);
+        let inst = Instance::start(fs, &dir.path().join("i.sock"), None).unwrap();
+        let user = |i: u32| vfs::Creds::user(61_000 + i, 61_000 + i, vec![]);
+        let max = crate::datatable::TABLES_MAX as u32;
+        // Held as connections hold them.
+        let mut held: Vec<Arc<Tables>> = (0..max)
+            .map(|i| inst.shared.table(&user(i)).unwrap())
+            .collect();
+        assert!(held.iter().all(|t| t.data.is_some()));
+        let extra = inst.shared.table(&user(max)).unwrap();
+        assert!(
+            extra.data.is_none(),
+            "an identity past the limit got a data table"
+        );
+        assert!(
+            inst.shared.table(&user(0)).unwrap().data.is_some(),
+            "kept as it was"
+        );
+        drop(extra);
+        // The first identity's last connection ends: its tables make room.
+        held.remove(0);
+        let next = inst.shared.table(&user(max + 1)).unwrap();
+        assert!(
+            next.data.is_some(),
+            "an idle identity's tables made no room"
+        );
+        drop((held, next));
+        inst.stop();
+    }
 }

@@ -39,8 +39,8 @@ pub struct Args {
     /// through /dev/fuse even where the kernel offers FUSE over io_uring), stats
     /// (per-request counts and times in the log at unmount, of FUSE's requests and of
     /// attached processes' requests and posts), shared_pages=MIB (the most file data
-    /// each user's shared data table keeps for attached processes, default 512; 0:
-    /// none), fsname=NAME, pmr=FILE,
+    /// each user's shared data table keeps for attached processes, default a
+    /// thirty-second of memory up to 512; 0: none), fsname=NAME, pmr=FILE,
     /// nosuid, nodev, noexec (and suid, dev, exec); fstab's defaults, noauto, nofail,
     /// _netdev, rw, noatime are accepted. Permissions are always checked by the kernel
     /// (default_permissions).
@@ -103,7 +103,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         timing: stats,
         shared_pages: opts
             .shared_pages_mib
-            .map_or(instance::datatable::DEFAULT_BYTES, |mib| mib << 20),
+            .map_or_else(instance::datatable::default_bytes, |mib| mib << 20),
     };
     let served = serve(fs, &args.dir, &image, &opts, move |ready| {
         let unmounter = ready.unmounter;
