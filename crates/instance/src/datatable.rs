@@ -231,19 +231,20 @@ impl DataTable {
         data: &[u8],
         asked: usize,
     ) {
-        // From the first page that starts inside the read.
+        // From the first page that starts inside what was read.
         let skip = (offset.next_multiple_of(PAGE as u64) - offset) as usize;
-        let pages = data.get(skip..).unwrap_or_default().chunks(PAGE);
-        let (from, rest) = (offset + skip as u64, asked.saturating_sub(skip));
-        let len = data.len().saturating_sub(skip);
-        self.fill_pages(changes, ino, count, from, len, rest, pages);
-        // A read that began mid-page and met the end: the end may lie before `from`.
-        if skip > 0 && data.len() < asked && data.len() <= skip {
+        if skip >= data.len() {
+            // No page starts there; a read that met the end at a page's end still
+            // tells that page.
             let end = offset + data.len() as u64;
-            if end % PAGE as u64 == 0 && end > 0 {
+            if data.len() < asked && end % PAGE as u64 == 0 && end > 0 {
                 self.mark_end(ino, end / PAGE as u64 - 1, count, end);
             }
+            return;
         }
+        let (from, len) = (offset + skip as u64, data.len() - skip);
+        let pages = data[skip..].chunks(PAGE);
+        self.fill_pages(changes, ino, count, from, len, asked - skip, pages);
     }
 
     /// [`DataTable::fill`] of a read at page-aligned `offset` that returned `len`
@@ -481,16 +482,24 @@ impl DataTable {
         if len > PAGE || from + n > len {
             return None; // a page cut short that does not know its end: ask
         }
-        // The words that hold the bytes, then the bytes (one copy of the run).
-        let (w0, w1) = (from / 8, (from + n).div_ceil(8));
-        let mut tmp = [0u64; WORDS];
-        for (t, w) in tmp[w0..w1].iter_mut().zip(&self.words(i)[w0..w1]) {
-            *t = w.load(Ordering::Relaxed);
+        // Word by word: whole words with a copy of fixed length, the first and last
+        // possibly in part.
+        let dst = &mut buf[(at - offset) as usize..(at - offset) as usize + n];
+        let words = self.words(i);
+        let mut done = 0;
+        while done < n {
+            let byte = from + done;
+            let w = words[byte / 8].load(Ordering::Relaxed).to_ne_bytes();
+            let lo = byte % 8;
+            if lo == 0 && n - done >= 8 {
+                dst[done..done + 8].copy_from_slice(&w);
+                done += 8;
+            } else {
+                let k = (8 - lo).min(n - done);
+                dst[done..done + k].copy_from_slice(&w[lo..lo + k]);
+                done += k;
+            }
         }
-        // SAFETY: the bytes of a local array of integers.
-        let bytes = unsafe { std::slice::from_raw_parts(tmp.as_ptr().cast::<u8>(), PAGE) };
-        let dst = (at - offset) as usize;
-        buf[dst..dst + n].copy_from_slice(&bytes[from..from + n]);
         fence(Ordering::Acquire);
         if m.seq.load(Ordering::Relaxed) != seq {
             return None;
