@@ -515,6 +515,14 @@ fn repeated_stats_need_no_request_until_something_changes(t: Transport) {
     );
 }
 
+/// What a pread of `len` bytes at `at` of `fd` returns.
+fn pread_bytes(p: &Posix, fd: i32, at: usize, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let n = p.pread(fd, &mut buf, at as i64).unwrap();
+    buf.truncate(n);
+    buf
+}
+
 fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
     let s = Setup::new(t);
     let inst = s.inst.as_ref().unwrap();
@@ -525,12 +533,7 @@ fn warm_reads_need_no_request_and_see_every_change_at_once(t: Transport) {
         .unwrap();
     assert_eq!(b.pwrite(wfd, &data, 0).unwrap(), data.len());
     let fd = a.open_fd(At::Cwd, b"/f", libc::O_RDONLY, 0).unwrap();
-    let read = |at: usize, len: usize| {
-        let mut buf = vec![0u8; len];
-        let n = a.pread(fd, &mut buf, at as i64).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let read = |at: usize, len: usize| pread_bytes(&a, fd, at, len);
     // Misses fill whole pages; the same reads again, and reads inside those pages
     // (and at the end of the file) need no request.
     let reads = [(0, 4096), (5000, 3000), (39_000, 4096), (12_345, 100)];
@@ -612,12 +615,7 @@ fn another_process_reads_what_one_read_without_a_request(t: Transport) {
     assert_eq!(all[..at], data[..]);
     // `b` opens it (one request) and reads it, whole and in pieces: no request.
     let bfd = b.open_fd(At::Cwd, b"/shared", libc::O_RDONLY, 0).unwrap();
-    let read = |at: usize, len: usize| {
-        let mut buf = vec![0u8; len];
-        let n = b.pread(bfd, &mut buf, at as i64).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let read = |at: usize, len: usize| pread_bytes(&b, bfd, at, len);
     let before = inst.requests();
     assert_eq!(read(0, 1 << 20), data);
     for at in [0, 4096, 123_456, 999_000, 999_999] {
@@ -685,12 +683,7 @@ fn reads_through_the_kernel_warm_attached_processes() {
     // SAFETY: geteuid and getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let fd = b.open_fd(At::Cwd, b"/k", libc::O_RDONLY, 0).unwrap();
-    let read = |at: usize, len: usize| {
-        let mut buf = vec![0u8; len];
-        let n = b.pread(fd, &mut buf, at as i64).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let read = |at: usize, len: usize| pread_bytes(&b, fd, at, len);
     // Another user's read keeps nothing for this identity.
     kernel_read(uid + 1, gid);
     let before = inst.requests();
