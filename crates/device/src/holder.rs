@@ -185,48 +185,17 @@ fn flock_pid_in(table: &str, dev: u64, ino: u64) -> Option<u32> {
 /// The mount point of an `augefs` FUSE mount whose source is `path`.
 fn mounted_at(path: &Path) -> Option<PathBuf> {
     let want = std::fs::canonicalize(path).ok()?;
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mount_point_in(&table, &want)
+    mount_point_in(&platform::mountinfo::mounts(), &want)
 }
 
-/// Parses /proc/self/mountinfo: `ID PARENT MAJ:MIN ROOT POINT OPTS [TAGS] - TYPE SOURCE
-/// SUPEROPTS`, with spaces and other bytes in paths escaped as `\NNN` (octal).
-fn mount_point_in(table: &str, image: &Path) -> Option<PathBuf> {
-    table.lines().find_map(|line| {
-        let (head, tail) = line.split_once(" - ")?;
-        let mut tail = tail.split(' ');
-        let (fstype, source) = (tail.next()?, tail.next()?);
+/// The mount point of the FUSE mount of `image` in a mount table.
+fn mount_point_in(table: &[platform::mountinfo::MountEntry], image: &Path) -> Option<PathBuf> {
+    table.iter().find_map(|m| {
         // "fuse" when mount(2) made it (the subtype is fusermount3's), "fuse.augefs"
         // otherwise; the source, the image's full path, is what identifies it.
-        if fstype != "fuse" && fstype != "fuse.augefs" && fstype != "fuseblk" {
-            return None;
-        }
-        (Path::new(&unescape(source)) == image)
-            .then(|| head.split(' ').nth(4).map(|p| PathBuf::from(unescape(p))))
-            .flatten()
+        let fuse = matches!(m.fstype.as_str(), "fuse" | "fuse.augefs" | "fuseblk");
+        (fuse && Path::new(&m.source) == image).then(|| m.point.clone())
     })
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// [`open`], but while the image is held by a process that is letting go of it (it
@@ -349,10 +318,12 @@ mod tests {
 
     #[test]
     fn mountinfo_lines_name_the_mount_point() {
-        let table = "36 35 98:0 / /mnt/a\\040b rw,nosuid - fuse.augefs /img/x\\040y.img rw\n\
-                     37 35 98:0 / /mnt/c rw - ext4 /img/x\\040y.img rw\n\
-                     38 35 98:0 / /mnt/d rw shared:1 - fuse /img/z rw\n\
-                     39 35 98:0 / /mnt/e rw - fusectl /img/q rw\n";
+        let table = &platform::mountinfo::parse(
+            "36 35 98:0 / /mnt/a\\040b rw,nosuid - fuse.augefs /img/x\\040y.img rw\n\
+             37 35 98:0 / /mnt/c rw - ext4 /img/x\\040y.img rw\n\
+             38 35 98:0 / /mnt/d rw shared:1 - fuse /img/z rw\n\
+             39 35 98:0 / /mnt/e rw - fusectl /img/q rw\n",
+        );
         assert_eq!(
             mount_point_in(table, Path::new("/img/x y.img")),
             Some(PathBuf::from("/mnt/a b"))

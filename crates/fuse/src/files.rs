@@ -63,6 +63,10 @@ impl AugeFuse {
                     Ok(n) => {
                         out.buf().commit(n);
                         out.send_payload();
+                        if !self.direct_io {
+                            // The kernel's page cache keeps these bytes (KEEP_CACHE).
+                            self.fs.let_go_behind(ino(i), r.offset, n);
+                        }
                     }
                     Err(e) => out.error(errno(&e)),
                 }

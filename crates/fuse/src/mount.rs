@@ -63,6 +63,27 @@ pub fn mount(dir: &Path, fsname: &str, opts: &MountOptions) -> io::Result<OwnedF
     mount_with_fusermount(dir, fsname, opts).map_err(|e| explain_fusermount(e, dir))
 }
 
+/// Sets the kernel's read-ahead of the FUSE mount at `point` (a canonical path) to `kib`
+/// KiB, through the mount's backing device info in sysfs, named after the superblock's
+/// device as the mount table gives it (a stat of the mount point would wait for a
+/// request thread). Only root may write it; the INIT reply cannot raise it past the
+/// kernel's 128 KiB, and the kernel clamps it to that at INIT, so this comes after.
+pub fn set_read_ahead(point: &Path, kib: u32) -> io::Result<()> {
+    let entry = platform::mountinfo::mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.point == point && m.fstype.starts_with("fuse"))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no FUSE mount on {} in the mount table", point.display()),
+            )
+        })?;
+    let path = format!("/sys/class/bdi/{}/read_ahead_kb", entry.dev);
+    std::fs::write(&path, format!("{kib}\n"))
+        .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
+}
+
 /// Whether `fusermount3` is on the PATH.
 fn fusermount_installed() -> bool {
     std::env::var_os("PATH")

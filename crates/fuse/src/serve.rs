@@ -14,9 +14,9 @@
 
 use crate::adapter::{Admit, AugeFuse};
 use crate::channel::Channel;
-use crate::mount::{mount, unmount};
+use crate::mount::{mount, set_read_ahead, unmount};
 use crate::notify::Notifier;
-use crate::options::MountOptions;
+use crate::options::{MountOptions, READ_AHEAD_DEFAULT_KIB};
 use crate::session::{Running, Session, SessionOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +76,9 @@ fn start(
         dir: dir.to_path_buf(),
         source,
     };
+    // Canonical before the mount: resolving the mount point afterwards would ask the
+    // mount, which nobody serves yet.
+    let point = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let fd = mount(dir, fsname, opts).map_err(err)?;
     let session_opts = SessionOptions {
         threads: opts.threads,
@@ -85,12 +88,21 @@ fn start(
         // (the interposer numbers them): /dev/fuse alone, opened here.
         uring: opts.uring && clone_fd,
     };
-    let session = Session::init(adapter, Channel::new(fd), session_opts);
-    session.map_err(|e| {
+    let session = Session::init(adapter, Channel::new(fd), session_opts).map_err(|e| {
         // The kernel mount exists but cannot be served: take it away again.
         let _ = unmount(dir, true);
         err(e)
-    })
+    })?;
+    let kib = opts.read_ahead_kib.unwrap_or(READ_AHEAD_DEFAULT_KIB);
+    if kib > 0 {
+        if let Err(e) = set_read_ahead(&point, kib) {
+            // The default is a gain where it can be had (root); asked for, it is said.
+            if opts.read_ahead_kib.is_some() {
+                eprintln!("augefs: read_ahead={kib} not set ({e}): the kernel's stays");
+            }
+        }
+    }
+    Ok(session)
 }
 
 /// A bridge mount served from background threads of the calling process (the

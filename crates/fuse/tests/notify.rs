@@ -1,14 +1,14 @@
-//! Notifications through a real kernel mount (root or fusermount3, and /dev/fuse, as
-//! CI has): a mount served in the background whose kernel caches attributes, names,
-//! pages and the absence of names for an hour ([`Bridge::spawn_caching`]); changes
-//! made through the vfs directly stay unseen until a notification, and are seen right
-//! after it.
+//! A real kernel mount (root or fusermount3, and /dev/fuse, as CI has) served in the
+//! background, whose kernel caches attributes, names, pages and the absence of names
+//! for an hour ([`Bridge::spawn_caching`]): changes made through the vfs directly stay
+//! unseen until a notification, and are seen right after it; a stream read through the
+//! kernel's page cache does not fill the vfs's cache behind it.
 
 use augefs_fuse::Bridge;
 use format::InodeNo;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use testsupport::mount::mounted;
+use testsupport::mount::{mount, mounted, unmount};
 use vfs::{Creds, Kind};
 
 /// Unmounts (lazily) and joins the bridge, also when the test panics.
@@ -71,5 +71,55 @@ fn changes_beside_the_kernel_are_seen_once_notified() {
     // Notifications about what the kernel does not cache succeed.
     notifier.inval_entry(1, b"never-looked-up").unwrap();
     notifier.inval_attrs(999_999).unwrap();
+    drop(mounted);
+}
+
+#[test]
+fn a_stream_through_the_kernel_lets_the_cache_go_behind_it() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    // A 48 MiB file, written and then out of every cache (a remount).
+    let dev = testsupport::image::memory_image(256 << 20, 1);
+    let fs = mount(&dev);
+    let ino = fs
+        .create(&Creds::root(), InodeNo(1), b"f", Kind::File, 0o644, None)
+        .unwrap();
+    let data: Vec<u8> = (0..48 * MIB).map(|i| (i / 4096 % 251) as u8).collect();
+    fs.write_at(ino, 0, &data).unwrap();
+    unmount(fs);
+    let fs = mount(&dev);
+    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-stream-test", 2).unwrap();
+    let mounted = Mounted {
+        bridge: Some(bridge),
+        dir: dir.clone(),
+    };
+    // The mount reads ahead 2 MiB (the kernel's own is 128 KiB).
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    let entry = platform::mountinfo::mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.point == canonical)
+        .expect("the mount in the table");
+    let ra = std::fs::read_to_string(format!("/sys/class/bdi/{}/read_ahead_kb", entry.dev));
+    assert_eq!(ra.unwrap().trim(), "2048", "the mount's read-ahead");
+
+    use std::io::Read;
+    let mut f = std::fs::File::open(dir.join("f")).unwrap();
+    let mut buf = vec![0u8; MIB];
+    let mut most = 0;
+    for i in 0..48 {
+        f.read_exact(&mut buf).unwrap();
+        assert!(buf == data[i * MIB..(i + 1) * MIB], "MiB {i} as written");
+        most = most.max(fs.cache_stats().pages);
+    }
+    // Without letting go, all 12,288 blocks stay; kept are those the kernel's READs in
+    // flight and the vfs's read-ahead (8 MiB) may still need.
+    let stats = fs.cache_stats();
+    assert!(most < 6144, "at most {most} pages cached during the stream");
+    assert!(stats.evicted > 6000, "{stats:?}");
+    // Closed before the unmount: a lazy unmount ends the mount at its last close.
+    drop(f);
     drop(mounted);
 }

@@ -15,6 +15,7 @@
 pub mod accounting;
 pub mod clock;
 pub mod memory;
+pub mod mountinfo;
 pub mod reqstats;
 pub mod rng;
 pub mod signal;

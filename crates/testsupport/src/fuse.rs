@@ -10,11 +10,9 @@ use tempfile::TempDir;
 
 /// The mount points of this process's namespace (`/proc/self/mountinfo`).
 pub fn mount_points() -> Vec<PathBuf> {
-    fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(PathBuf::from)
+    platform::mountinfo::mounts()
+        .into_iter()
+        .map(|m| m.point)
         .collect()
 }
 

@@ -848,6 +848,35 @@ impl Pages {
         excess == 0 || self.evict_clean(excess, near) >= excess
     }
 
+    /// Drops the clean pages of blocks `first..end` (dirty ones stay); returns how many
+    /// were dropped.
+    pub fn evict_clean_range(&mut self, first: u64, end: u64) -> u64 {
+        if first >= end {
+            return 0;
+        }
+        let (lo, hi) = (first / GROUP, (end - 1) / GROUP);
+        let clean: Vec<(u64, u64)> = self
+            .groups
+            .range(lo..=hi)
+            .map(|(&g, group)| {
+                let from = first.max(g * GROUP) - g * GROUP;
+                let to = end.min((g + 1) * GROUP) - g * GROUP;
+                (g, group.present & !group.dirty & mask(from, to))
+            })
+            .filter(|&(_, bits)| bits != 0)
+            .collect();
+        let mut dropped = 0;
+        for (g, bits) in clean {
+            let (pages, dirty) = self.remove_bits(g, bits);
+            debug_assert_eq!(dirty, 0, "only clean pages were asked for");
+            dropped += pages;
+        }
+        self.count -= dropped;
+        self.cache.pages.fetch_sub(dropped, Ordering::Relaxed);
+        self.cache.evicted.fetch_add(dropped, Ordering::Relaxed);
+        dropped
+    }
+
     /// Drops up to `n` clean pages, those farthest from block `near` first; returns how
     /// many were dropped.
     pub fn evict_clean(&mut self, n: u64, near: u64) -> u64 {

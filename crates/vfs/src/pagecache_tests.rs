@@ -174,3 +174,26 @@ fn a_dropped_range_takes_only_its_pages_dirty_or_clean() {
     assert_eq!((cache.stats().pages, cache.stats().dirty), (0, 0));
     assert_eq!((p.durable_size, p.dirty_since), (None, None));
 }
+
+#[test]
+fn a_clean_range_goes_and_dirty_pages_in_it_stay() {
+    let cache = Arc::new(Cache::new(CacheConfig::default()));
+    let mut p = Pages::new(cache.clone());
+    // Three groups' worth, a dirty page inside the range and one past it.
+    for b in 0..200 {
+        p.insert_clean(b, Block::from(&[1; PAGE][..]), Some(true));
+    }
+    p.install(70, Block::from(&[2; PAGE][..]), None);
+    p.install(150, Block::from(&[2; PAGE][..]), None);
+    assert_eq!(p.evict_clean_range(10, 140), 129, "130 blocks, one dirty");
+    assert!(p.get(9).is_some() && p.get(10).is_none() && p.get(139).is_none());
+    assert!(p.get(140).is_some());
+    assert_eq!(p.get(70).map(|pg| pg.dirty), Some(true));
+    assert_eq!(p.dirty_count(), 2);
+    let stats = cache.stats();
+    assert_eq!((stats.pages, stats.dirty, stats.evicted), (71, 2, 129));
+    // Nothing there, or an empty range: nothing goes.
+    assert_eq!(p.evict_clean_range(10, 60), 0);
+    assert_eq!(p.evict_clean_range(150, 150), 0);
+    assert_eq!(p.evict_clean_range(1000, 5000), 0);
+}

@@ -128,6 +128,9 @@ pub struct Args {
     /// The emulated PMR of the api-pmr target.
     #[command(flatten)]
     pub pmr: PmrArgs,
+    /// `augefs mount -o` options of the fuse target (for example `read_ahead=0`).
+    #[arg(long)]
+    pub fuse_options: Option<String>,
 }
 
 /// Where a target runs.
@@ -180,6 +183,7 @@ struct Plan {
     sizes: Sizes,
     image_bytes: u64,
     procs: bool,
+    fuse_options: Option<String>,
 }
 
 fn plan(args: &Args) -> Result<Plan, String> {
@@ -232,6 +236,7 @@ fn plan(args: &Args) -> Result<Plan, String> {
         sizes,
         image_bytes,
         procs: args.procs,
+        fuse_options: args.fuse_options.clone().filter(|o| !o.is_empty()),
     })
 }
 
@@ -493,6 +498,9 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
             images.augefs.display()
         ));
     }
+    if let Some(o) = &plan.fuse_options {
+        header.push(format!("fuse: mounted with -o {o}"));
+    }
     if plan.procs {
         header.push(
             "--procs: each thread count N ran as N processes of one thread, each in a \
@@ -531,6 +539,7 @@ fn slots(plan: &Plan, scratch: &Scratch, images: &Images, header: &mut Vec<Strin
                 }),
                 TargetKind::Fuse => image.and_then(|i| {
                     target::Fuse::new(i, images.backend, &scratch.named("bench-fs-fuse", ".mnt"))
+                        .map(|f| f.with_options(plan.fuse_options.clone()))
                         .map(|f| Runner::InProcess(Box::new(f)))
                         .map_err(|e| format!("skipped: {e}"))
                 }),

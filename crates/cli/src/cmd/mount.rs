@@ -40,7 +40,8 @@ pub struct Args {
     /// (per-request counts and times in the log at unmount, of FUSE's requests and of
     /// attached processes' requests and posts), shared_pages=MIB (the most file data
     /// each user's shared data table keeps for attached processes, default a
-    /// thirty-second of memory up to 512; 0: none), fsname=NAME, pmr=FILE,
+    /// thirty-second of memory up to 512; 0: none), read_ahead=KIB (the kernel's
+    /// read-ahead for the mount, default 2048; 0: the kernel's 128), fsname=NAME, pmr=FILE,
     /// nosuid, nodev, noexec (and suid, dev, exec); fstab's defaults, noauto, nofail,
     /// _netdev, rw, noatime are accepted. Permissions are always checked by the kernel
     /// (default_permissions).

@@ -255,12 +255,9 @@ fn tempfile_dir() -> Result<PathBuf, String> {
 /// Detaches a bridge still mounted (its owner crashed or still runs in the background)
 /// and removes the scratch directory.
 fn clean_up(bridge: &Path, scratch: &Path) {
-    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|m| {
-            let b = bridge.to_string_lossy();
-            m.lines().any(|l| l.split(' ').nth(4) == Some(b.as_ref()))
-        })
-        .unwrap_or(false);
+    let mounted = platform::mountinfo::mounts()
+        .iter()
+        .any(|m| m.point == bridge);
     if mounted {
         let _ = Command::new("fusermount3")
             .arg("-u")

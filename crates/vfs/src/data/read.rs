@@ -24,6 +24,13 @@ use std::sync::Arc;
 const READAHEAD_START: u64 = 8;
 /// The most blocks one background read-ahead job reads (512 KiB).
 const READAHEAD_JOB_BLOCKS: u64 = 128;
+/// Blocks behind a sequential read that [`FileSystem::let_go_behind`] keeps besides the
+/// read's own (2 MiB: the kernel has two READs of a stream in flight at most with its
+/// read-ahead at 2 MiB, and several request threads may serve them out of order).
+const BEHIND_KEPT: u64 = 512;
+/// How far behind that [`FileSystem::let_go_behind`] looks for pages to let go (each
+/// READ moves the stream on by at most 1 MiB, so nothing is left behind).
+const BEHIND_SCAN: u64 = 1024;
 /// Lock-free read passes before a reader holds the state lock across its device reads
 /// (a pass is retried when a writer installed blocks it was fetching).
 const READ_PASSES: u32 = 3;
@@ -51,6 +58,26 @@ impl FileSystem {
     ) -> Result<ReadView, VfsError> {
         let h = self.handle(ino)?;
         self.read_view(&h, offset, len)
+    }
+
+    /// A reader that keeps what it reads elsewhere (the kernel's page cache of a FUSE
+    /// mount) has read `len` bytes at `offset` of file `ino`: if it reads sequentially,
+    /// the clean pages more than [`BEHIND_KEPT`] blocks behind the read are let go. A
+    /// stream through the mount then reuses the cache's memory instead of growing it by
+    /// its whole length: each page of new memory costs a fault and the zeroing of a page
+    /// the device then overwrites, more than the device read itself on a virtual machine
+    /// (docs/DESIGN.md §10.7). Pages a random reader reads stay.
+    pub fn let_go_behind(&self, ino: InodeNo, offset: u64, len: usize) {
+        let Ok(h) = self.handle(ino) else {
+            return;
+        };
+        let mut pages = h.pages();
+        if pages.ra_window == 0 {
+            return;
+        }
+        let first = offset / BLOCK;
+        let end = first.saturating_sub(BEHIND_KEPT + (len as u64).div_ceil(BLOCK));
+        pages.evict_clean_range(end.saturating_sub(BEHIND_SCAN), end);
     }
 
     pub(crate) fn read_data(
