@@ -75,10 +75,16 @@ impl AugeFuse {
                 .kill_setid(h, arg.write_flags & abi::WRITE_KILL_SUIDGID != 0, out)
                 .and_then(|()| self.fs.write_at(ino(i), arg.offset, data))
             {
-                Ok(n) => out.send(&abi::WriteOut {
-                    size: u32::try_from(n).expect("a FUSE write is below 4 GiB"),
-                    padding: 0,
-                }),
+                Ok(n) => {
+                    out.send(&abi::WriteOut {
+                        size: u32::try_from(n).expect("a FUSE write is below 4 GiB"),
+                        padding: 0,
+                    });
+                    if !self.direct_io {
+                        // The kernel's page cache keeps these bytes too.
+                        self.fs.write_behind(ino(i));
+                    }
+                }
                 Err(e) if gone(&e) && self.nodes.kind(i).is_some() => out.send(&abi::WriteOut {
                     size: arg.size,
                     padding: 0,

@@ -123,3 +123,40 @@ fn a_stream_through_the_kernel_lets_the_cache_go_behind_it() {
     drop(f);
     drop(mounted);
 }
+
+#[test]
+fn a_stream_written_through_the_kernel_is_written_behind_and_let_go() {
+    const MIB: usize = 1 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let fs = mounted(256 << 20, 1);
+    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-behind-test", 2).unwrap();
+    let mounted = Mounted {
+        bridge: Some(bridge),
+        dir: dir.clone(),
+    };
+    use std::io::Write;
+    let data: Vec<u8> = (0..48 * MIB).map(|i| (i / 4096 % 253) as u8).collect();
+    let mut f = std::fs::File::create(dir.join("f")).unwrap();
+    for chunk in data.chunks(MIB) {
+        f.write_all(chunk).unwrap();
+    }
+    // The test's clock stands still, so nothing expires: only writing behind empties
+    // the cache, down to the last write-back's remainder (under 16 MiB dirty).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.cache_stats().pages >= 4096 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stats = fs.cache_stats();
+    assert!(stats.pages < 4096, "12,288 pages written: {stats:?}");
+    assert!(stats.evicted >= 8192, "{stats:?}");
+    f.sync_all().unwrap();
+    // What went reads back from the device as written.
+    let ino = InodeNo(f.metadata().unwrap().ino());
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(fs.read_at(ino, 0, &mut back).unwrap(), data.len());
+    assert!(back == data, "the file as written");
+    drop(f);
+    drop(mounted);
+}

@@ -472,6 +472,10 @@ pub(crate) struct Pages {
     /// Bumped whenever pages are dropped (cleared, or a range of them): mappings
     /// learned from lookups begun before are not taken ([`Pages::drops`]).
     drops: u64,
+    /// The file's writer keeps what it writes elsewhere too (the kernel's page cache of
+    /// a FUSE mount) and wrote a stream: the flusher writes its dirty pages back early
+    /// and lets its clean whole pages go ([`crate::FileSystem::write_behind`]).
+    pub let_go_clean: bool,
     cache: Arc<Cache>,
 }
 
@@ -504,6 +508,7 @@ impl Pages {
             fetches: Vec::new(),
             next_fetch: 0,
             drops: 0,
+            let_go_clean: false,
             cache,
         }
     }

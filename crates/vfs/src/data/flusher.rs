@@ -80,16 +80,22 @@ impl Core {
         let now = self.clock.now_ns();
         let expire = self.cache.config.expire.as_nanos() as u64;
         for h in self.dirty_handles() {
-            let old = h
-                .pages()
-                .dirty_since
-                .is_some_and(|t| now.saturating_sub(t) >= expire);
-            if old || urgent || self.cache.over_background_limit() {
+            let (old, behind) = {
+                let pages = h.pages();
+                let old = pages
+                    .dirty_since
+                    .is_some_and(|t| now.saturating_sub(t) >= expire);
+                let behind =
+                    pages.let_go_clean && pages.dirty_count() >= super::write::WRITE_BEHIND_BLOCKS;
+                (old, behind)
+            };
+            if old || behind || urgent || self.cache.over_background_limit() {
                 // A failure makes the engine read-only; the pages stay dirty and the
                 // next fsync, sync or unmount reports it.
                 if self.write_back(&h).is_err() {
                     return;
                 }
+                let_go_clean(&h);
             }
         }
         self.trim(self.cache.max_pages() * 9 / 10);
@@ -110,5 +116,18 @@ impl Core {
                 pages.evict_clean(excess, near);
             }
         }
+    }
+}
+
+/// Lets the clean whole pages of a file marked [`crate::pagecache::Pages::let_go_clean`]
+/// go (a partial last page stays: the next append would read it back).
+fn let_go_clean(h: &crate::handle::Handle) {
+    let st = h.read();
+    let Some(size) = st.inode.as_ref().map(|i| i.size) else {
+        return;
+    };
+    let mut pages = h.pages();
+    if pages.let_go_clean {
+        pages.evict_clean_range(0, size / crate::shared::BLOCK);
     }
 }
