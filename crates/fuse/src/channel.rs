@@ -52,6 +52,40 @@ impl Channel {
         cvt(unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) })
     }
 
+    /// Writes one reply made of `parts` (a header and its payload's pieces) with one
+    /// writev(2), pieces adjacent in memory joined; `Ok(false)`, and nothing written,
+    /// when they make more than the kernel's IOV_MAX pieces. ENOENT as [`Channel::send`].
+    pub fn send_parts<'a>(&self, parts: impl Iterator<Item = &'a [u8]>) -> io::Result<bool> {
+        const IOV_MAX: usize = 1024;
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(64);
+        let mut total = 0;
+        for p in parts.filter(|p| !p.is_empty()) {
+            total += p.len();
+            let full = iov.len() == IOV_MAX;
+            match iov.last_mut() {
+                Some(last) if (last.iov_base as usize) + last.iov_len == p.as_ptr() as usize => {
+                    last.iov_len += p.len();
+                }
+                _ if full => return Ok(false),
+                _ => iov.push(libc::iovec {
+                    iov_base: p.as_ptr() as *mut libc::c_void,
+                    iov_len: p.len(),
+                }),
+            }
+        }
+        let count = libc::c_int::try_from(iov.len()).expect("at most IOV_MAX pieces");
+        // SAFETY: every iovec points into a slice borrowed for the call (`parts`), for
+        // reads of its length.
+        match cvt(unsafe { libc::writev(self.raw(), iov.as_ptr(), count) }) {
+            Ok(n) if n == total => Ok(true),
+            Ok(n) => Err(io::Error::other(format!(
+                "short write of a reply: {n} of {total} bytes"
+            ))),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes one reply. ENOENT (the request was interrupted and is gone) is not an
     /// error: the kernel no longer waits for the answer.
     pub fn send(&self, reply: &[u8]) -> io::Result<()> {

@@ -47,22 +47,19 @@ impl AugeFuse {
             Op::Read(r) => {
                 let tap = self.tap.get();
                 let token = tap.and_then(|t| t.before(h.uid, h.gid, i));
-                let buf = out.buf().tail(r.size as usize);
-                let read = match (tap, token) {
-                    // The tap keeps the blocks read (a view of the cache's own).
-                    (Some(t), Some(token)) => {
-                        self.fs.read_view_at(ino(i), r.offset, buf.len()).map(|v| {
-                            let n = v.copy_to(buf);
+                // A view of the cache's own blocks: written to the kernel from them where
+                // the transport allows (else copied into the reply), and kept by the tap.
+                match self.fs.read_view_at(ino(i), r.offset, r.size as usize) {
+                    Ok(v) => {
+                        let n = v.len();
+                        if !out.send_view(&v) {
+                            let copied = v.copy_to(out.buf().tail(n));
+                            out.buf().commit(copied);
+                            out.send_payload();
+                        }
+                        if let (Some(t), Some(token)) = (tap, token) {
                             t.after(h.uid, h.gid, i, token, r.offset, v, r.size as usize);
-                            n
-                        })
-                    }
-                    _ => self.fs.read_at(ino(i), r.offset, buf),
-                };
-                match read {
-                    Ok(n) => {
-                        out.buf().commit(n);
-                        out.send_payload();
+                        }
                         if !self.direct_io {
                             // The kernel's page cache keeps these bytes (KEEP_CACHE).
                             self.fs.let_go_behind(ino(i), r.offset, n);

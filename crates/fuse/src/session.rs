@@ -415,10 +415,15 @@ fn serve_loop(
 
 fn send(ch: &Channel, bytes: &[u8]) {
     if let Err(e) = ch.send(bytes) {
-        // ENODEV: the session ended meanwhile; the read loop sees it next.
-        if e.raw_os_error() != Some(libc::ENODEV) {
-            eprintln!("augefs: writing a FUSE reply: {e}");
-        }
+        reply_failed(&e);
+    }
+}
+
+/// Says that a reply could not be written, unless the session ended meanwhile
+/// (ENODEV: the read loop sees it next).
+fn reply_failed(e: &io::Error) {
+    if e.raw_os_error() != Some(libc::ENODEV) {
+        eprintln!("augefs: writing a FUSE reply: {e}");
     }
 }
 
@@ -484,6 +489,28 @@ impl<'a> Out<'a> {
     pub fn send_payload(&mut self) {
         self.done(State::Sent);
         self.finish(0);
+    }
+
+    /// Success with `view` as the payload, written from the cache's own blocks where
+    /// this transport writes replies itself (/dev/fuse: one writev, no copy into the
+    /// reply buffer); false, and nothing sent, where it cannot (the ring transport reads
+    /// replies out of its buffer, or the pieces are too many): the caller copies.
+    pub fn send_view(&mut self, view: &vfs::ReadView) -> bool {
+        let Sink::Channel(ch) = self.sink else {
+            return false;
+        };
+        let h = self.buf.header_of_payload(view.len());
+        let head = crate::proto::abi::bytes_of(&h);
+        match ch.send_parts(std::iter::once(head).chain(view.slices())) {
+            Ok(false) => false,
+            sent => {
+                self.done(State::Sent);
+                if let Err(e) = sent {
+                    reply_failed(&e);
+                }
+                true
+            }
+        }
     }
 
     /// Success with `v` as the payload.

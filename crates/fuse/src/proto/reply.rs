@@ -155,6 +155,16 @@ impl ReplyBuf {
         self.len = bytes.len();
     }
 
+    /// The header of a successful reply to this buffer's request whose `payload` bytes
+    /// are sent from elsewhere (not pushed here).
+    pub fn header_of_payload(&self, payload: usize) -> OutHeader {
+        OutHeader {
+            len: u32::try_from(HEADER + payload).expect("replies are far below 4 GiB"),
+            error: 0,
+            unique: self.unique,
+        }
+    }
+
     /// The finished reply: `error` 0 with the payload, else a negative errno alone.
     pub fn finish(&mut self, error: i32) -> &[u8] {
         assert!(error <= 0, "errors are negative errnos, got {error}");
