@@ -112,3 +112,49 @@ pub fn open_dev_fuse() -> io::Result<OwnedFd> {
     // SAFETY: `fd` was just opened and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A channel writing into a pipe, and the pipe's read end.
+    fn piped() -> (Channel, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors were just created and are owned by nothing else.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Room for the largest message here.
+        // SAFETY: F_SETPIPE_SZ on a pipe we own.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+        (Channel::new(w), r)
+    }
+
+    fn drain(r: &OwnedFd) -> Vec<u8> {
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: `buf` is valid for writes of its length; O_NONBLOCK is not needed:
+        // the test wrote before it reads.
+        let n = unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        buf.truncate(usize::try_from(n).expect("a read"));
+        buf
+    }
+
+    #[test]
+    fn parts_go_in_order_adjacent_ones_joined_too_many_not_at_all() {
+        let (ch, r) = piped();
+        let head = [7u8; 16];
+        let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+        // 2,048 pieces of one buffer: adjacent, so one piece for writev.
+        let parts = std::iter::once(&head[..]).chain(body.chunks(32));
+        assert!(ch.send_parts(parts).unwrap());
+        let got = drain(&r);
+        assert_eq!(&got[..16], &head);
+        assert!(got[16..] == body[..]);
+        // Every other piece of a buffer: 1,100 pieces apart, more than IOV_MAX, so
+        // nothing is written; ten of them are.
+        let apart = || body.chunks(8).step_by(2);
+        assert!(!ch.send_parts(apart().take(1100)).unwrap());
+        assert!(ch.send_parts(apart().take(10)).unwrap());
+        assert_eq!(drain(&r), apart().take(10).collect::<Vec<_>>().concat());
+    }
+}

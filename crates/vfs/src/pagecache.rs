@@ -325,6 +325,10 @@ impl Cache {
 
 pub(crate) use crate::slab::Block;
 
+/// Dirty pages past which a file whose writer keeps its bytes elsewhere is written
+/// back in the background (16 MiB; [`crate::FileSystem::write_behind`]).
+pub(crate) const WRITE_BEHIND_BLOCKS: u64 = 4096;
+
 /// A block of zeros (a hole), one shared allocation: blocks are immutable.
 pub(crate) fn zero_block() -> Block {
     static ZERO: std::sync::OnceLock<Block> = std::sync::OnceLock::new();

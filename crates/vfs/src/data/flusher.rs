@@ -85,8 +85,8 @@ impl Core {
                 let old = pages
                     .dirty_since
                     .is_some_and(|t| now.saturating_sub(t) >= expire);
-                let behind =
-                    pages.let_go_clean && pages.dirty_count() >= super::write::WRITE_BEHIND_BLOCKS;
+                let behind = pages.let_go_clean
+                    && pages.dirty_count() >= crate::pagecache::WRITE_BEHIND_BLOCKS;
                 (old, behind)
             };
             if old || behind || urgent || self.cache.over_background_limit() {

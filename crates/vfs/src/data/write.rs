@@ -12,7 +12,7 @@
 use crate::error::VfsError;
 use crate::fs::FileSystem;
 use crate::handle::{live, Handle};
-use crate::pagecache::{Block, PAGE};
+use crate::pagecache::{Block, PAGE, WRITE_BEHIND_BLOCKS};
 use crate::rangelock::BlockRange;
 use crate::records::Kind;
 use crate::shared::{BLOCK, FILE_SIZE_MAX};
@@ -36,10 +36,6 @@ impl At {
         }
     }
 }
-
-/// Dirty pages past which a file whose writer keeps its bytes elsewhere is written
-/// back in the background (16 MiB; [`FileSystem::write_behind`]).
-pub(crate) const WRITE_BEHIND_BLOCKS: u64 = 4096;
 
 impl FileSystem {
     /// A writer that keeps what it writes elsewhere too (the kernel's page cache of a
