@@ -179,29 +179,13 @@ impl MountOptions {
             }
             "shared_pages" => {
                 let v = need(value)?;
-                let mib: usize = v
-                    .parse()
-                    .ok()
-                    .filter(|&m| m <= SHARED_PAGES_MAX_MIB)
-                    .ok_or_else(|| OptionError::BadValue {
-                        name: name.to_string(),
-                        value: v.clone(),
-                        why: format!("MiB, 0 (none) to {SHARED_PAGES_MAX_MIB}"),
-                    })?;
-                self.shared_pages_mib = Some(mib);
+                let why = format!("MiB, 0 (none) to {SHARED_PAGES_MAX_MIB}");
+                self.shared_pages_mib = Some(at_most(name, &v, SHARED_PAGES_MAX_MIB, why)?);
             }
             "read_ahead" => {
                 let v = need(value)?;
-                let kib: u32 = v
-                    .parse()
-                    .ok()
-                    .filter(|&k| k <= READ_AHEAD_MAX_KIB)
-                    .ok_or_else(|| OptionError::BadValue {
-                        name: name.to_string(),
-                        value: v.clone(),
-                        why: format!("KiB, 0 (the kernel's) to {READ_AHEAD_MAX_KIB}"),
-                    })?;
-                self.read_ahead_kib = Some(kib);
+                let why = format!("KiB, 0 (the kernel's) to {READ_AHEAD_MAX_KIB}");
+                self.read_ahead_kib = Some(at_most(name, &v, READ_AHEAD_MAX_KIB, why)?);
             }
             "ro" if value.is_none() => self.read_only = true,
             "rw" if value.is_none() => self.read_only = false,
@@ -240,6 +224,23 @@ impl MountOptions {
         }
         Ok(())
     }
+}
+
+/// Option `name`'s value `v` as a number of at most `max`; `why` says the range.
+fn at_most<T: std::str::FromStr + PartialOrd>(
+    name: &str,
+    v: &str,
+    max: T,
+    why: String,
+) -> Result<T, OptionError> {
+    v.parse()
+        .ok()
+        .filter(|n| *n <= max)
+        .ok_or_else(|| OptionError::BadValue {
+            name: name.to_string(),
+            value: v.to_string(),
+            why,
+        })
 }
 
 #[cfg(test)]

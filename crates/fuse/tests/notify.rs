@@ -17,6 +17,27 @@ struct Mounted {
     dir: PathBuf,
 }
 
+impl Mounted {
+    /// `fs` served on a fresh mount point (in `tmp`) by a bridge whose kernel caches.
+    fn caching(
+        fs: &std::sync::Arc<vfs::FileSystem>,
+        tmp: &tempfile::TempDir,
+        name: &str,
+    ) -> Mounted {
+        let dir = tmp.path().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let bridge = Bridge::spawn_caching(fs.clone(), &dir, name, 2).unwrap();
+        Mounted {
+            bridge: Some(bridge),
+            dir,
+        }
+    }
+
+    fn notifier(&self) -> augefs_fuse::notify::Notifier {
+        self.bridge.as_ref().expect("serving").notifier()
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(b) = self.bridge.take() {
@@ -30,15 +51,9 @@ impl Drop for Mounted {
 #[test]
 fn changes_beside_the_kernel_are_seen_once_notified() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
     let fs = mounted(256 << 20, 1);
-    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-notify-test", 2).unwrap();
-    let notifier = bridge.notifier();
-    let mounted = Mounted {
-        bridge: Some(bridge),
-        dir: dir.clone(),
-    };
+    let mounted = Mounted::caching(&fs, &tmp, "augefs-notify-test");
+    let (notifier, dir) = (mounted.notifier(), mounted.dir.clone());
     let root = Creds::root();
 
     // Written and read through the kernel: its size and pages are cached.
@@ -78,8 +93,6 @@ fn changes_beside_the_kernel_are_seen_once_notified() {
 fn a_stream_through_the_kernel_lets_the_cache_go_behind_it() {
     const MIB: usize = 1 << 20;
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
     // A 48 MiB file, written and then out of every cache (a remount).
     let dev = testsupport::image::memory_image(256 << 20, 1);
     let fs = mount(&dev);
@@ -90,11 +103,8 @@ fn a_stream_through_the_kernel_lets_the_cache_go_behind_it() {
     fs.write_at(ino, 0, &data).unwrap();
     unmount(fs);
     let fs = mount(&dev);
-    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-stream-test", 2).unwrap();
-    let mounted = Mounted {
-        bridge: Some(bridge),
-        dir: dir.clone(),
-    };
+    let mounted = Mounted::caching(&fs, &tmp, "augefs-stream-test");
+    let dir = mounted.dir.clone();
     // The mount reads ahead 2 MiB (the kernel's own is 128 KiB).
     let canonical = std::fs::canonicalize(&dir).unwrap();
     let entry = platform::mountinfo::mounts()
@@ -128,14 +138,9 @@ fn a_stream_through_the_kernel_lets_the_cache_go_behind_it() {
 fn a_stream_written_through_the_kernel_is_written_behind_and_let_go() {
     const MIB: usize = 1 << 20;
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
     let fs = mounted(256 << 20, 1);
-    let bridge = Bridge::spawn_caching(fs.clone(), &dir, "augefs-behind-test", 2).unwrap();
-    let mounted = Mounted {
-        bridge: Some(bridge),
-        dir: dir.clone(),
-    };
+    let mounted = Mounted::caching(&fs, &tmp, "augefs-behind-test");
+    let dir = mounted.dir.clone();
     use std::io::Write;
     let data: Vec<u8> = (0..48 * MIB).map(|i| (i / 4096 % 253) as u8).collect();
     let mut f = std::fs::File::create(dir.join("f")).unwrap();
