@@ -49,11 +49,14 @@ fn bench_apps_runs_real_programs_on_a_fuse_mount() {
             "no kernel target: {row}"
         );
     }
-    // The untar wrote a tree the daemon served: it used CPU doing it.
-    assert!(
-        rows[0]["targets"]["fuse"]["daemon_cpu_s"].as_f64().unwrap() > 0.0,
-        "{json}"
-    );
+    // The daemon served every workload: it used CPU doing it. (Counted in the kernel's
+    // clock ticks of 10 ms, which the quick untar's few dozen files may stay under: the
+    // sum of the workloads is what must show.)
+    let daemon: f64 = rows
+        .iter()
+        .map(|r| r["targets"]["fuse"]["daemon_cpu_s"].as_f64().unwrap())
+        .sum();
+    assert!(daemon > 0.0, "{json}");
     assert!(!dir.exists(), "bench apps left files behind");
 }
 
