@@ -80,14 +80,14 @@ impl Core {
         let now = self.clock.now_ns();
         let expire = self.cache.config.expire.as_nanos() as u64;
         for h in self.dirty_handles() {
-            let (old, behind) = {
+            let (old, marked, behind) = {
                 let pages = h.pages();
                 let old = pages
                     .dirty_since
                     .is_some_and(|t| now.saturating_sub(t) >= expire);
-                let behind = pages.let_go_clean
-                    && pages.dirty_count() >= crate::pagecache::WRITE_BEHIND_BLOCKS;
-                (old, behind)
+                let marked = pages.let_go_clean;
+                let behind = marked && pages.dirty_count() >= crate::pagecache::WRITE_BEHIND_BLOCKS;
+                (old, marked, behind)
             };
             if old || behind || urgent || self.cache.over_background_limit() {
                 // A failure makes the engine read-only; the pages stay dirty and the
@@ -95,7 +95,9 @@ impl Core {
                 if self.write_back(&h).is_err() {
                     return;
                 }
-                let_go_clean(&h);
+                if marked {
+                    let_go_clean(&h);
+                }
             }
         }
         self.trim(self.cache.max_pages() * 9 / 10);
@@ -126,8 +128,5 @@ fn let_go_clean(h: &crate::handle::Handle) {
     let Some(size) = st.inode.as_ref().map(|i| i.size) else {
         return;
     };
-    let mut pages = h.pages();
-    if pages.let_go_clean {
-        pages.evict_clean_range(0, size / crate::shared::BLOCK);
-    }
+    h.pages().evict_clean_range(0, size / crate::shared::BLOCK);
 }
